@@ -1,0 +1,366 @@
+"""The ratio analysis: which inputs of a dump fall below a q/eps bound, per layer.
+
+``analyze_dump`` streams every array of a dump through a :class:`LayerAccumulator` and returns
+a frozen :class:`RatioReport`; ``evaluate_gate`` turns a report and an allowed budget into the
+pass/fail decision the CLI maps to an exit code. Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmsnorm_eps import numerics
+from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, open_dump
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.kernels import mean_square_rows
+from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
+
+__all__ = [
+    "GateResult",
+    "LayerResult",
+    "RatioReport",
+    "WorstInput",
+    "analyze_dump",
+    "evaluate_gate",
+    "iter_q_chunks",
+    "layer_result",
+    "resolve_bound",
+]
+
+
+@dataclass(frozen=True)
+class WorstInput:
+    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r)."""
+
+    index: tuple[int, ...]
+    q: float
+    ratio: float
+    attenuation: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class NonfiniteInput:
+    """A NaN or +inf q value (always a violation)."""
+
+    index: tuple[int, ...]
+    value: float
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """Per-layer figures. ``violations = below_bound + nonfinite``."""
+
+    name: str
+    eps: float
+    shape: tuple[int, ...]  # shape of the q array (raw: the activations' shape minus the last axis)
+    dtype: str  # stored dtype
+    raw_dim: int | None  # d when q was computed from raw activations
+    count: int
+    nan_count: int
+    inf_count: int
+    zero_count: int
+    below_bound: int
+    min_q: float | None  # None when the layer has no finite q
+    max_q: float | None
+    min_ratio: float | None
+    min_attenuation: float | None
+    worst: tuple[WorstInput, ...]
+    nonfinite_examples: tuple[NonfiniteInput, ...]
+    decades: tuple[tuple[int, int], ...]  # (k, count): 10**k <= q/eps < 10**(k+1)
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan_count + self.inf_count
+
+    @property
+    def violations(self) -> int:
+        return self.below_bound + self.nonfinite
+
+    @property
+    def violation_fraction(self) -> float:
+        return self.violations / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True)
+class RatioReport:
+    """The result of :func:`analyze_dump`."""
+
+    source: str
+    raw: bool
+    delta: float
+    min_ratio: float
+    top_k: int
+    layers: tuple[LayerResult, ...]
+
+    @property
+    def count(self) -> int:
+        return sum(layer.count for layer in self.layers)
+
+    @property
+    def violations(self) -> int:
+        return sum(layer.violations for layer in self.layers)
+
+    @property
+    def below_bound(self) -> int:
+        return sum(layer.below_bound for layer in self.layers)
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(layer.nonfinite for layer in self.layers)
+
+    @property
+    def violation_fraction(self) -> float:
+        return self.violations / self.count if self.count else 0.0
+
+    @property
+    def layers_affected(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers if layer.violations)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """CI decision: ``passed`` is False when violations exceed the allowed budget."""
+
+    passed: bool
+    violations: int
+    fraction: float
+    max_violations: int | None
+    max_fraction: float | None
+    reason: str
+
+
+def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:
+    """Return ``(delta, min_ratio)`` from exactly one of them (default: delta = 0.01)."""
+    if delta is not None and min_ratio is not None:
+        raise InvalidParameterError("give either delta or min_ratio, not both")
+    if min_ratio is not None:
+        r = numerics.validate_ratio(min_ratio, "min-ratio")
+        if r == 0.0 or math.isinf(r):
+            raise InvalidParameterError(f"min-ratio must be finite and > 0, got {min_ratio!r}")
+        return float(numerics.delta_for_ratio(r)), r
+    d = numerics.validate_delta(0.01 if delta is None else delta)
+    return d, float(numerics.min_ratio(d))
+
+
+def _unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
+    if not shape:
+        return ()
+    return tuple(int(i) for i in np.unravel_index(flat, shape, order=order))  # type: ignore[call-overload]
+
+
+def iter_q_chunks(
+    source: ArraySource, raw: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
+    """Return ``(q_shape, index_order, d, chunks)`` for a source.
+
+    ``chunks`` yields ``(start, q)``: ``q`` is a 1-D array of q values whose first element has
+    flat index ``start`` in ``index_order`` ('C' or 'F') over ``q_shape``. In raw mode q is
+    computed from activations of shape ``(..., d)``; otherwise the stored values are q.
+    """
+    shape = source.shape
+    order = "F" if source.header.fortran_order else "C"
+    itemsize = source.dtype.itemsize
+    if source.header.size == 0:
+        raise InputFileError(source.path, f"empty array (shape {shape})", key=source.key)
+    if not raw:
+        per = max(1, chunk_bytes // itemsize)
+        return shape, order, None, source.iter_elements(per)
+    if len(shape) == 0:
+        raise InputFileError(
+            source.path, "--raw needs activations of shape (..., d), got a 0-d array",
+            key=source.key,
+        )
+    d = shape[-1]
+    q_shape = shape[:-1]
+    if order == "F" and len(shape) > 1:
+        return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
+    rows = max(1, chunk_bytes // (d * itemsize))
+
+    def gen() -> Iterator[tuple[int, np.ndarray]]:
+        out = np.empty(rows, np.float64)
+        for start, values in source.iter_elements(rows * d):
+            x = values.reshape(-1, d)
+            yield start // d, mean_square_rows(x, out)
+
+    return q_shape, "C", d, gen()
+
+
+def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Raw activations stored in Fortran order: element (i, j) sits at i + N*j, so the file is
+    d blocks of N values. Squares are accumulated in float64 per row (memory: N float64),
+    after a first pass for the row maxima when the data are float64 (overflow safety)."""
+    d = source.shape[-1]
+    n = source.header.size // d
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    scale = np.ones(n, np.float64)
+    if source.dtype == np.float64:
+        m = np.zeros(n, np.float64)
+        for start, values in source.iter_elements(per):
+            rows = (start + np.arange(values.size)) % n
+            np.maximum.at(m, rows, np.abs(values))
+        scale = np.where((m > 0) & np.isfinite(m), m, 1.0)
+    acc = np.zeros(n, np.float64)
+    for start, values in source.iter_elements(per):
+        rows = (start + np.arange(values.size)) % n
+        v = values.astype(np.float64) / scale[rows]
+        np.add.at(acc, rows, v * v)
+    with np.errstate(over="ignore"):
+        q = acc / d * scale * scale
+    yield 0, q
+
+
+def layer_result(
+    acc: LayerAccumulator,
+    *,
+    name: str,
+    shape: tuple[int, ...],
+    order: str,
+    dtype: str,
+    raw_dim: int | None,
+) -> LayerResult:
+    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
+    eps = acc.eps
+    worst = []
+    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist()):
+        r = q / eps
+        worst.append(
+            WorstInput(
+                index=_unravel(flat, shape, order),
+                q=q,
+                ratio=r,
+                attenuation=float(numerics.attenuation(r)),
+                loss=float(numerics.attenuation_loss(r)),
+            )
+        )
+    nonfinite = tuple(
+        NonfiniteInput(_unravel(i, shape, order), v)
+        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value)
+    )
+    has_finite = acc.count > acc.nonfinite
+    min_r = acc.min_q / eps if has_finite else None
+    return LayerResult(
+        name=name,
+        eps=eps,
+        shape=shape,
+        dtype=dtype,
+        raw_dim=raw_dim,
+        count=acc.count,
+        nan_count=acc.nan_count,
+        inf_count=acc.inf_count,
+        zero_count=acc.zero_count,
+        below_bound=acc.below,
+        min_q=acc.min_q if has_finite else None,
+        max_q=acc.max_q if has_finite else None,
+        min_ratio=min_r,
+        min_attenuation=float(numerics.attenuation(min_r)) if min_r is not None else None,
+        worst=tuple(worst),
+        nonfinite_examples=nonfinite,
+        decades=tuple(sorted(acc.decades.items())),
+    )
+
+
+def _layer_eps(eps: float | Mapping[str, float] | Callable[[str], float], name: str) -> float:
+    if isinstance(eps, Mapping):
+        value = eps[name]
+    elif callable(eps):
+        value = eps(name)
+    else:
+        value = eps
+    return numerics.validate_eps(value)
+
+
+def analyze_dump(
+    path: str | os.PathLike[str],
+    eps: float | Mapping[str, float] | Callable[[str], float],
+    *,
+    delta: float | None = None,
+    min_ratio: float | None = None,
+    raw: bool = False,
+    top_k: int = 5,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> RatioReport:
+    """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
+
+    ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
+    ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and ``q = mean(x**2)`` over
+    the last axis is computed here. Violations: ``q/eps < min_ratio`` (ties pass) plus every
+    NaN or +inf q. A negative q raises :class:`InputFileError`.
+    """
+    if top_k < 0:
+        raise InvalidParameterError(f"top must be >= 0, got {top_k}")
+    if chunk_bytes <= 0:
+        raise InvalidParameterError("chunk_bytes must be > 0")
+    d_value, ratio = resolve_bound(delta, min_ratio)
+    sources = open_dump(path)
+    eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
+    layers: list[LayerResult] = []
+    for src in sources:
+        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+        acc = LayerAccumulator(eps_by_layer[src.name], ratio, top_k)
+        try:
+            for start, q in chunks:
+                acc.update(q, start)
+        except NegativeValue as exc:
+            where = _unravel(exc.index, q_shape, order)
+            raise InputFileError(
+                src.path,
+                f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+                key=src.key,
+            ) from None
+        layers.append(
+            layer_result(
+                acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
+                raw_dim=dim,
+            )
+        )
+    return RatioReport(
+        source=str(Path(path)),
+        raw=raw,
+        delta=d_value,
+        min_ratio=ratio,
+        top_k=top_k,
+        layers=tuple(layers),
+    )
+
+
+def evaluate_gate(
+    report: RatioReport,
+    max_violations: int | None = None,
+    max_fraction: float | None = None,
+) -> GateResult:
+    """Pass when violations (below bound + nonfinite) fit every budget given (default: none).
+
+    Budgets compare unrounded values: ``violations <= max_violations`` and
+    ``violations / count <= max_fraction``.
+    """
+    if max_violations is not None and max_violations < 0:
+        raise InvalidParameterError(f"max-violations must be >= 0, got {max_violations}")
+    if max_fraction is not None and not (0.0 <= max_fraction <= 1.0):
+        raise InvalidParameterError(f"max-fraction must be in [0, 1], got {max_fraction}")
+    v = report.violations
+    frac = report.violation_fraction
+    if max_violations is None and max_fraction is None:
+        passed = v == 0
+        reason = "no violations" if passed else f"{v} violation(s), none allowed"
+    else:
+        ok_n = max_violations is None or v <= max_violations
+        ok_f = max_fraction is None or frac <= max_fraction
+        passed = ok_n and ok_f
+        parts = []
+        if max_violations is not None:
+            parts.append(f"{v} <= {max_violations}" if ok_n else f"{v} > {max_violations}")
+        if max_fraction is not None:
+            parts.append(
+                f"fraction {frac:.6g} <= {max_fraction:g}"
+                if ok_f
+                else f"fraction {frac:.6g} > {max_fraction:g}"
+            )
+        reason = ("within budget: " if passed else "over budget: ") + ", ".join(parts)
+    return GateResult(passed, v, frac, max_violations, max_fraction, reason)

@@ -1,0 +1,17 @@
+"""Command-line interface: parse options, call the library, report, map to an exit code.
+
+Each command lives in its own module and registers itself on the shared ``app``; heavy imports
+(numpy, yaml, rich tables) happen inside the command functions so ``--help`` starts fast.
+"""
+
+from __future__ import annotations
+
+from rmsnorm_eps.cli import bound_cmd, ratio_cmd  # noqa: F401  (registers the commands)
+from rmsnorm_eps.cli._app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="rmsnorm-eps")

@@ -1,0 +1,99 @@
+"""``rmsnorm-eps ratio``: q/eps and A for every input of a dump, per layer; a CI gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
+from rmsnorm_eps.cli._output import (
+    check_format,
+    emit,
+    format_option,
+    output_option,
+    summary_line,
+)
+
+
+@app.command(
+    "ratio",
+    epilog=(
+        "Examples:\n\n"
+        "  rmsnorm-eps ratio --eps 1e-6 --q-file acts.npy\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file examples/q_dump.npz --delta 0.01 --top 3\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file x.npz --raw --format json -o report.json\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --max-fraction 0.001  # allow 0.1%\n\n"
+        "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
+        "2 usage or input error. --exit-zero turns 1 into 0, never 2."
+    ),
+)
+def ratio(
+    q_file: Path = typer.Option(
+        ..., "--q-file", "-q", help=".npy (one layer) or .npz (one array per layer) of q values, "
+        "or of activations with --raw.", dir_okay=True,
+    ),
+    eps: float = typer.Option(None, "--eps", help="Epsilon used by the model (every layer)."),
+    raw: bool = typer.Option(
+        False, "--raw", help="Arrays hold activations x of shape (..., d); q = mean(x^2) over "
+        "the last axis is computed here.",
+    ),
+    delta: float = typer.Option(
+        None, "--delta", help="Tolerated attenuation loss: violation when A < 1 - delta. "
+        "Default 0.01 (q/eps >= 49.2512562814).",
+    ),
+    min_ratio: float = typer.Option(
+        None, "--min-ratio", help="Give the bound as a minimum q/eps instead of --delta."
+    ),
+    top: int = typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer."),
+    max_violations: int = typer.Option(
+        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
+    ),
+    max_fraction: float = typer.Option(
+        None, "--max-fraction", min=0.0, max=1.0,
+        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
+    ),
+    exit_zero: bool = typer.Option(
+        False, "--exit-zero", help="Exit 0 even when violations are found (never hides exit 2)."
+    ),
+    fmt: str = format_option(),
+    output: Path = output_option(),
+    chunk_bytes: int = typer.Option(
+        None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
+    ),
+) -> None:
+    """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
+
+    A = sqrt(q/(q+eps)) is the attenuation eps applies to an input with mean square q.
+    An input violates when q/eps < (1-delta)^2/(delta(2-delta)); exactly at the bound passes.
+    NaN and inf q values are counted and listed, and each is a violation.
+    """
+    from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
+    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
+
+    check_format(fmt)
+    if eps is None:
+        raise usage_error("give --eps (the epsilon of the model's RMSNorm)")
+    if delta is not None and min_ratio is not None:
+        raise usage_error("give either --delta or --min-ratio, not both")
+    report = analyze_dump(
+        q_file,
+        eps,
+        delta=delta,
+        min_ratio=min_ratio,
+        raw=raw,
+        top_k=top,
+        chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+    )
+    gate = evaluate_gate(report, max_violations, max_fraction)
+    emit(report, fmt, output, gate)
+    verdict = "PASS" if gate.passed else "FAIL"
+    summary_line(
+        f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "
+        f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
+        f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
+        f"{report.count} inputs; {gate.reason}"
+    )
+    if not gate.passed and not exit_zero:
+        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(EXIT_OK)

@@ -1,0 +1,44 @@
+"""Error types. Every error the tool raises on purpose derives from :class:`RmsnormEpsError`.
+
+The CLI turns any of them into exit code 2 and a one-line message; nothing else is
+allowed to escape as a traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+
+class RmsnormEpsError(Exception):
+    """Base class: a problem with the user's input, parameters or files (exit code 2)."""
+
+
+class InvalidParameterError(RmsnormEpsError, ValueError):
+    """A numeric parameter is outside its domain (eps <= 0, delta not in (0, 1), q < 0, ...)."""
+
+
+class InputFileError(RmsnormEpsError):
+    """A file cannot be read, is malformed, or holds data of the wrong kind.
+
+    The message always names the file (and the member/key inside it when there is one).
+    """
+
+    def __init__(self, path: object, problem: str, *, key: str | None = None) -> None:
+        where = f"{path}" if key is None else f"{path} [{key}]"
+        super().__init__(f"{where}: {problem}")
+        self.path = str(path)
+        self.key = key
+        self.problem = problem
+
+
+class ConfigError(RmsnormEpsError):
+    """A normalization config is invalid, ambiguous or incomplete."""
+
+
+class MissingExtraError(RmsnormEpsError):
+    """An optional dependency is needed for this feature but is not installed."""
+
+    def __init__(self, package: str, extra: str, feature: str) -> None:
+        super().__init__(
+            f"{feature} needs the '{package}' package: pip install 'rmsnorm-eps[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra

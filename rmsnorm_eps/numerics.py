@@ -1,0 +1,289 @@
+"""The numerics of epsilon in RMSNorm: pure, vectorized float64 functions.
+
+Notation (used in every docstring below):
+
+* ``x``: one input vector of dimension ``d``; ``q = mean(x**2)`` over the normalized axis.
+* ``eps``: the epsilon added to ``q`` inside the square root: ``y = g * x / sqrt(q + eps)``.
+* ``r = q / eps``: the ratio that alone decides how much eps changes the output.
+* ``A(r) = sqrt(q / (q + eps)) = sqrt(r / (r + 1)) = 1 / sqrt(1 + 1/r)``: the common factor by
+  which eps attenuates every component (for every gain ``g``: the per-element relative change
+  caused by eps is exactly ``A``).
+* ``delta``: the tolerated attenuation loss; an input passes when ``A >= 1 - delta``, which is
+  equivalent to ``r >= (1 - delta)**2 / (delta * (2 - delta))``.
+
+Every function accepts scalars or arrays and returns float64 (a Python ``float`` for scalar
+input). Domain errors raise :class:`~rmsnorm_eps.errors.InvalidParameterError`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from rmsnorm_eps.errors import InvalidParameterError
+
+ArrayLike = npt.ArrayLike
+FloatArray = npt.NDArray[np.float64]
+
+__all__ = [
+    "attenuation",
+    "attenuation_loss",
+    "delta_for_ratio",
+    "min_q",
+    "min_ratio",
+    "min_ratio_textbook",
+    "min_rms",
+    "q_threshold",
+    "rmsnorm_reference",
+    "validate_delta",
+    "validate_eps",
+    "validate_q",
+]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _as_float(value: object, name: str) -> float:
+    """Convert a user-supplied scalar to float, raising InvalidParameterError on failure."""
+    if isinstance(value, bool):
+        raise InvalidParameterError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a number, got {value!r}") from None
+
+
+def validate_eps(eps: object, name: str = "eps") -> float:
+    """Return ``eps`` as a float after checking ``0 < eps < inf`` (NaN is rejected)."""
+    value = _as_float(eps, name)
+    if not math.isfinite(value) or value <= 0.0:
+        raise InvalidParameterError(f"{name} must be finite and > 0, got {eps!r}")
+    return value
+
+
+def validate_delta(delta: object, name: str = "delta") -> float:
+    """Return ``delta`` as a float after checking ``0 < delta < 1``."""
+    value = _as_float(delta, name)
+    if not (0.0 < value < 1.0):  # also rejects NaN
+        raise InvalidParameterError(f"{name} must be in the open interval (0, 1), got {delta!r}")
+    return value
+
+
+def validate_ratio(ratio: object, name: str = "ratio") -> float:
+    """Return a ratio ``q/eps`` as a float after checking ``ratio >= 0`` (inf allowed, NaN not)."""
+    value = _as_float(ratio, name)
+    if math.isnan(value) or value < 0.0:
+        raise InvalidParameterError(f"{name} must be >= 0, got {ratio!r}")
+    return value
+
+
+def validate_q(q: ArrayLike, name: str = "q") -> FloatArray:
+    """Return ``q`` as a float64 array after checking every value is ``>= 0`` and not NaN."""
+    arr = np.asarray(q, dtype=np.float64)
+    if arr.size and not bool(np.all(arr >= 0.0)):
+        bad = arr[~(arr >= 0.0)].ravel()[0]
+        raise InvalidParameterError(f"{name} must be >= 0 (a mean of squares), got {bad!r}")
+    return arr
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@overload
+def _out(a: np.floating[Any], scalar: bool) -> float: ...
+@overload
+def _out(a: FloatArray, scalar: bool) -> FloatArray | float: ...
+def _out(a: Any, scalar: bool) -> Any:
+    return float(a) if scalar else a
+
+
+def _ratio_array(r: ArrayLike) -> tuple[FloatArray, bool]:
+    arr = np.asarray(r, dtype=np.float64)
+    if np.any(np.isnan(arr)) or np.any(arr < 0.0):
+        raise InvalidParameterError("ratio q/eps must be >= 0 and not NaN")
+    return arr, arr.ndim == 0
+
+
+# Error-free transformations (Dekker/Knuth), vectorized. They let min_ratio be correctly
+# rounded to within a fraction of an ulp without extended precision hardware.
+_SPLITTER = 134217729.0  # 2**27 + 1
+
+
+def _two_prod(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Return (p, e) with p = fl(a*b) and a*b = p + e exactly (no overflow assumed)."""
+    p = a * b
+    ca = _SPLITTER * a
+    ahi = ca - (ca - a)
+    alo = a - ahi
+    cb = _SPLITTER * b
+    bhi = cb - (cb - b)
+    blo = b - bhi
+    e = ((ahi * bhi - p) + ahi * blo + alo * bhi) + alo * blo
+    return p, e
+
+
+def _fast_two_sum(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Return (s, e) with s = fl(a+b) and a+b = s + e exactly, given |a| >= |b|."""
+    s = a + b
+    e = b - (s - a)
+    return s, e
+
+
+# --------------------------------------------------------------------------- attenuation
+
+
+def attenuation(r: ArrayLike) -> FloatArray | float:
+    """Attenuation ``A(r) = sqrt(r / (r + 1)) = 1 / sqrt(1 + 1/r)`` for ``r = q/eps >= 0``.
+
+    Exact limits: ``A(0) = 0`` and ``A(inf) = 1``. For ``r <= 1`` the first form is used (no
+    overflow of ``1/r`` for subnormal ``r``), otherwise the second; both are accurate to ~1 ulp.
+    """
+    arr, scalar = _ratio_array(r)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        small = arr <= 1.0
+        a_small = np.sqrt(arr / (arr + 1.0))
+        a_large = 1.0 / np.sqrt(1.0 + 1.0 / arr)
+        out = np.where(small, a_small, a_large)
+    return _out(out, scalar)
+
+
+def attenuation_loss(r: ArrayLike) -> FloatArray | float:
+    """Attenuation loss ``1 - A(r)`` computed without cancellation.
+
+    ``1 - sqrt(r/(r+1)) = (sqrt(r+1) - sqrt(r)) / sqrt(r+1) = 1 / (sqrt(r+1) * (sqrt(r+1) + sqrt(r)))``.
+    The last form has no subtraction, so its relative error stays within a few ulp for every
+    ``r``; for large ``r`` it tends to ``1/(2r)``. Limits: loss(0) = 1, loss(inf) = 0.
+    """
+    arr, scalar = _ratio_array(r)
+    with np.errstate(over="ignore"):
+        s1 = np.sqrt(arr + 1.0)
+        out = 1.0 / (s1 * (s1 + np.sqrt(arr)))
+    return _out(out, scalar)
+
+
+def delta_for_ratio(r: ArrayLike) -> FloatArray | float:
+    """Inverse of :func:`min_ratio`: the attenuation loss ``delta = 1 - A(r)`` at ratio ``r``."""
+    return attenuation_loss(r)
+
+
+def min_ratio(delta: ArrayLike) -> FloatArray | float:
+    """Smallest ``r = q/eps`` with ``A(r) >= 1 - delta``: ``(1 - delta)**2 / (delta * (2 - delta))``.
+
+    Derivation: ``1/sqrt(1 + 1/r) >= 1 - delta  <=>  1/r <= (1 - delta)**-2 - 1
+    = delta (2 - delta) / (1 - delta)**2``. The numerator and denominator are formed as
+    double-double values (error-free transformations), so the result is within about half an
+    ulp of the exact value for every ``delta`` in (0, 1). ``min_ratio(0.01) = 49.2512562814...``.
+    """
+    arr = np.asarray(delta, dtype=np.float64)
+    scalar = arr.ndim == 0
+    if arr.size and not bool(np.all((arr > 0.0) & (arr < 1.0))):
+        raise InvalidParameterError("delta must be in the open interval (0, 1)")
+    # a = 1 - delta and b = 2 - delta as unevaluated sums hi + lo (exact).
+    a_hi, a_lo = _fast_two_sum(np.ones_like(arr), -arr)
+    b_hi, b_lo = _fast_two_sum(np.full_like(arr, 2.0), -arr)
+    # numerator a**2 = a_hi**2 + 2 a_hi a_lo (+ a_lo**2, below double-double precision)
+    n_hi, n_lo = _two_prod(a_hi, a_hi)
+    n_lo = n_lo + 2.0 * a_hi * a_lo
+    n_hi, n_lo = _fast_two_sum(n_hi, n_lo)
+    # denominator delta * b
+    d_hi, d_lo = _two_prod(arr, b_hi)
+    d_lo = d_lo + arr * b_lo
+    d_hi, d_lo = _fast_two_sum(d_hi, d_lo)
+    # quotient: q0 = n_hi/d_hi, corrected by the exact residual n - q0*d.
+    q0 = n_hi / d_hi
+    p_hi, p_lo = _two_prod(q0, d_hi)
+    resid = (((n_hi - p_hi) - p_lo) + n_lo) - q0 * d_lo
+    out = q0 + resid / d_hi
+    return _out(out, scalar)
+
+
+def min_ratio_textbook(delta: ArrayLike) -> FloatArray | float:
+    """The textbook form ``1 / ((1 - delta)**-2 - 1)`` of :func:`min_ratio`.
+
+    Mathematically identical, numerically poor: ``(1 - delta)**-2`` is close to 1 for small
+    ``delta`` and the subtraction cancels (at ``delta = 1e-12`` only ~4 digits survive). Kept to
+    document and test that contrast; never used for decisions.
+    """
+    arr = np.asarray(delta, dtype=np.float64)
+    out = 1.0 / ((1.0 - arr) ** -2 - 1.0)
+    return _out(out, arr.ndim == 0)
+
+
+def min_q(eps: float, delta: ArrayLike) -> FloatArray | float:
+    """Minimum mean square for ``A >= 1 - delta`` at this eps: ``q_min = eps * min_ratio(delta)``."""
+    e = validate_eps(eps)
+    m = min_ratio(delta)
+    return _out(np.asarray(m, dtype=np.float64) * e, np.ndim(m) == 0)
+
+
+def min_rms(eps: float, delta: ArrayLike) -> FloatArray | float:
+    """Minimum input RMS for ``A >= 1 - delta``: ``sqrt(q_min) = sqrt(eps * min_ratio(delta))``."""
+    q = min_q(eps, delta)
+    return _out(np.sqrt(np.asarray(q, dtype=np.float64)), np.ndim(q) == 0)
+
+
+def q_threshold(eps: float, ratio: float) -> float:
+    """Smallest float64 ``t`` such that ``fl(t / eps) >= ratio``, for any float64 ``q``.
+
+    This turns the rule "``q/eps < ratio`` computed in float64" into the comparison ``q < t``
+    with identical results for every float64 ``q`` (division by a positive constant is
+    monotonic), so a chunk can be tested with one comparison instead of a division.
+    Returns ``inf`` when no finite ``q`` reaches the ratio and ``0.0`` for ``ratio <= 0``.
+    """
+    eps = validate_eps(eps)
+    if ratio <= 0.0:
+        return 0.0
+    if math.isinf(ratio):
+        return math.inf
+    t = ratio * eps
+    if math.isinf(t):
+        return math.inf
+    # Walk to the exact boundary; at most a few steps since t is within 1 ulp of it.
+    while t > 0.0 and (math.nextafter(t, 0.0) / eps) >= ratio:
+        t = math.nextafter(t, 0.0)
+    while (t / eps) < ratio:
+        t = math.nextafter(t, math.inf)
+        if math.isinf(t):
+            return math.inf
+    return t
+
+
+# --------------------------------------------------------------------------- reference RMSNorm
+
+
+def rmsnorm_reference(
+    x: ArrayLike,
+    eps: float,
+    gain: ArrayLike | None = None,
+) -> FloatArray:
+    """Reference RMSNorm over the last axis in float64: ``y = g * x / sqrt(q + eps)``.
+
+    ``q = mean(x**2)`` is never formed directly. With ``m = max|x|`` per vector,
+    ``rms = m * sqrt(mean((x/m)**2))`` cannot overflow (|x| up to 1e308) or underflow to 0/0
+    (subnormal x), and the denominator ``sqrt(q + eps) = hypot(rms, sqrt(eps))`` puts the
+    scale back inside the square root together with eps. A zero vector gives a zero output.
+    ``gain`` (broadcast against the last axis) defaults to ones. Input must be finite.
+    """
+    e = validate_eps(eps)
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:
+        raise InvalidParameterError("rmsnorm_reference needs at least one axis")
+    if arr.shape[-1] == 0:
+        raise InvalidParameterError("rmsnorm_reference needs a non-empty last axis")
+    if not bool(np.all(np.isfinite(arr))):
+        raise InvalidParameterError("rmsnorm_reference needs finite input")
+    m = np.max(np.abs(arr), axis=-1, keepdims=True)
+    safe_m = np.where(m > 0.0, m, 1.0)
+    scaled = arr / safe_m
+    rms = m * np.sqrt(np.mean(scaled * scaled, axis=-1, keepdims=True))
+    den = np.hypot(rms, math.sqrt(e))
+    y = arr / den
+    if gain is not None:
+        g = np.asarray(gain, dtype=np.float64)
+        y = y * g
+    out: FloatArray = y
+    return out

@@ -1,0 +1,48 @@
+"""Reporters: one module per output format behind one interface, chosen by name.
+
+A reporter module defines ``render(result, options) -> str`` for the result objects it
+supports (raising :class:`UnsupportedResult` otherwise). ``FORMATS`` maps the ``--format``
+names to modules, imported only when used (the CLI must start fast).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FORMATS", "RenderOptions", "UnsupportedResult", "render"]
+
+FORMATS: dict[str, str] = {
+    "text": "rmsnorm_eps.reports.text",
+    "json": "rmsnorm_eps.reports.json_report",
+}
+
+
+class UnsupportedResult(TypeError):
+    """The chosen format has no rendering for this kind of result."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Presentation choices; they never change a number, only how it is shown."""
+
+    color: bool = False
+    width: int = 110
+    gate: Any = None  # GateResult for commands that gate
+
+
+def color_wanted(stream_isatty: bool) -> bool:
+    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    return stream_isatty and not os.environ.get("NO_COLOR")
+
+
+def render(result: object, fmt: str, options: RenderOptions | None = None) -> str:
+    """Render ``result`` in format ``fmt`` (a key of :data:`FORMATS`)."""
+    try:
+        module = importlib.import_module(FORMATS[fmt])
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}") from None
+    text: str = module.render(result, options or RenderOptions())
+    return text

@@ -1,0 +1,115 @@
+"""The canonical, versioned document of every result: plain dicts of unrounded numbers.
+
+The JSON format is this document serialized; other reporters may build on it. Keys appear in
+a fixed order and nothing depends on time or environment, so output is deterministic.
+Non-finite floats (JSON has none) are written as the strings "nan", "inf", "-inf".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rmsnorm_eps import __version__
+from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
+from rmsnorm_eps.bound import BoundResult, RatioFigures
+
+__all__ = ["SCHEMA_VERSION", "document", "jnum"]
+
+SCHEMA_VERSION = 1
+
+
+def jnum(value: float | None) -> float | str | None:
+    """A float as JSON allows it: finite numbers unchanged, NaN/inf as strings, None as null."""
+    if value is None:
+        return None
+    v = float(value)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _head(command: str) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "tool": "rmsnorm-eps", "version": __version__,
+            "command": command}
+
+
+def _layer(layer: LayerResult) -> dict[str, Any]:
+    return {
+        "name": layer.name,
+        "eps": layer.eps,
+        "shape": list(layer.shape),
+        "dtype": layer.dtype,
+        "raw_dim": layer.raw_dim,
+        "count": layer.count,
+        "nonfinite": layer.nonfinite,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "zero": layer.zero_count,
+        "below_bound": layer.below_bound,
+        "violations": layer.violations,
+        "violation_fraction": layer.violation_fraction,
+        "min_q": jnum(layer.min_q),
+        "max_q": jnum(layer.max_q),
+        "min_ratio": jnum(layer.min_ratio),
+        "min_attenuation": jnum(layer.min_attenuation),
+        "worst": [
+            {"index": list(w.index), "q": w.q, "ratio": w.ratio, "attenuation": w.attenuation,
+             "loss": w.loss}
+            for w in layer.worst
+        ],
+        "nonfinite_examples": [
+            {"index": list(n.index), "value": jnum(n.value)} for n in layer.nonfinite_examples
+        ],
+        "decades": [{"decade": k, "count": c} for k, c in layer.decades],
+    }
+
+
+def _gate(gate: GateResult | None) -> dict[str, Any] | None:
+    if gate is None:
+        return None
+    return {"passed": gate.passed, "violations": gate.violations, "fraction": gate.fraction,
+            "max_violations": gate.max_violations, "max_fraction": gate.max_fraction,
+            "reason": gate.reason}
+
+
+def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
+    """The canonical dict for ``result``."""
+    if isinstance(result, RatioReport):
+        doc = _head("ratio")
+        doc.update({
+            "source": result.source,
+            "raw": result.raw,
+            "delta": result.delta,
+            "min_ratio": result.min_ratio,
+            "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+            "top_k": result.top_k,
+            "summary": {
+                "layers": len(result.layers),
+                "count": result.count,
+                "below_bound": result.below_bound,
+                "nonfinite": result.nonfinite,
+                "violations": result.violations,
+                "violation_fraction": result.violation_fraction,
+                "layers_affected": list(result.layers_affected),
+            },
+            "gate": _gate(gate),
+            "layers": [_layer(layer) for layer in result.layers],
+        })
+        return doc
+    if isinstance(result, BoundResult):
+        doc = _head("bound")
+        doc.update({"delta": result.delta, "min_ratio": result.min_ratio, "eps": result.eps,
+                    "min_q": result.min_q, "min_rms": result.min_rms})
+        return doc
+    if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
+        doc = _head("bound")
+        doc["ratios"] = [
+            {"ratio": jnum(r.ratio), "attenuation": r.attenuation, "loss": r.loss,
+             "eps": r.eps, "q": jnum(r.q)}
+            for r in result
+        ]
+        return doc
+    raise TypeError(f"no document for {type(result).__name__}")

@@ -1,0 +1,160 @@
+"""Text reporter: rich tables for people. Readable without colour (NO_COLOR, pipes, CI logs).
+
+Numbers are rounded for display only (6 significant digits; the bound to 12); every decision
+was taken on unrounded values before this module runs.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rmsnorm_eps.analysis import LayerResult, RatioReport
+from rmsnorm_eps.bound import BoundResult, RatioFigures
+from rmsnorm_eps.reports import RenderOptions, UnsupportedResult
+
+__all__ = ["fmt", "render", "render_renderables"]
+
+
+def fmt(value: float | None, digits: int = 6) -> str:
+    """Format a number for display: ``digits`` significant digits, '-' for None."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def fmt_index(index: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def render_renderables(parts: list[RenderableType], options: RenderOptions) -> str:
+    """Render rich renderables to a string (colour only if ``options.color``)."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=options.width,
+        color_system="standard" if options.color else None,
+        force_terminal=options.color,
+        no_color=not options.color,
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
+    )
+    for part in parts:
+        console.print(part)
+    return buf.getvalue()
+
+
+def _bound_parts(result: BoundResult) -> list[RenderableType]:
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("delta (tolerated attenuation loss)", fmt(result.delta, 12))
+    table.add_row("A must be >=", fmt(1.0 - result.delta, 12))
+    table.add_row("min q/eps", fmt(result.min_ratio, 12))
+    if result.eps is not None:
+        table.add_row("eps", fmt(result.eps, 12))
+        table.add_row("min q (mean square)", fmt(result.min_q, 12))
+        table.add_row("min input RMS sqrt(q)", fmt(result.min_rms, 12))
+    return [Text("Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"), table]
+
+
+def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]:
+    with_q = any(r.q is not None for r in rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("q/eps", justify="right")
+    if with_q:
+        table.add_column("q", justify="right")
+    table.add_column("A", justify="right")
+    table.add_column("1 - A", justify="right")
+    for r in rows:
+        cells = [fmt(r.ratio)]
+        if with_q:
+            cells.append(fmt(r.q))
+        cells += [f"{r.attenuation:.6f}", fmt(r.loss)]
+        table.add_row(*cells)
+    return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
+
+
+def _layer_row(layer: LayerResult) -> list[str]:
+    return [
+        layer.name,
+        fmt(layer.eps),
+        str(layer.count),
+        str(layer.nonfinite),
+        fmt(layer.min_q),
+        fmt(layer.min_ratio),
+        fmt(layer.min_attenuation),
+        str(layer.below_bound),
+        f"{100.0 * layer.violation_fraction:.3g}%",
+    ]
+
+
+def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
+    parts.append(
+        Text(
+            f"{report.source} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
+            f"(delta {fmt(report.delta, 12)}) <=> q/eps >= {fmt(report.min_ratio, 12)}"
+        )
+    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in [
+        ("layer", "left"), ("eps", "right"), ("count", "right"), ("nonfinite", "right"),
+        ("min q", "right"), ("min q/eps", "right"), ("min A", "right"),
+        ("below bound", "right"), ("violating", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for layer in report.layers:
+        table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
+    parts.append(table)
+    for layer in report.layers:
+        if not layer.violations:
+            continue
+        worst = Table(
+            title=f"{layer.name}: worst {len(layer.worst)} input(s)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for name in ("index", "q", "q/eps", "A", "1 - A"):
+            worst.add_column(name, justify="left" if name == "index" else "right")
+        for w in layer.worst:
+            worst.add_row(fmt_index(w.index), fmt(w.q), fmt(w.ratio), fmt(w.attenuation),
+                          fmt(w.loss))
+        parts.append(worst)
+        if layer.nonfinite:
+            shown = ", ".join(
+                f"{fmt_index(n.index)}={n.value}" for n in layer.nonfinite_examples
+            )
+            parts.append(
+                Text(f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
+                     f"{layer.inf_count} inf), each a violation: {shown}")
+            )
+    affected = report.layers_affected
+    parts.append(
+        Text(
+            f"Total: {report.violations} violation(s) in {len(affected)} of "
+            f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
+            f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+        )
+    )
+    if options.gate is not None:
+        parts.append(Text(("PASS: " if options.gate.passed else "FAIL: ") + options.gate.reason))
+    return parts
+
+
+def render(result: object, options: RenderOptions) -> str:
+    """Render a result as text."""
+    if isinstance(result, BoundResult):
+        return render_renderables(_bound_parts(result), options)
+    if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
+        return render_renderables(_ratio_figures_parts(result), options)
+    if isinstance(result, RatioReport):
+        return render_renderables(_ratio_parts(result, options), options)
+    raise UnsupportedResult(f"text format cannot render {type(result).__name__}")

@@ -1,0 +1,246 @@
+"""Streaming, mergeable per-layer summary of q values against a q/eps bound.
+
+:class:`LayerAccumulator` folds chunks of q values (float32 or float64) into counts, minima,
+the worst-k inputs, a histogram of ``floor(log10(q/eps))`` and the nonfinite values; two
+accumulators over disjoint parts of the data merge into the accumulator of the whole.
+
+Decision rules (the same everywhere in the tool):
+
+* ``r = q / eps`` is computed in float64 (``q`` widened exactly from its stored dtype).
+* An input violates the bound when ``r < min_ratio``. **Tie rule:** an input exactly at the
+  bound (``r == min_ratio``) passes, since ``A(min_ratio) = 1 - delta`` meets ``A >= 1 - delta``.
+* NaN and +inf q values are never dropped: each is counted as nonfinite and as a violation.
+* A negative q (NaN excluded) is not a mean of squares: it is an input error.
+
+Comparisons use exact thresholds (:func:`rmsnorm_eps.numerics.q_threshold`), so the result is
+bit-for-bit what dividing every value would give.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rmsnorm_eps.numerics import q_threshold
+
+__all__ = ["DECADE_MAX", "DECADE_MIN", "LayerAccumulator", "NegativeValue"]
+
+DECADE_MIN = -330
+DECADE_MAX = 308
+
+
+class NegativeValue(Exception):
+    """Raised by :meth:`LayerAccumulator.update` for a q < 0; carries its flat index."""
+
+    def __init__(self, index: int, value: float) -> None:
+        super().__init__(f"negative q {value!r} at flat index {index}")
+        self.index = index
+        self.value = value
+
+
+def _threshold_for_dtype(t64: float, dtype: np.dtype[Any]) -> np.floating[Any]:
+    """Smallest value ``t`` of ``dtype`` with ``float64(t) >= t64``.
+
+    For values ``v`` of that dtype, ``v < t`` then holds exactly when ``float64(v) < t64``,
+    so comparisons run in the data's own dtype without widening a copy.
+    """
+    if dtype == np.float64:
+        return np.float64(t64)
+    t = dtype.type(t64)
+    if float(t) < t64:
+        t = np.nextafter(t, dtype.type(np.inf))
+    return t  # type: ignore[no-any-return]
+
+
+def decade_edge(k: int) -> float:
+    """Lower edge ``10**k`` (as the float64 literal ``1ek``) of decade bin ``k``."""
+    return float(f"1e{k}")
+
+
+@dataclass
+class LayerAccumulator:
+    """Mutable accumulator for one layer; see the module docstring for the rules."""
+
+    eps: float
+    min_ratio: float
+    top_k: int = 5
+    count: int = 0
+    nan_count: int = 0
+    inf_count: int = 0
+    zero_count: int = 0
+    below: int = 0
+    min_q: float = math.inf
+    min_index: int = -1
+    max_q: float = -math.inf
+    worst_q: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    worst_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    nonfinite_index: list[int] = field(default_factory=list)
+    nonfinite_value: list[float] = field(default_factory=list)
+    decades: dict[int, int] = field(default_factory=dict)
+    _thresholds: dict[tuple[str, float], Any] = field(default_factory=dict, repr=False)
+
+    # ----------------------------------------------------------------- thresholds
+    def _t(self, ratio: float, dtype: np.dtype[Any]) -> Any:
+        key = (dtype.str, ratio)
+        t = self._thresholds.get(key)
+        if t is None:
+            t = _threshold_for_dtype(q_threshold(self.eps, ratio), dtype)
+            self._thresholds[key] = t
+        return t
+
+    # ----------------------------------------------------------------- folding
+    def update(self, values: np.ndarray, start: int) -> None:
+        """Fold a 1-D chunk of q values whose first element has flat index ``start``."""
+        n = int(values.size)
+        if n == 0:
+            return
+        if values.dtype == np.float16:
+            values = values.astype(np.float32)
+        self.count += n
+        mn = values.min()
+        mx = values.max()
+        if np.isnan(mn) or np.isnan(mx) or np.isinf(mx) or mn < 0:
+            self._update_slow(values, start)
+            return
+        self._update_finite(values, start, None, mn, mx)
+
+    def _update_slow(self, values: np.ndarray, start: int) -> None:
+        nan_mask = np.isnan(values)
+        neg = np.flatnonzero(values < 0)
+        if neg.size:
+            i = int(neg[0])
+            raise NegativeValue(start + i, float(values[i]))
+        bad = nan_mask | np.isposinf(values)
+        bad_idx = np.flatnonzero(bad)
+        n_nan = int(np.count_nonzero(nan_mask))
+        self.nan_count += n_nan
+        self.inf_count += int(bad_idx.size) - n_nan
+        room = self.top_k - len(self.nonfinite_index)
+        for i in bad_idx[: max(0, room)]:
+            self.nonfinite_index.append(start + int(i))
+            self.nonfinite_value.append(float(values[i]))
+        good_idx = np.flatnonzero(~bad)
+        if good_idx.size == 0:
+            return
+        finite = values[good_idx]
+        self._update_finite(finite, start, good_idx, finite.min(), finite.max())
+
+    def _update_finite(
+        self,
+        v: np.ndarray,
+        start: int,
+        index_map: np.ndarray | None,
+        mn: Any,
+        mx: Any,
+    ) -> None:
+        """Fold finite, non-negative values ``v``; ``index_map[i]`` is v[i]'s offset in the chunk."""
+        dtype = v.dtype
+
+        def flat(i: np.ndarray) -> np.ndarray:
+            pos = i if index_map is None else index_map[i]
+            return pos.astype(np.int64) + start
+
+        # minimum (first occurrence on ties) and maximum
+        mn_f = float(mn)
+        if mn_f < self.min_q:
+            self.min_q = mn_f
+            self.min_index = int(flat(np.array([int(np.argmin(v))]))[0])
+        self.max_q = max(self.max_q, float(mx))
+        # violations of the bound: r < min_ratio  <=>  q < t
+        self.below += int(np.count_nonzero(v < self._t(self.min_ratio, dtype)))
+        # decade histogram of r = q/eps, zeros kept apart
+        zeros = int(np.count_nonzero(v == 0)) if mn_f == 0.0 else 0
+        self.zero_count += zeros
+        self._fold_decades(v, zeros, mn_f, float(mx), dtype)
+        # worst k: smallest q, ties broken by the smaller flat index
+        self._fold_worst(v, flat)
+
+    def _fold_decades(
+        self, v: np.ndarray, zeros: int, mn: float, mx: float, dtype: np.dtype[Any]
+    ) -> None:
+        n = int(v.size)
+        if zeros == n:
+            return
+        pos_min = mn if mn > 0 else float(v[v > 0].min())
+        with np.errstate(divide="ignore", over="ignore"):
+            lo = math.floor(math.log10(pos_min / self.eps)) if pos_min / self.eps > 0 else DECADE_MIN
+            hi_r = mx / self.eps
+            hi = math.floor(math.log10(hi_r)) if math.isfinite(hi_r) else DECADE_MAX
+        lo = max(DECADE_MIN, lo - 1)
+        hi = min(DECADE_MAX, hi + 1)
+        below = {lo: int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))}
+        while below[lo] > zeros and lo > DECADE_MIN:  # widen until the range is exact
+            lo -= 1
+            below[lo] = int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))
+        for k in range(lo + 1, hi + 1):
+            below[k] = int(np.count_nonzero(v < self._t(decade_edge(k), dtype)))
+        # values with r >= 10**(hi+1) (only possible at the clamp) join the top decade
+        below[hi + 1] = n
+        for k in range(lo, hi + 1):
+            c = below[k + 1] - below[k]
+            if c:
+                self.decades[k] = self.decades.get(k, 0) + c
+
+    def _fold_worst(self, v: np.ndarray, flat: Any) -> None:
+        k = self.top_k
+        if k <= 0:
+            return
+        full = self.worst_q.size >= k
+        if full:
+            cutoff = v.dtype.type(self.worst_q[-1]) if v.dtype != np.float64 else self.worst_q[-1]
+            # candidates strictly below the current k-th worst (equal q: earlier index wins,
+            # and every index here is later than the kept ones)
+            cand = np.flatnonzero(v < cutoff)
+            if float(cutoff) != float(self.worst_q[-1]):  # cutoff rounded up in float32
+                cand = cand[v[cand].astype(np.float64) < self.worst_q[-1]]
+        elif v.size > k:
+            kth = np.partition(v, k - 1)[k - 1]
+            less = np.flatnonzero(v < kth)
+            eq = np.flatnonzero(v == kth)[: k - less.size]
+            cand = np.concatenate([less, eq])
+        else:
+            cand = np.arange(v.size)
+        if cand.size == 0:
+            return
+        q = np.concatenate([self.worst_q, v[cand].astype(np.float64)])
+        idx = np.concatenate([self.worst_index, flat(cand)])
+        order = np.lexsort((idx, q))[:k]
+        self.worst_q = q[order]
+        self.worst_index = idx[order]
+
+    # ----------------------------------------------------------------- merging
+    def merge(self, other: LayerAccumulator, index_offset: int = 0) -> None:
+        """Fold ``other`` (data that follow this accumulator's, shifted by ``index_offset``)."""
+        if other.eps != self.eps or other.min_ratio != self.min_ratio:
+            raise ValueError("cannot merge summaries with different eps or min_ratio")
+        self.count += other.count
+        self.nan_count += other.nan_count
+        self.inf_count += other.inf_count
+        self.zero_count += other.zero_count
+        self.below += other.below
+        if other.min_q < self.min_q:
+            self.min_q = other.min_q
+            self.min_index = other.min_index + index_offset
+        self.max_q = max(self.max_q, other.max_q)
+        for k, c in other.decades.items():
+            self.decades[k] = self.decades.get(k, 0) + c
+        room = self.top_k - len(self.nonfinite_index)
+        self.nonfinite_index.extend(i + index_offset for i in other.nonfinite_index[:room])
+        self.nonfinite_value.extend(other.nonfinite_value[:room])
+        q = np.concatenate([self.worst_q, other.worst_q])
+        idx = np.concatenate([self.worst_index, other.worst_index + index_offset])
+        order = np.lexsort((idx, q))[: self.top_k]
+        self.worst_q = q[order]
+        self.worst_index = idx[order]
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan_count + self.inf_count
+
+    @property
+    def violations(self) -> int:
+        """Inputs below the bound plus nonfinite inputs."""
+        return self.below + self.nonfinite
