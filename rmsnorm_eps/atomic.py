@@ -13,7 +13,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_text"]
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over ``path``."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     try:

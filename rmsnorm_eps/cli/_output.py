@@ -44,7 +44,7 @@ def emit(result: object, fmt: str, output: Path | None, gate: Any = None) -> Non
     to_terminal = output is None and sys.stdout.isatty()
     options = RenderOptions(
         color=fmt == "text" and color_wanted(to_terminal),
-        width=(shutil.get_terminal_size().columns if to_terminal else 110),
+        width=(shutil.get_terminal_size().columns if to_terminal else 200),
         gate=gate,
     )
     text = render(result, fmt, options)

@@ -29,7 +29,7 @@ class RenderOptions:
     """Presentation choices; they never change a number, only how it is shown."""
 
     color: bool = False
-    width: int = 110
+    width: int = 200  # rich tables take only the width they need
     gate: Any = None  # GateResult for commands that gate
 
 

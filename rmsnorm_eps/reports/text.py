@@ -109,7 +109,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         ("min q", "right"), ("min q/eps", "right"), ("min A", "right"),
         ("below bound", "right"), ("violating", "right"),
     ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
@@ -142,6 +142,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             f"Total: {report.violations} violation(s) in {len(affected)} of "
             f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
             f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+            + (f"; layers affected: {', '.join(affected)}" if affected else "")
         )
     )
     if options.gate is not None:
