@@ -88,11 +88,12 @@ def ratio(
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate)
     verdict = "PASS" if gate.passed else "FAIL"
+    budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
-        f"{report.count} inputs; {gate.reason}"
+        f"{report.count} inputs{budget}"
     )
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
