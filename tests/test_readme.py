@@ -13,9 +13,9 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
-from conftest import ROOT
 from rmsnorm_eps.cli import app
 
 README = ROOT / "README.md"
