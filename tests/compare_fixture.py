@@ -9,7 +9,7 @@ import numpy as np
 
 LAYERS: dict[str, list[list[float]]] = {
     "layers.0.input_layernorm": [[3e-4, 2e-3, 1.5e-2, 0.4], [2.5, 8e-5, 6e-4, 1.0]],
-    "layers.1.post_attention_layernorm": [[0.9, 1.2, 0.05, 3.0], [0.02, 0.7, 4.0, 11.0]],
+    "layers.1.post_norm": [[0.9, 1.2, 0.05, 3.0], [0.02, 0.7, 4.0, 11.0]],
     "norm": [[12.0, 40.0, 9.5, 300.0], [18.0, 22.0, 75.0, 5.5]],
 }
 

@@ -78,7 +78,7 @@ def test_raw_compare_equals_reference_twice(tmp_path: Path) -> None:
     a, b = parse_spec("eps=1e-6"), parse_spec("eps=1e-4")
     y_from = rmsnorm_reference(x, 1e-6)
     y_to = rmsnorm_reference(x, 1e-4)
-    ref = (y_to / y_from)  # every component of a row has the same ratio
+    ref = y_to / y_from  # every component of a row has the same ratio
     assert np.allclose(ref, ref[:, :1], rtol=1e-13, atol=0)
     ours = factor(mean_square_rows(x), a, b)
     assert np.max(np.abs(ours / ref[:, 0] - 1)) <= 1e-12
@@ -238,7 +238,12 @@ def test_parse_spec() -> None:
     s = parse_spec("eps=1e-6,placement=sum,dim=64,dtype=bfloat16")
     assert (s.eps, s.placement, s.dim, s.dtype) == (1e-6, "sum", 64, "bfloat16")
     t = parse_spec("framework=torch,dtype=bfloat16")
-    assert (t.eps, t.dtype, t.input_dtype, t.framework) == (2.0**-23, "float32", "bfloat16", "torch")
+    assert (t.eps, t.dtype, t.input_dtype, t.framework) == (
+        2.0**-23,
+        "float32",
+        "bfloat16",
+        "torch",
+    )
     assert "torch default" in t.describe()
 
 
@@ -316,5 +321,6 @@ def test_raw_dim_must_match_sum_spec(tmp_path: Path) -> None:
     path = tmp_path / "x.npy"
     np.save(path, np.ones((3, 8)))
     with pytest.raises(InputFileError, match="dim=4 but the activations have d = 8"):
-        compare_dump(path, parse_spec("eps=1e-6"), parse_spec("eps=1e-6,placement=sum,dim=4"),
-                     raw=True)
+        compare_dump(
+            path, parse_spec("eps=1e-6"), parse_spec("eps=1e-6,placement=sum,dim=4"), raw=True
+        )

@@ -40,8 +40,21 @@ def test_round_to_bfloat16_matches_bits_and_ml_dtypes_on_float32() -> None:
     rng = np.random.default_rng(2)
     bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
     x32 = bits.view(np.float32)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895313892515355e38,
-                        3.3961e38, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 2**-133], np.float32)
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            3.3895313892515355e38,
+            3.3961e38,
+            1.0 + 2**-8,
+            1.0 + 3 * 2**-8,
+            2**-133,
+        ],
+        np.float32,
+    )
     x32 = np.concatenate([x32, special])
     with np.errstate(invalid="ignore"):  # signalling NaN bit patterns
         x64 = x32.astype(np.float64)
@@ -153,8 +166,14 @@ def test_cli_precision_float16_vanishes(cli) -> None:  # type: ignore[no-untyped
 def test_cli_precision_default_dtypes(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("precision", "--eps", "1e-6")
     assert r.exit_code == 0
-    for text in ("1.01327896e-06", "9.983778e-07", "9.99999997e-07", "0.00390625", "255.875",
-                 "q/eps < 489.075"):
+    for text in (
+        "1.01327896e-06",
+        "9.983778e-07",
+        "9.99999997e-07",
+        "0.00390625",
+        "255.875",
+        "q/eps < 489.075",
+    ):
         assert text in r.stdout
 
 

@@ -27,8 +27,8 @@ def supports(result: object) -> bool:
     return isinstance(result, (CompareReport, PrecisionReport))
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+def _table(*columns: str) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for i, name in enumerate(columns):
         t.add_column(name, justify="left" if i == 0 else "right")
     return t
@@ -37,25 +37,14 @@ def _table(*columns: str, title: str | None = None) -> Table:
 def _layer_details(layer: CompareLayer, eps_from: float) -> list[RenderableType]:
     out: list[RenderableType] = []
     if layer.worst:
-        worst = _table(
-            "index",
-            "q",
-            "q/eps_from",
-            "factor",
-            "change",
-            title=f"{layer.name}: largest |change| ({len(layer.worst)} input(s))",
-        )
+        out.append(Text(f"{layer.name}: largest |change| ({len(layer.worst)} input(s))"))
+        worst = _table("index", "q", "q/eps_from", "factor", "change")
         for m in layer.worst:
             worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
         out.append(worst)
     if layer.decades:
-        dec = _table(
-            "q/eps_from",
-            "count",
-            "moved",
-            "max |change|",
-            title=f"{layer.name}: by decade of q/eps_from (eps_from {eps_from:g})",
-        )
+        out.append(Text(f"{layer.name}: by decade of q/eps_from (eps_from {eps_from:g})"))
+        dec = _table("q/eps_from", "count", "moved", "max |change|")
         for d in layer.decades:
             dec.add_row(
                 f"[1e{d.decade}, 1e{d.decade + 1})",
