@@ -112,4 +112,8 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             for r in result
         ]
         return doc
+    from rmsnorm_eps.reports import compare_document as _cmp
+
+    if _cmp.supports(result):
+        return _cmp.compare_document(result, gate, _head, _gate, jnum)
     raise TypeError(f"no document for {type(result).__name__}")

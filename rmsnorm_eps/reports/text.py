@@ -158,4 +158,8 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_ratio_figures_parts(result), options)
     if isinstance(result, RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
+    from rmsnorm_eps.reports import compare_text
+
+    if compare_text.supports(result):
+        return render_renderables(compare_text.parts(result, options), options)
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")
