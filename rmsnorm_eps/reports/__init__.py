@@ -3,6 +3,11 @@
 A reporter module defines ``render(result, options) -> str`` for the result objects it
 supports (raising :class:`UnsupportedResult` otherwise). ``FORMATS`` maps the ``--format``
 names to modules, imported only when used (the CLI must start fast).
+
+``text`` and ``json`` render each result type directly (``text.py``, ``document.py``); the CI
+formats ``markdown``, ``github``, ``junit`` and ``sarif`` render the format-neutral
+:class:`~rmsnorm_eps.reports.checks.CheckReport` that an adapter in ``checks.ADAPTERS`` builds
+from the result, so a new command gets all four with one adapter.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ __all__ = ["FORMATS", "RenderOptions", "UnsupportedResult", "render"]
 FORMATS: dict[str, str] = {
     "text": "rmsnorm_eps.reports.text",
     "json": "rmsnorm_eps.reports.json_report",
+    "markdown": "rmsnorm_eps.reports.markdown",
+    "github": "rmsnorm_eps.reports.github",
+    "junit": "rmsnorm_eps.reports.junit",
+    "sarif": "rmsnorm_eps.reports.sarif",
 }
 
 
