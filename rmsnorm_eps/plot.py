@@ -19,7 +19,16 @@ from typing import Any
 from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 
-__all__ = ["PANEL_HEIGHT_IN", "PLOT_DPI", "PLOT_WIDTH_IN", "Plot", "plot_ratio", "worst_layers"]
+__all__ = [
+    "PANEL_HEIGHT_IN",
+    "PLOT_DPI",
+    "PLOT_WIDTH_IN",
+    "Plot",
+    "plot_format",
+    "plot_ratio",
+    "require_matplotlib",
+    "worst_layers",
+]
 
 PLOT_DPI = 100
 PLOT_WIDTH_IN = 8.0
@@ -57,6 +66,19 @@ def worst_layers(report: RatioReport, max_layers: int) -> tuple[LayerResult, ...
     )
     keep = sorted(ranked[:max_layers])
     return tuple(report.layers[i] for i in keep)
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`MissingExtraError` now (before a long analysis) if matplotlib is absent."""
+    _import_matplotlib()
+
+
+def plot_format(path: str) -> str:
+    """``png`` or ``svg`` from a file name's suffix (case-insensitive)."""
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    if suffix not in FORMATS:
+        raise InvalidParameterError(f"--plot file must end in .png or .svg, got {path!r}")
+    return suffix
 
 
 def _import_matplotlib() -> Any:

@@ -41,15 +41,18 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def emit(result: object, fmt: str, output: Path | None, gate: Any = None) -> None:
+def emit(
+    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+) -> None:
     """Render ``result`` and write it to ``output`` (atomic) or stdout."""
-    from rmsnorm_eps.reports import RenderOptions, color_wanted, render
+    from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
     options = RenderOptions(
         color=fmt == "text" and color_wanted(to_terminal),
         width=(shutil.get_terminal_size().columns if to_terminal else 110),
         gate=gate,
+        histogram=histogram,
     )
     text = render_or_usage_error(result, fmt, options)
     if output is not None:

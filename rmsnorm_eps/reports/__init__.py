@@ -17,7 +17,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FORMATS", "RenderOptions", "UnsupportedResult", "render"]
+__all__ = [
+    "FORMATS",
+    "HISTOGRAM_AUTO_LAYERS",
+    "HISTOGRAM_CHOICES",
+    "RenderOptions",
+    "UnsupportedResult",
+    "render",
+]
 
 FORMATS: dict[str, str] = {
     "text": "rmsnorm_eps.reports.text",
@@ -40,6 +47,13 @@ class RenderOptions:
     color: bool = False
     width: int = 110
     gate: Any = None  # GateResult for commands that gate
+    #: text: per-layer histograms of log10(q/eps): "auto" (every layer when there are at
+    #: most HISTOGRAM_AUTO_LAYERS, else the layers with violations), "all", "violating", "none"
+    histogram: str = "auto"
+
+
+HISTOGRAM_CHOICES = ("auto", "all", "violating", "none")
+HISTOGRAM_AUTO_LAYERS = 8
 
 
 def color_wanted(stream_isatty: bool) -> bool:

@@ -70,9 +70,10 @@ def render_checks(report: CheckReport) -> str:
             )
         lines += ["", "</details>", ""]
     if report.rules:
-        lines.append("Rules: " + "; ".join(
-            f"**{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}" for r in report.rules
-        ))
+        lines.append("Rules:")
+        lines.append("")
+        lines += [f"- **{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}"
+                  for r in report.rules]
         lines.append("")
     return "\n".join(lines)
 
