@@ -110,16 +110,30 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
             "#d62728" if 10.0 ** (k + 1) <= bound else ("#ff7f0e" if 10.0**k < bound else "#9e9e9e")
             for k in ks
         ]
-        bars.bar(left, counts, width=width, align="edge", color=colors, alpha=0.45,
-                 edgecolor="#555555", linewidth=0.5)
+        bars.bar(
+            left,
+            counts,
+            width=width,
+            align="edge",
+            color=colors,
+            alpha=0.45,
+            edgecolor="#555555",
+            linewidth=0.5,
+        )
         bars.set_ylim(0, counts.max() * 1.15)
     bars.set_ylabel("inputs per decade", fontsize=7)
     bars.tick_params(labelsize=7)
     ax.plot(r, a, color="#1f77b4", linewidth=1.6, label="A = sqrt(r/(r+1))")
-    ax.axvline(bound, color="#d62728", linestyle="--", linewidth=1.0,
-               label=f"bound q/eps = {bound:.6g}")
-    ax.axhline(1.0 - report.delta, color="#d62728", linestyle=":", linewidth=0.8,
-               label=f"A = 1 - delta = {1.0 - report.delta:.6g}")
+    ax.axvline(
+        bound, color="#d62728", linestyle="--", linewidth=1.0, label=f"bound q/eps = {bound:.6g}"
+    )
+    ax.axhline(
+        1.0 - report.delta,
+        color="#d62728",
+        linestyle=":",
+        linewidth=0.8,
+        label=f"A = 1 - delta = {1.0 - report.delta:.6g}",
+    )
     ax.set_xscale("log")
     ax.set_xlim(10.0**lo, 10.0**hi)
     ax.set_ylim(0.0, 1.05)
@@ -134,7 +148,8 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
         f"{layer.name} (eps {layer.eps:.3g}): {layer.count} inputs, {status}; {low}\n"
         f"below bound {layer.below_bound}; NaN {layer.nan_count}, inf {layer.inf_count}, "
         f"q=0 {layer.zero_count} (counted, not plotted)",
-        fontsize=8, loc="left",
+        fontsize=8,
+        loc="left",
     )
     ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
 
@@ -154,11 +169,14 @@ def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Pl
         fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
         FigureCanvasAgg(fig)
         axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-        for ax, layer in zip(axes, layers):
+        for ax, layer in zip(axes, layers, strict=True):
             _panel(ax, layer, report, np)
         axes[-1].set_xlabel("q/eps (log scale)", fontsize=8)
-        shown = (f"{len(layers)} of {len(report.layers)} layers (worst first by violations)"
-                 if len(layers) < len(report.layers) else f"{len(layers)} layer(s)")
+        shown = (
+            f"{len(layers)} of {len(report.layers)} layers (worst first by violations)"
+            if len(layers) < len(report.layers)
+            else f"{len(layers)} layer(s)"
+        )
         fig.suptitle(f"{report.source}: attenuation by eps, {shown}", fontsize=9)
         fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
         buf = io.BytesIO()

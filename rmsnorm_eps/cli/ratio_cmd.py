@@ -85,7 +85,6 @@ def ratio(
     """
     from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
-
     from rmsnorm_eps.reports import HISTOGRAM_CHOICES
 
     check_format(fmt)

@@ -84,8 +84,14 @@ class CheckReport:
     @property
     def counts(self) -> dict[str, int]:
         """Summary counts: checks, passed, failed, error, warning, note."""
-        out = {"checks": len(self.checks), "passed": 0, "failed": 0,
-               "error": 0, "warning": 0, "note": 0}
+        out = {
+            "checks": len(self.checks),
+            "passed": 0,
+            "failed": 0,
+            "error": 0,
+            "warning": 0,
+            "note": 0,
+        }
         for c in self.checks:
             out["passed" if c.passed else "failed"] += 1
             out[c.level] += 1
@@ -189,11 +195,21 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
             )
         else:
             msg = f"{layer.name}: no finite q value to check"
-        checks.append(Check("ratio/below-bound", layer.name, below == 0,
-                            "note" if below == 0 else bad, msg, nums))
+        checks.append(
+            Check(
+                "ratio/below-bound",
+                layer.name,
+                below == 0,
+                "note" if below == 0 else bad,
+                msg,
+                nums,
+            )
+        )
         nf = layer.nonfinite
         nf_nums: dict[str, Number] = {
-            "count": layer.count, "nonfinite": nf, "nan": layer.nan_count,
+            "count": layer.count,
+            "nonfinite": nf,
+            "nan": layer.nan_count,
             "inf": layer.inf_count,
         }
         if nf:
@@ -205,19 +221,29 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
             )
         else:
             msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
-        checks.append(Check("ratio/nonfinite", layer.name, nf == 0,
-                            "note" if nf == 0 else bad, msg, nf_nums))
-    verdict = (gate.reason if gate is not None
-               else ("no violations" if passed else f"{report.violations} violation(s)"))
+        checks.append(
+            Check("ratio/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
+        )
+    verdict = (
+        gate.reason
+        if gate is not None
+        else ("no violations" if passed else f"{report.violations} violation(s)")
+    )
     kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
     facts = (
         ("source", f"{report.source} ({kind})"),
-        ("bound", f"A >= {_g(1.0 - report.delta, 12)} <=> q/eps >= {_g(bound, 12)} "
-                  f"(delta {_g(report.delta, 12)})"),
+        (
+            "bound",
+            f"A >= {_g(1.0 - report.delta, 12)} <=> q/eps >= {_g(bound, 12)} "
+            f"(delta {_g(report.delta, 12)})",
+        ),
         ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
-        ("violations", f"{report.violations} ({report.below_bound} below the bound, "
-                       f"{report.nonfinite} nonfinite) in {len(report.layers_affected)} "
-                       f"layer(s)"),
+        (
+            "violations",
+            f"{report.violations} ({report.below_bound} below the bound, "
+            f"{report.nonfinite} nonfinite) in {len(report.layers_affected)} "
+            f"layer(s)",
+        ),
         ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
     )
     return CheckReport(
@@ -241,8 +267,11 @@ def bound_checks(result: Any, gate: Any = None) -> CheckReport:
         ("min q/eps", _g(result.min_ratio, 12)),
     ]
     if result.eps is not None:
-        facts += [("eps", _g(result.eps, 12)), ("min q", _g(result.min_q, 12)),
-                  ("min input RMS", _g(result.min_rms, 12))]
+        facts += [
+            ("eps", _g(result.eps, 12)),
+            ("min q", _g(result.min_q, 12)),
+            ("min input RMS", _g(result.min_rms, 12)),
+        ]
     return CheckReport(
         command="bound",
         title="rmsnorm-eps bound: A = sqrt(q/(q+eps)) >= 1 - delta",

@@ -32,9 +32,11 @@ def render_checks(report: CheckReport) -> str:
     props = ET.SubElement(suite, "properties")
     if report.source is not None:
         ET.SubElement(props, "property", {"name": "source", "value": report.source})
-    ET.SubElement(props, "property", {"name": "verdict",
-                                      "value": ("PASS: " if report.passed else "FAIL: ")
-                                      + report.verdict})
+    ET.SubElement(
+        props,
+        "property",
+        {"name": "verdict", "value": ("PASS: " if report.passed else "FAIL: ") + report.verdict},
+    )
     for chk in report.checks:
         attrs = {"classname": f"rmsnorm_eps.{chk.rule.replace('/', '.')}", "name": chk.name}
         if report.source is not None:
@@ -49,8 +51,11 @@ def render_checks(report: CheckReport) -> str:
             out = ET.SubElement(case, "system-out")
             out.text = f"{chk.level}: {chk.message}\n{numbers_text(chk.numbers)}"
     if not report.checks:
-        ET.SubElement(suite, "testcase", {"classname": f"rmsnorm_eps.{report.command}",
-                                          "name": report.verdict})
+        ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": f"rmsnorm_eps.{report.command}", "name": report.verdict},
+        )
     ET.indent(root, space="  ")
     body = ET.tostring(root, encoding="unicode")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"

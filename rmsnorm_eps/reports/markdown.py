@@ -17,8 +17,7 @@ __all__ = ["cell", "render", "render_checks"]
 def cell(text: str) -> str:
     """Text safe inside a Markdown table cell: pipes escaped, newlines as <br>."""
     return (
-        text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "\n")
-        .replace("\n", "<br>")
+        text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "\n").replace("\n", "<br>")
     )
 
 
@@ -72,8 +71,9 @@ def render_checks(report: CheckReport) -> str:
     if report.rules:
         lines.append("Rules:")
         lines.append("")
-        lines += [f"- **{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}"
-                  for r in report.rules]
+        lines += [
+            f"- **{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}" for r in report.rules
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -81,11 +81,18 @@ def render_checks(report: CheckReport) -> str:
 def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
     with_q = any(r.q is not None for r in rows)
     head = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
-    lines = ["### Attenuation A = sqrt(r/(r+1)) at r = q/eps", "",
-             "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    lines = [
+        "### Attenuation A = sqrt(r/(r+1)) at r = q/eps",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---:|" * len(head),
+    ]
     for r in rows:
-        cells = [f"{r.ratio:.6g}"] + ([f"{r.q:.6g}" if r.q is not None else "-"] if with_q
-                                      else []) + [f"{r.attenuation:.6f}", f"{r.loss:.6g}"]
+        cells = (
+            [f"{r.ratio:.6g}"]
+            + ([f"{r.q:.6g}" if r.q is not None else "-"] if with_q else [])
+            + [f"{r.attenuation:.6f}", f"{r.loss:.6g}"]
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

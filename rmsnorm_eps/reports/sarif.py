@@ -50,27 +50,32 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
     results = []
     for chk in report.failed:
         location: dict[str, Any] = {
-            "logicalLocations": [{
-                "name": chk.name,
-                "fullyQualifiedName": f"{report.source}/{chk.name}" if report.source
-                else chk.name,
-                "kind": "object",
-            }],
+            "logicalLocations": [
+                {
+                    "name": chk.name,
+                    "fullyQualifiedName": f"{report.source}/{chk.name}"
+                    if report.source
+                    else chk.name,
+                    "kind": "object",
+                }
+            ],
         }
         if report.source is not None:
             location["physicalLocation"] = {
                 "artifactLocation": {"uri": artifact_uri(report.source)}
             }
-        results.append({
-            "ruleId": chk.rule,
-            "ruleIndex": rule_index[chk.rule],
-            "kind": "fail",
-            "level": chk.level,
-            "message": {"text": chk.message},
-            "locations": [location],
-            "partialFingerprints": {"rmsnormEps/v1": f"{chk.rule}:{chk.name}"},
-            "properties": {k: _number(v) for k, v in chk.numbers.items()},
-        })
+        results.append(
+            {
+                "ruleId": chk.rule,
+                "ruleIndex": rule_index[chk.rule],
+                "kind": "fail",
+                "level": chk.level,
+                "message": {"text": chk.message},
+                "locations": [location],
+                "partialFingerprints": {"rmsnormEps/v1": f"{chk.rule}:{chk.name}"},
+                "properties": {k: _number(v) for k, v in chk.numbers.items()},
+            }
+        )
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -89,11 +94,16 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
             }
         },
         "automationDetails": {"id": f"rmsnorm-eps/{report.command}/"},
-        "invocations": [{
-            "executionSuccessful": True,
-            "properties": {"passed": report.passed, "verdict": report.verdict,
-                           "counts": report.counts},
-        }],
+        "invocations": [
+            {
+                "executionSuccessful": True,
+                "properties": {
+                    "passed": report.passed,
+                    "verdict": report.verdict,
+                    "counts": report.counts,
+                },
+            }
+        ],
         "results": results,
     }
     if report.source is not None:
