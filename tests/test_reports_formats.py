@@ -426,6 +426,19 @@ def test_no_color_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_help_lists_formats_and_stays_light(cli: Callable[..., Any]) -> None:
+    import subprocess
+    import sys
+
     res = cli("ratio", "--help")
     for name in ("markdown", "github", "junit", "sarif", "--summary", "--plot"):
         assert name in res.stdout
+    code = (
+        "import sys; from typer.testing import CliRunner; from rmsnorm_eps.cli import app; "
+        "CliRunner().invoke(app, ['ratio', '--help']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'matplotlib') "
+        "or m.startswith('rmsnorm_eps.reports.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]"
