@@ -1,4 +1,4 @@
-"""The small q dump used by the compare tests and docs/readme/compare.md (a stand-in for
+"""The small q dump used by the compare tests and docs/compare.md (a stand-in for
 examples/q_dump.npz): three layers of q values of a model with eps 1e-5, shape (2, 4)."""
 
 from __future__ import annotations

@@ -248,3 +248,60 @@ def test_internal_error_is_exit_2_one_line(cli: Cli, monkeypatch: pytest.MonkeyP
         "synthetic failure",
         "--debug",
     )
+
+
+def test_atomic_output_keeps_devices_and_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from rmsnorm_eps.atomic import atomic_write_text
+    from rmsnorm_eps.errors import InputFileError
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_text(fifo, "through the pipe")
+    reader.join(5)
+    assert got == [b"through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # not replaced by a regular file
+
+    old = os.umask(0o022)
+    try:
+        new = tmp_path / "new.txt"
+        atomic_write_text(new, "x")
+        assert stat.S_IMODE(os.stat(new).st_mode) == 0o644
+        kept = tmp_path / "kept.txt"
+        kept.write_text("old")
+        os.chmod(kept, 0o640)
+        atomic_write_text(kept, "new")
+        assert stat.S_IMODE(os.stat(kept).st_mode) == 0o640 and kept.read_text() == "new"
+    finally:
+        os.umask(old)
+    with pytest.raises(InputFileError, match="is a directory"):
+        atomic_write_text(tmp_path, "x")
+
+
+def test_atomic_output_failure_keeps_previous_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from rmsnorm_eps.atomic import atomic_write_text
+
+    target = tmp_path / "report.json"
+    target.write_text("previous report")
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    from rmsnorm_eps.errors import InputFileError
+
+    with pytest.raises(InputFileError, match="cannot write"):
+        atomic_write_text(target, "half a new report")
+    assert target.read_text() == "previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]

@@ -1,9 +1,10 @@
-"""Every ```console block in README.md is re-run and must print exactly what it shows.
+"""Every ```console block in README.md and docs/*.md is re-run and must print what it shows.
 
 A block holds one or more ``$ rmsnorm-eps ...`` lines, each followed by its output (stdout,
-then stderr). Lines are compared with trailing spaces removed. To refresh the blocks after a
-deliberate change of output: ``RMSNORM_EPS_UPDATE_README=1 python -m pytest tests/test_readme.py``
-(then review the diff).
+then stderr). Lines are compared with trailing spaces removed. A command shown without output
+is an illustration (it writes a file; its output is checked elsewhere, e.g. against golden
+files) and is not run. To refresh the blocks after a deliberate change of output:
+``RMSNORM_EPS_UPDATE_README=1 python -m pytest tests/test_readme.py`` (then review the diff).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from rmsnorm_eps.cli import app
 
-README = ROOT / "README.md"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
@@ -51,11 +52,13 @@ def _commands(body: list[str]) -> list[tuple[str, str]]:
     return [(cmd, "\n".join(out).strip("\n")) for cmd, out in pairs]
 
 
-def test_readme_console_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_console_blocks(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = doc.read_text(encoding="utf-8").splitlines()
     blocks = _blocks(lines)
-    assert blocks, "README has no console blocks"
+    if doc.name == "README.md":
+        assert blocks, "README has no console blocks"
     update = os.environ.get("RMSNORM_EPS_UPDATE_README") == "1"
     new_lines = list(lines)
     mismatches = []
@@ -63,12 +66,15 @@ def test_readme_console_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
         body = lines[start:end]
         rendered: list[str] = []
         for cmd, shown in _commands(body):
+            if not shown:
+                rendered.append(f"$ {cmd}")
+                continue
             actual = _run(cmd)
             if actual != shown:
                 mismatches.append(f"$ {cmd}\n--- README\n{shown}\n--- actual\n{actual}")
             rendered += [f"$ {cmd}", *actual.splitlines()]
         new_lines[start:end] = rendered
     if update:
-        Path(README).write_text("\n".join(new_lines) + "\n", encoding="utf-8")
+        doc.write_text("\n".join(new_lines) + "\n", encoding="utf-8")
         return
     assert not mismatches, "\n\n".join(mismatches)

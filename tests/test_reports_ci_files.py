@@ -25,7 +25,7 @@ def test_pre_commit_hook_definition(
     hook = hooks[0]
     assert hook["entry"] == "rmsnorm-eps ratio" and hook["language"] == "python"
     assert hook["pass_filenames"] is False
-    # what pre-commit runs: entry + args from the user's config (as in docs/readme/reports.md)
+    # what pre-commit runs: entry + args from the user's config (as in docs/reports.md)
     monkeypatch.chdir(ROOT)
     args = ["--eps", "1e-5", "--q-file", "examples/ci/q_dump.npz"]
     res = cli(*hook["entry"].split()[1:], *args)

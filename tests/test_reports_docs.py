@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "docs" / "readme" / "reports.md", ROOT / "docs" / "json-schema.md"]
+DOCS = [ROOT / "docs" / "reports.md", ROOT / "docs" / "json-schema.md"]
 MARK = re.compile(r"<!-- output of: (?P<file>\S+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
 
 
@@ -28,7 +28,7 @@ def test_marked_blocks_are_golden_excerpts(doc: Path) -> None:
 
 
 def test_plot_in_the_readme_exists_and_is_a_png() -> None:
-    data = (ROOT / "docs" / "readme" / "ratio-plot.png").read_bytes()
+    data = (ROOT / "docs" / "ratio-plot.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(data[16:20], "big") == 800
     assert int.from_bytes(data[20:24], "big") == 780  # 3 layers x 260 px

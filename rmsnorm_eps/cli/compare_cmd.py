@@ -113,7 +113,8 @@ def compare(
         f"{verdict}: {report.violations} violation(s) ({report.moved} moved by more than "
         f"{report.tolerance:g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
-        f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}; {gate.reason}"
+        f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}"
+        + ("" if max_violations is None and max_fraction is None else f"; {gate.reason}")
     )
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
