@@ -22,8 +22,17 @@ def test_needs_text(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def
     assert r.exit_code == 2 and "--text" in r.stderr
     f = tmp_path / "t.txt"
     f.write_text("x\n")
-    r = cli("capture", "--model", str(tmp_path), "--text", "a", "--text-file", str(f),
-            "--out", str(tmp_path / "d.npz"))
+    r = cli(
+        "capture",
+        "--model",
+        str(tmp_path),
+        "--text",
+        "a",
+        "--text-file",
+        str(f),
+        "--out",
+        str(tmp_path / "d.npz"),
+    )
     assert r.exit_code == 2 and "not both" in r.stderr
 
 
@@ -39,14 +48,15 @@ def test_bad_text_file_and_model_dir(cli, tmp_path: Path) -> None:  # type: igno
     assert r.exit_code == 2 and "not a model directory: no config.json" in r.stderr
     r = cli("capture", "--model", str(tmp_path / "none"), "--text", "hi", "--out", "d.npz")
     assert r.exit_code == 2 and "none: no such directory" in r.stderr
-    r = cli("capture", "--model", str(tmp_path), "--gguf", "m.gguf", "--text", "hi",
-            "--out", "d.npz")
+    r = cli(
+        "capture", "--model", str(tmp_path), "--gguf", "m.gguf", "--text", "hi", "--out", "d.npz"
+    )
     assert r.exit_code == 2 and "m.gguf: no such GGUF file" in r.stderr
-    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz",
-            "--dtype", "float16")
+    r = cli(
+        "capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz", "--dtype", "float16"
+    )
     assert r.exit_code == 2 and "float16" in r.stderr
-    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz",
-            "--delta", "0.1")
+    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz", "--delta", "0.1")
     assert r.exit_code == 2 and "--summary-only" in r.stderr
 
 
@@ -64,8 +74,20 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
     d = _smollm2_dir()
     dump, cfg = tmp_path / "q.npz", tmp_path / "smollm2.yaml"
     args = [a for t in TEXTS for a in ("--text", t)]
-    r = cli("capture", "--model", d, "--gguf", GGUF, *args, "--out", str(dump),
-            "--config-out", str(cfg), "--format", "json")
+    r = cli(
+        "capture",
+        "--model",
+        d,
+        "--gguf",
+        GGUF,
+        *args,
+        "--out",
+        str(dump),
+        "--config-out",
+        str(cfg),
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     mods = doc["modules"]
@@ -94,8 +116,19 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
     assert "first token (position 0)" in r.stdout
     # summary-only: bounded memory, the ratio report with its first-token split
     summ = tmp_path / "s.json"
-    r = cli("capture", "--model", d, "--gguf", GGUF, *args, "--out", str(summ),
-            "--summary-only", "--format", "json")
+    r = cli(
+        "capture",
+        "--model",
+        d,
+        "--gguf",
+        GGUF,
+        *args,
+        "--out",
+        str(summ),
+        "--summary-only",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.stderr
     srep = json.loads(r.stdout)
     smid = next(ly for ly in srep["layers"] if ly["name"] == "model.layers.15.input_layernorm")

@@ -20,8 +20,15 @@ def tiny_llama(eps: float = 1e-5) -> object:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=eps)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=eps,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -29,8 +36,16 @@ def tiny_qwen3() -> object:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(1)
-    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6)
+    cfg = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+    )
     return Qwen3ForCausalLM(cfg).eval()
 
 
@@ -38,9 +53,16 @@ def tiny_gemma3() -> object:
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(2)
-    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                           head_dim=8, rms_norm_eps=1e-6)
+    cfg = Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+    )
     model = Gemma3ForCausalLM(cfg).eval()
     with torch.no_grad():  # Gemma weights start at 0 (gain 1): make 1 + w differ from w
         for name, p in model.named_parameters():

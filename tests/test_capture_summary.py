@@ -22,7 +22,6 @@ from rmsnorm_eps.capture.output import config_document, write_dump  # noqa: E402
 from rmsnorm_eps.capture.summaries import summary_from_dict, summary_to_dict  # noqa: E402
 from rmsnorm_eps.errors import InputFileError  # noqa: E402
 from rmsnorm_eps.summary import LayerAccumulator  # noqa: E402
-
 from tests.test_capture_hooks import tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,16 +36,28 @@ def _batches() -> list[tuple[object, object]]:
 
 
 def _capture(model: object, batches: list, summary_only: bool) -> object:
-    with QCapture(model, summary_only=summary_only, min_ratio=RATIO if summary_only else None,
-                  top_k=3) as cap, torch.no_grad():
+    with (
+        QCapture(
+            model, summary_only=summary_only, min_ratio=RATIO if summary_only else None, top_k=3
+        ) as cap,
+        torch.no_grad(),
+    ):
         for ids, mask in batches:
             model(input_ids=ids, attention_mask=mask)  # type: ignore[operator]
     return cap.result()
 
 
 def _stats(acc: LayerAccumulator) -> tuple:
-    return (acc.count, acc.below, acc.min_q, acc.min_index, acc.max_q, sorted(acc.decades.items()),
-            acc.worst_q.tolist(), acc.worst_index.tolist())
+    return (
+        acc.count,
+        acc.below,
+        acc.min_q,
+        acc.min_index,
+        acc.max_q,
+        sorted(acc.decades.items()),
+        acc.worst_q.tolist(),
+        acc.worst_index.tolist(),
+    )
 
 
 def test_summary_equals_statistics_of_full_dump_and_merge_of_halves() -> None:
@@ -55,7 +66,7 @@ def test_summary_equals_statistics_of_full_dump_and_merge_of_halves() -> None:
     summ = _capture(model, _batches(), True)
     halves = [_capture(model, [b], True) for b in _batches()]
     merged = merge_results(halves)
-    for f, s, mm in zip(full.modules, summ.modules, merged.modules):
+    for f, s, mm in zip(full.modules, summ.modules, merged.modules, strict=True):
         ref = LayerAccumulator(f.eps, RATIO, 3)
         ref.update(f.q, 0)
         assert _stats(s.summaries["all"].acc) == _stats(ref)
@@ -69,7 +80,9 @@ def test_summary_equals_statistics_of_full_dump_and_merge_of_halves() -> None:
         assert s.summaries["all"].where[i] == (int(f.batch[i]), int(f.position[i]), 0)
         assert mm.summaries["all"].where == s.summaries["all"].where
     assert merged.sequences == 4 and merged.tokens == 18
-    rt = summary_from_dict(json.loads(json.dumps(summary_to_dict(summ.modules[0].summaries["all"]))))
+    rt = summary_from_dict(
+        json.loads(json.dumps(summary_to_dict(summ.modules[0].summaries["all"])))
+    )
     assert _stats(rt.acc) == _stats(summ.modules[0].summaries["all"].acc)
 
 
@@ -116,10 +129,17 @@ def test_config_document_structure() -> None:
     res = _capture(tiny_llama(), _batches(), False)
     doc = yaml.safe_load(yaml.safe_dump(config_document(res, "tiny", "test")))
     assert doc["schema_version"] == 1 and doc["model"] == "tiny"
-    assert doc["defaults"] == {"eps": 1e-5, "placement": "inside", "gain": "w",
-                               "gain_baked": False, "reduction_dtype": "float32",
-                               "weight_after_cast": True, "dim": 32, "norm": "rms"}
-    assert list(doc["layers"])[0] == "model.layers.0.input_layernorm"
+    assert doc["defaults"] == {
+        "eps": 1e-5,
+        "placement": "inside",
+        "gain": "w",
+        "gain_baked": False,
+        "reduction_dtype": "float32",
+        "weight_after_cast": True,
+        "dim": 32,
+        "norm": "rms",
+    }
+    assert next(iter(doc["layers"])) == "model.layers.0.input_layernorm"
     assert doc["layers"]["model.norm"] == {"eps": 1e-5, "dim": 32}
 
 
@@ -147,8 +167,15 @@ def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path) -> No
         port = str(s.getsockname()[1])
     out = tmp_path / "reduced.json"
     env = dict(os.environ, ROOT=str(ROOT), PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(r), port, str(out)], env=env,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(r), port, str(out)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

@@ -35,19 +35,26 @@ def all_gather_bytes(data: bytes, group: Any = None) -> list[bytes]:
         mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     bufs = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(bufs, mine, group=group)
-    return [bytes(b[: int(s.item())].numpy().tobytes()) for b, s in zip(bufs, sizes)]
+    return [bytes(b[: int(s.item())].numpy().tobytes()) for b, s in zip(bufs, sizes, strict=True)]
 
 
 def _encode(result: CaptureResult) -> bytes:
-    return json.dumps({
-        "sequences": result.sequences,
-        "tokens": result.tokens,
-        "modules": [
-            {"name": m.name, "eps": m.eps, "count": m.count, "calls": m.calls,
-             "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()}}
-            for m in result.modules
-        ],
-    }).encode("utf-8")
+    return json.dumps(
+        {
+            "sequences": result.sequences,
+            "tokens": result.tokens,
+            "modules": [
+                {
+                    "name": m.name,
+                    "eps": m.eps,
+                    "count": m.count,
+                    "calls": m.calls,
+                    "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()},
+                }
+                for m in result.modules
+            ],
+        }
+    ).encode("utf-8")
 
 
 def merge_results(parts: list[CaptureResult]) -> CaptureResult:
@@ -86,8 +93,7 @@ def _merge(docs: list[dict[str, Any]], template: CaptureResult) -> CaptureResult
                     s.where = {k: (b + seq_offset, p, h) for k, (b, p, h) in s.where.items()}
                     merged[stream] = s
             seq_offset += d["sequences"]
-        modules.append(replace(base, eps=eps, count=count, calls=calls,
-                               summaries=merged or None))
+        modules.append(replace(base, eps=eps, count=count, calls=calls, summaries=merged or None))
     return replace(
         template,
         modules=tuple(modules),

@@ -154,9 +154,7 @@ class QCapture:
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> QCapture:
-        self._handles.append(
-            self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True)
-        )
+        self._handles.append(self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         self._handles.append(self.model.register_forward_hook(self._root_post))
         for st in self._states:
             self._handles.append(
@@ -231,10 +229,14 @@ class QCapture:
             q = xf.square().mean(dim=axes)
         q_bth, layout = self._arrange(q, spec)
         if st.layout is not None and st.layout != layout:
-            raise CaptureError(f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})")
+            raise CaptureError(
+                f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})"
+            )
         st.layout, st.heads = layout, int(q_bth.shape[2])
         batch_n, seq_t, heads = (int(n) for n in q_bth.shape)
-        mask = self._mask if self._mask is not None else torch.ones((batch_n, seq_t), dtype=torch.bool)
+        mask = (
+            self._mask if self._mask is not None else torch.ones((batch_n, seq_t), dtype=torch.bool)
+        )
         pos_all = torch.cumsum(mask.to(torch.int64), dim=1) - 1
         b_idx, t_idx = torch.nonzero(mask, as_tuple=True)
         qv = q_bth[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)

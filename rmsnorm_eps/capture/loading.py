@@ -38,8 +38,9 @@ def _require(package: str) -> None:
         raise MissingExtraError(package, "torch", "capture")
 
 
-def load_model(directory: str | os.PathLike[str], gguf: str | None = None,
-               dtype: str = "float32") -> LoadedModel:
+def load_model(
+    directory: str | os.PathLike[str], gguf: str | None = None, dtype: str = "float32"
+) -> LoadedModel:
     """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline."""
     for package in ("torch", "transformers", "accelerate"):
         _require(package)
@@ -80,8 +81,9 @@ def load_model(directory: str | os.PathLike[str], gguf: str | None = None,
         model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype, **kw)
     except (OSError, ValueError, KeyError) as exc:
         where = d / gguf if gguf else d
-        raise InputFileError(where, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
-                             ) from None
+        raise InputFileError(
+            where, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
+        ) from None
     model.eval()
     if tokenizer.pad_token is None:
         # Padding positions are masked out and never captured, so any id serves as filler.
@@ -97,8 +99,14 @@ def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:
         yield list(texts[i : i + batch_size])
 
 
-def run_texts(loaded: LoadedModel, texts: Sequence[str], *, max_tokens: int | None = None,
-              batch_size: int = 8, progress: Callable[[int], None] | None = None) -> int:
+def run_texts(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    max_tokens: int | None = None,
+    batch_size: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Run the texts through the model (no gradients) in padded batches of ``batch_size``,
     each truncated to ``max_tokens`` tokens; returns the number of real tokens run.
     ``progress(n)`` is called with the number of texts finished after each batch."""
@@ -111,8 +119,13 @@ def run_texts(loaded: LoadedModel, texts: Sequence[str], *, max_tokens: int | No
     done = 0
     vocab = getattr(loaded.model.config, "vocab_size", None)
     for chunk in batches(texts, batch_size):
-        enc = tok(chunk, return_tensors="pt", padding=True, truncation=max_tokens is not None,
-                  max_length=max_tokens)
+        enc = tok(
+            chunk,
+            return_tensors="pt",
+            padding=True,
+            truncation=max_tokens is not None,
+            max_length=max_tokens,
+        )
         ids = enc["input_ids"]
         if ids.shape[1] == 0:
             raise CaptureError("a text produced no tokens")

@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
@@ -124,7 +124,7 @@ def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def resolve_torch_default_eps(dtype_name: str) -> float:
     """The epsilon ``torch.nn.functional.rms_norm(eps=None)`` uses for inputs of ``dtype_name``.
 
@@ -162,8 +162,7 @@ def resolve_eps(module: Any, spec: NormModule, dtype_name: str) -> tuple[float, 
         eps = float(value)
     except (TypeError, ValueError):
         raise CaptureError(
-            f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} = {value!r} is not a "
-            "number"
+            f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} = {value!r} is not a number"
         ) from None
     if not (eps >= 0.0 and math.isfinite(eps)):
         raise CaptureError(f"module {spec.name!r}: {spec.eps_attr} = {eps!r} is not >= 0")

@@ -23,8 +23,14 @@ from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.summaries import summary_to_dict
 from rmsnorm_eps.dumps import npy_bytes
 
-__all__ = ["config_document", "dump_bytes", "summary_document", "write_config", "write_dump",
-           "write_summary"]
+__all__ = [
+    "config_document",
+    "dump_bytes",
+    "summary_document",
+    "write_config",
+    "write_dump",
+    "write_summary",
+]
 
 SUMMARY_FORMAT = "rmsnorm-eps capture summary"
 
@@ -44,8 +50,11 @@ def dump_bytes(result: CaptureResult) -> bytes:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
         for m in _ran(result):
             assert m.q is not None and m.position is not None and m.batch is not None
-            members = {m.name: m.q.astype(np.float32), f"{m.name}::position": m.position,
-                       f"{m.name}::batch": m.batch}
+            members = {
+                m.name: m.q.astype(np.float32),
+                f"{m.name}::position": m.position,
+                f"{m.name}::batch": m.batch,
+            }
             if m.heads > 1 and m.head is not None:
                 members[f"{m.name}::head"] = m.head
             for key, arr in members.items():
@@ -69,8 +78,10 @@ def summary_document(result: CaptureResult) -> dict[str, Any]:
         "tokens": result.tokens,
         "min_ratio": result.min_ratio,
         "modules": [
-            {**module_facts(m),
-             "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()}}
+            {
+                **module_facts(m),
+                "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()},
+            }
             for m in _ran(result)
         ],
     }
@@ -82,10 +93,22 @@ def write_summary(result: CaptureResult, path: str | os.PathLike[str]) -> None:
 
 def module_facts(m: ModuleRecord) -> dict[str, Any]:
     """One module's capture facts as a plain dict (for JSON reports and the summary)."""
-    return {"name": m.name, "class": m.class_name, "kind": m.kind, "eps": m.eps,
-            "eps_source": m.eps_source, "dim": m.dim, "input_dtype": m.input_dtype,
-            "gain": m.gain, "weight": m.weight, "weight_dtype": m.weight_dtype,
-            "layout": m.layout, "heads": m.heads, "calls": m.calls, "count": m.count}
+    return {
+        "name": m.name,
+        "class": m.class_name,
+        "kind": m.kind,
+        "eps": m.eps,
+        "eps_source": m.eps_source,
+        "dim": m.dim,
+        "input_dtype": m.input_dtype,
+        "gain": m.gain,
+        "weight": m.weight,
+        "weight_dtype": m.weight_dtype,
+        "layout": m.layout,
+        "heads": m.heads,
+        "calls": m.calls,
+        "count": m.count,
+    }
 
 
 def _reduction_dtype(m: ModuleRecord) -> str:
@@ -133,8 +156,9 @@ def config_document(result: CaptureResult, model_name: str, source: str) -> dict
     }
 
 
-def write_config(result: CaptureResult, path: str | os.PathLike[str], model_name: str,
-                 source: str) -> None:
+def write_config(
+    result: CaptureResult, path: str | os.PathLike[str], model_name: str, source: str
+) -> None:
     import yaml
 
     doc = config_document(result, model_name, source)

@@ -18,17 +18,20 @@ __all__ = ["capture_document", "render_capture_text", "summary_report"]
 
 def _layer(name: str, s: TrackedSummary, dtype: str, heads: int) -> LayerResult:
     """A LayerResult from a stream summary; indices are [sequence, position(, head)]."""
-    res = layer_result(s.acc, name=name, shape=(s.acc.count,), order="C", dtype=dtype,
-                       raw_dim=None)
+    res = layer_result(s.acc, name=name, shape=(s.acc.count,), order="C", dtype=dtype, raw_dim=None)
 
     def origin(i: int) -> tuple[int, ...]:
         b, p, h = s.where[i]
         return (b, p, h) if heads > 1 else (b, p)
 
-    worst = tuple(replace(w, index=origin(int(i)))
-                  for w, i in zip(res.worst, s.acc.worst_index.tolist()))
-    nonfinite = tuple(NonfiniteInput(origin(i), v)
-                      for i, v in zip(s.acc.nonfinite_index, s.acc.nonfinite_value))
+    worst = tuple(
+        replace(w, index=origin(int(i)))
+        for w, i in zip(res.worst, s.acc.worst_index.tolist(), strict=True)
+    )
+    nonfinite = tuple(
+        NonfiniteInput(origin(i), v)
+        for i, v in zip(s.acc.nonfinite_index, s.acc.nonfinite_value, strict=True)
+    )
     return replace(res, worst=worst, nonfinite_examples=nonfinite)
 
 
@@ -48,8 +51,14 @@ def summary_report(result: CaptureResult, delta: float, source: str) -> RatioRep
     if not layers:
         raise CaptureError("no norm module saw a token: nothing was captured")
     top_k = max((len(ly.worst) for ly in layers), default=0)
-    return RatioReport(source=source, raw=False, delta=delta, min_ratio=result.min_ratio,
-                       top_k=top_k, layers=tuple(layers))
+    return RatioReport(
+        source=source,
+        raw=False,
+        delta=delta,
+        min_ratio=result.min_ratio,
+        top_k=top_k,
+        layers=tuple(layers),
+    )
 
 
 def _min_ratio(m: ModuleRecord) -> float | None:
@@ -64,15 +73,23 @@ def _min_ratio(m: ModuleRecord) -> float | None:
     return None
 
 
-def capture_document(result: CaptureResult, model: str, outputs: dict[str, str | None]
-                     ) -> dict[str, Any]:
+def capture_document(
+    result: CaptureResult, model: str, outputs: dict[str, str | None]
+) -> dict[str, Any]:
     """The capture's JSON document (schema_version 1)."""
     from rmsnorm_eps import __version__
 
     return {
-        "schema_version": 1, "tool": "rmsnorm-eps", "version": __version__, "command": "capture",
-        "model": model, "outputs": outputs, "sequences": result.sequences,
-        "tokens": result.tokens, "summary_only": result.summary_only, "q_dtype": result.q_dtype,
+        "schema_version": 1,
+        "tool": "rmsnorm-eps",
+        "version": __version__,
+        "command": "capture",
+        "model": model,
+        "outputs": outputs,
+        "sequences": result.sequences,
+        "tokens": result.tokens,
+        "summary_only": result.summary_only,
+        "q_dtype": result.q_dtype,
         "modules": [{**module_facts(m), "min_ratio": _min_ratio(m)} for m in result.modules],
     }
 
@@ -90,13 +107,21 @@ def render_capture_text(doc: dict[str, Any], width: int) -> str:
     for name in ("module", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps"):
         table.add_column(name, justify="left" if name in ("module", "layout") else "right")
     for m in doc["modules"]:
-        table.add_row(m["name"], fmt(m["eps"], 8), str(m["dim"] or "-"),
-                      m["input_dtype"] or "-", m["gain"], (m["layout"] or "-").split(" ")[0],
-                      str(m["count"]), fmt(m["min_ratio"]))
+        table.add_row(
+            m["name"],
+            fmt(m["eps"], 8),
+            str(m["dim"] or "-"),
+            m["input_dtype"] or "-",
+            m["gain"],
+            (m["layout"] or "-").split(" ")[0],
+            str(m["count"]),
+            fmt(m["min_ratio"]),
+        )
     eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
-    head = Text(f"{doc['model']}: {len(doc['modules'])} norm modules, {doc['sequences']} "
-                f"text(s), {doc['tokens']} tokens; live eps: "
-                + ", ".join(repr(e) for e in eps_values))
+    head = Text(
+        f"{doc['model']}: {len(doc['modules'])} norm modules, {doc['sequences']} "
+        f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
+    )
     written = [f"{k}: {v}" for k, v in doc["outputs"].items() if v]
     parts: list[Any] = [head, table]
     if written:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -19,7 +20,7 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
         raise usage_error("give either --text or --text-file, not both")
     if text_file is None:
         if not texts:
-            raise usage_error("give the input: --text \"...\" (repeatable) or --text-file F")
+            raise usage_error('give the input: --text "..." (repeatable) or --text-file F')
         return list(texts)
     check_regular_file(text_file)
     try:
@@ -36,7 +37,7 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
     "capture",
     epilog=(
         "Examples:\n\n"
-        "  rmsnorm-eps capture --model ./SmolLM2 --text \"Hello there\" --out q.npz "
+        '  rmsnorm-eps capture --model ./SmolLM2 --text "Hello there" --out q.npz '
         "--config-out smollm2.yaml\n\n"
         "  rmsnorm-eps capture --model DIR --gguf model.gguf --text-file texts.txt --out q.npz\n\n"
         "  rmsnorm-eps capture --model DIR --text-file big.txt --summary-only --out s.json\n\n"
@@ -55,14 +56,19 @@ def capture(
     ),
     dtype: str = typer.Option("float32", "--dtype", help="Model dtype: float32 or bfloat16."),
     out: Path = typer.Option(
-        ..., "--out", help="Dump (.npz: q per module, with ::position and ::batch), or with "
-        "--summary-only the summary (JSON).", dir_okay=False,
+        ...,
+        "--out",
+        help="Dump (.npz: q per module, with ::position and ::batch), or with "
+        "--summary-only the summary (JSON).",
+        dir_okay=False,
     ),
     config_out: Path = typer.Option(
         None, "--config-out", help="Write the live settings as a YAML config.", dir_okay=False
     ),
     summary_only: bool = typer.Option(
-        False, "--summary-only", help="Keep bounded-memory summaries instead of every q; "
+        False,
+        "--summary-only",
+        help="Keep bounded-memory summaries instead of every q; "
         "prints the ratio report (needs the bound: --delta or --min-ratio).",
     ),
     delta: float = typer.Option(None, "--delta", help="Bound for --summary-only (default 0.01)."),
@@ -95,8 +101,12 @@ def capture(
     texts = _read_texts(text or [], text_file)
     d_value, ratio = resolve_bound(delta, min_ratio)
     loaded = load_model(model, gguf, dtype)
-    with QCapture(loaded.model, names=module or (), summary_only=summary_only,
-                  min_ratio=ratio if summary_only else None) as cap:
+    with QCapture(
+        loaded.model,
+        names=module or (),
+        summary_only=summary_only,
+        min_ratio=ratio if summary_only else None,
+    ) as cap:
         _run(loaded, texts, max_tokens, batch_size, run_texts)
     result = cap.result()
     if summary_only:
@@ -105,16 +115,19 @@ def capture(
         write_dump(result, out)
     if config_out is not None:
         write_config(result, config_out, loaded.name, loaded.source)
-    outputs = {"dump" if not summary_only else "summary": str(out),
-               "config": str(config_out) if config_out else None}
+    outputs = {
+        "dump" if not summary_only else "summary": str(out),
+        "config": str(config_out) if config_out else None,
+    }
     if summary_only:
         from rmsnorm_eps.cli._output import emit
 
         emit(summary_report(result, d_value, str(out)), fmt, output)
     else:
         doc = capture_document(result, loaded.name, outputs)
-        rendered = (json.dumps(doc, indent=2) + "\n" if fmt == "json"
-                    else render_capture_text(doc, 110))
+        rendered = (
+            json.dumps(doc, indent=2) + "\n" if fmt == "json" else render_capture_text(doc, 110)
+        )
         if output is not None:
             from rmsnorm_eps.atomic import atomic_write_text
 
@@ -122,22 +135,34 @@ def capture(
         else:
             typer.echo(rendered, nl=False)
     ran = sum(1 for m in result.modules if m.count)
-    summary_line(f"captured {ran} norm module(s), {result.sequences} text(s), "
-                 f"{result.tokens} tokens -> {out}")
+    summary_line(
+        f"captured {ran} norm module(s), {result.sequences} text(s), "
+        f"{result.tokens} tokens -> {out}"
+    )
     raise typer.Exit(EXIT_OK)
 
 
-def _run(loaded: object, texts: list[str], max_tokens: int | None, batch_size: int,
-         run_texts: object) -> None:
+def _run(
+    loaded: object,
+    texts: list[str],
+    max_tokens: int | None,
+    batch_size: int,
+    run_texts: Callable[..., int],
+) -> None:
     """Run the texts; a progress bar on stderr only when stderr is a terminal."""
-    runner = run_texts  # typed loosely: imported lazily by the caller
+    runner = run_texts  # imported lazily by the caller (torch is heavy)
     if not sys.stderr.isatty():
-        runner(loaded, texts, max_tokens=max_tokens, batch_size=batch_size)  # type: ignore[operator]
+        runner(loaded, texts, max_tokens=max_tokens, batch_size=batch_size)
         return
     from rich.console import Console
     from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("capturing", total=len(texts))
-        runner(loaded, texts, max_tokens=max_tokens, batch_size=batch_size,  # type: ignore[operator]
-               progress=lambda n: bar.update(task, completed=n))
+        runner(
+            loaded,
+            texts,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            progress=lambda n: bar.update(task, completed=n),
+        )
