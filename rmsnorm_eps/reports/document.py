@@ -112,4 +112,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             for r in result
         ]
         return doc
+    from rmsnorm_eps.reports.config_report import config_document
+
+    config_doc = config_document(result)
+    if config_doc is not None:
+        return config_doc
     raise TypeError(f"no document for {type(result).__name__}")

@@ -157,4 +157,9 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_ratio_figures_parts(result), options)
     if isinstance(result, RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
+    from rmsnorm_eps.reports.config_report import render_config_text
+
+    config_text = render_config_text(result, options)
+    if config_text is not None:
+        return config_text
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")
