@@ -161,6 +161,11 @@ def test_ratio_config_applies_per_layer_eps(cli: Cli, tmp_path: Path, qwen_dump:
     eps = {layer["name"]: layer["eps"] for layer in doc["layers"]}
     assert eps == {"model.layers.0.input_layernorm": 1e-5, "model.layers.0.self_attn.q_norm": 1e-6}
     assert doc["summary"]["layers_affected"] == ["model.layers.0.input_layernorm"]
+    ratios = {layer["name"]: layer["min_ratio"] for layer in doc["layers"]}
+    assert ratios["model.layers.0.input_layernorm"] == pytest.approx(5.0, rel=1e-12)
+    assert ratios["model.layers.0.self_attn.q_norm"] == pytest.approx(50.0, rel=1e-12)
+    a = doc["layers"][0]["min_attenuation"]
+    assert f"{a:.6g}" == "0.912871"  # sqrt(5/6), as shown in docs/readme/configs.md
 
 
 def test_ratio_config_unmatched_layers_error(cli: Cli, tmp_path: Path, qwen_dump: Path) -> None:
