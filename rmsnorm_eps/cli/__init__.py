@@ -11,6 +11,8 @@ from rmsnorm_eps.cli import (  # noqa: F401
     bound_cmd,
     capture_cmd,
     compare_cmd,
+    config_cmd,
+    defaults_cmd,
     precision_cmd,
     ratio_cmd,
 )

@@ -29,6 +29,7 @@ from rmsnorm_eps.cli._output import (
         "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --max-fraction 0.001  # allow 0.1%\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --format github --summary "
         "--plot ratio.png\n\n"
+        "  rmsnorm-eps ratio --config configs/qwen3-8b.yaml --q-file q.npz  # eps per layer\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
@@ -38,7 +39,14 @@ def ratio(
         ..., "--q-file", "-q", help=".npy (one layer) or .npz (one array per layer) of q values, "
         "or of activations with --raw.", dir_okay=True,
     ),
-    eps: float = typer.Option(None, "--eps", help="Epsilon used by the model (every layer)."),
+    eps: float = typer.Option(
+        None, "--eps", help="Epsilon used by the model (every layer); with --config, the "
+        "explicit fallback for layers the config does not cover or whose eps is missing.",
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="Model config (YAML, HF config.json or GGUF): eps per "
+        "layer by matching dump layer names to its layer globs.", dir_okay=False,
+    ),
     raw: bool = typer.Option(
         False, "--raw", help="Arrays hold activations x of shape (..., d); q = mean(x^2) over "
         "the last axis is computed here.",
@@ -102,13 +110,20 @@ def ratio(
         except ValueError as exc:
             raise usage_error(str(exc)) from None
         require_matplotlib()
-    if eps is None:
-        raise usage_error("give --eps (the epsilon of the model's RMSNorm)")
+    if eps is None and config is None:
+        raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
+    layer_eps: float | dict[str, float] = eps
+    if config is not None:
+        from rmsnorm_eps.config import eps_for_layers, load_config
+        from rmsnorm_eps.dumps import open_dump
+
+        names = [src.name for src in open_dump(q_file)]
+        layer_eps = eps_for_layers(load_config(config), names, fallback=eps).eps
     report = analyze_dump(
         q_file,
-        eps,
+        layer_eps,
         delta=delta,
         min_ratio=min_ratio,
         raw=raw,

@@ -125,4 +125,10 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
 
     if _cmp.supports(result):
         return _cmp.compare_document(result, gate, _head, _gate, jnum)
+
+    from rmsnorm_eps.reports.config_report import config_document
+
+    config_doc = config_document(result)
+    if config_doc is not None:
+        return config_doc
     raise TypeError(f"no document for {type(result).__name__}")

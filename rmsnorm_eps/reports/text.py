@@ -237,4 +237,10 @@ def render(result: object, options: RenderOptions) -> str:
 
     if compare_text.supports(result):
         return render_renderables(compare_text.parts(result, options), options)
+
+    from rmsnorm_eps.reports.config_report import render_config_text
+
+    config_text = render_config_text(result, options)
+    if config_text is not None:
+        return config_text
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")

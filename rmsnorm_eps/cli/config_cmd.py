@@ -1,0 +1,91 @@
+"""``rmsnorm-eps config show|diff``: resolved norm settings with provenance; compare two configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
+from rmsnorm_eps.cli._output import check_format, emit, format_option, output_option, summary_line
+
+config_app = typer.Typer(
+    help="Model normalization configs (our YAML, Hugging Face config.json, GGUF metadata): "
+    "every resolved value with where it came from.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command(
+    "show",
+    epilog=(
+        "Examples:\n\n"
+        "  rmsnorm-eps config show configs/llama-3-8b.yaml\n\n"
+        "  rmsnorm-eps config show config.json --format json\n\n"
+        "  rmsnorm-eps config show model.gguf   # needs the [gguf] extra"
+    ),
+)
+def show(
+    file: Path = typer.Argument(
+        ...,
+        help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file.",
+        dir_okay=False,
+    ),
+    fmt: str = format_option(),
+    output: Path = output_option(),
+) -> None:
+    """Show every norm's resolved eps, placement, gain, reduction dtype, dim and norm type,
+    each with its provenance (file and key, framework default, derived, or missing)."""
+    from rmsnorm_eps.config import load_config
+
+    check_format(fmt)
+    config = load_config(file)
+    emit(config, fmt, output)
+    eps = config.defaults.eps
+    summary_line(
+        f"{config.path}: {len(config.entries)} layer pattern(s); default eps "
+        f"{eps.value if eps.value is not None else eps.provenance.kind}"
+    )
+
+
+@config_app.command(
+    "diff",
+    epilog=(
+        "Examples:\n\n"
+        "  rmsnorm-eps config diff config.json model.gguf\n\n"
+        "  rmsnorm-eps config diff train.yaml serve.yaml --format json\n\n"
+        "Exit codes: 0 equivalent, 1 eps (relative tolerance 1e-6), placement, gain or norm "
+        "type differ (or cannot be compared because one is missing), 2 unreadable input. "
+        "--exit-zero turns 1 into 0."
+    ),
+)
+def diff(
+    a: Path = typer.Argument(..., help="First config (YAML, JSON or GGUF).", dir_okay=False),
+    b: Path = typer.Argument(..., help="Second config.", dir_okay=False),
+    exit_zero: bool = typer.Option(
+        False, "--exit-zero", help="Exit 0 even when the configs differ (never hides exit 2)."
+    ),
+    fmt: str = format_option(),
+    output: Path = output_option(),
+) -> None:
+    """Compare two configs norm by norm; one line per difference.
+
+    eps a and b agree when |a - b| <= 1e-6 * max(|a|, |b|) (absorbs GGUF's float32 storage).
+    Differences in gain_baked, reduction dtype, weight-after-cast and dim are reported as notes.
+    """
+    from rmsnorm_eps.config import diff_configs, load_config
+
+    check_format(fmt)
+    result = diff_configs(load_config(a), load_config(b))
+    emit(result, fmt, output)
+    n = len(result.significant)
+    notes = len(result.differences) - n
+    summary_line(
+        ("EQUIVALENT" if result.equivalent else f"DIFFERENT: {n} difference(s)")
+        + f", {notes} note(s)"
+    )
+    if not result.equivalent and not exit_zero:
+        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(EXIT_OK)

@@ -1,0 +1,178 @@
+"""The framework defaults table, as data: one row per API, each with its source.
+
+Sources: FACTS.md section 2 (which cites each project's code or docs); the torch row was also
+measured here on torch 2.13.0 CPU (F.rms_norm with eps=None equals eps=finfo(float32).eps for
+float16, bfloat16 and float32 inputs, and finfo(float64).eps for float64 inputs).
+Edit this table, not the code, when a framework changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FRAMEWORK_DEFAULTS", "FrameworkDefault"]
+
+
+@dataclass(frozen=True)
+class FrameworkDefault:
+    """One API's default eps. ``eps`` None: no fixed number (see ``rule``)."""
+
+    framework: str  # the --framework name
+    api: str
+    eps: float | None
+    rule: str
+    versions: str
+    source: str
+
+
+FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
+    FrameworkDefault(
+        "torch",
+        "torch.nn.RMSNorm / torch.nn.functional.rms_norm",
+        None,
+        "eps=None: machine eps of the compute (opmath) type: 1.1920929e-07 for float16, "
+        "bfloat16 and float32 inputs, 2.220446e-16 for float64; before PR 142848 half inputs "
+        "used their own dtype's eps (9.765625e-04 float16, 7.8125e-03 bfloat16)",
+        ">= 2.4 (RMSNorm added); opmath rule from 2.7",
+        "pytorch PR 142848 (merged Jan 2025), docs PR 173039 / issue 155527; measured on "
+        "torch 2.13.0 CPU",
+    ),
+    FrameworkDefault(
+        "transformers",
+        "LlamaRMSNorm / LlamaConfig.rms_norm_eps",
+        1e-6,
+        "class default; Llama-2/3 checkpoints set 1e-5; fp32 reduction, cast back, then x weight",
+        "as of 5.24",
+        "FACTS.md section 2; AutoConfig.for_model('llama') on transformers 5.24",
+    ),
+    FrameworkDefault(
+        "transformers",
+        "MistralConfig.rms_norm_eps",
+        1e-6,
+        "class default; Mistral-7B checkpoints set 1e-5",
+        "as of 5.24",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "transformers",
+        "Gemma/Gemma2/Gemma3 RMSNorm",
+        1e-6,
+        "gain (1 + w), multiplied in fp32, then cast",
+        "as of 5.24",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "transformers",
+        "Olmo2Config.rms_norm_eps",
+        1e-5,
+        "class default; OLMo-2 checkpoints appear to use 1e-6",
+        "as of 5.24",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "transformers",
+        "T5LayerNorm (an RMSNorm), key layer_norm_epsilon",
+        1e-6,
+        "class default",
+        "as of 5.24",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "meta-llama",
+        "Meta llama reference RMSNorm class",
+        1e-6,
+        "ModelArgs.norm_eps is 1e-5; LLaMA-1 checkpoints used 1e-6",
+        "llama reference code",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "llama.cpp",
+        "ggml_rms_norm",
+        None,
+        "no default: eps is read from the GGUF ({arch}.attention.layer_norm_rms_epsilon); sum "
+        "of squares accumulated in double, 1/sqrtf(mean + eps)",
+        "all",
+        "FACTS.md sections 2-3",
+    ),
+    FrameworkDefault(
+        "flax",
+        "flax.linen / flax.nnx RMSNorm",
+        1e-6,
+        "reductions in >= fp32",
+        "linen and nnx",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "keras",
+        "keras.layers.RMSNormalization",
+        1e-6,
+        "layer default",
+        "Keras 3",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "mlx",
+        "mlx.nn.RMSNorm",
+        1e-5,
+        "mx.fast.rms_norm has no default",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "apex",
+        "apex FusedRMSNorm (class)",
+        1e-5,
+        "class default",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "apex",
+        "apex fused_rms_norm (functional)",
+        1e-6,
+        "functional default",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "transformer-engine",
+        "TransformerEngine RMSNorm",
+        1e-5,
+        "zero_centered_gamma=True means gain (1 + gamma)",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "onnx",
+        "ONNX RMSNormalization",
+        1e-5,
+        "axis -1, stash_type 1 (fp32)",
+        "opset 23",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "torchtune",
+        "torchtune RMSNorm",
+        1e-6,
+        "x weight in fp32 before the cast",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault("vllm", "vLLM RMSNorm", 1e-6, "class default", "all", "FACTS.md section 2"),
+    FrameworkDefault(
+        "tensorrt-llm",
+        "TensorRT-LLM rms_norm",
+        1e-6,
+        "function default",
+        "all",
+        "FACTS.md section 2",
+    ),
+    FrameworkDefault(
+        "flashinfer",
+        "FlashInfer rmsnorm",
+        1e-6,
+        "function default",
+        "all",
+        "FACTS.md section 2",
+    ),
+)

@@ -1,0 +1,188 @@
+"""The normalization-config model: per-norm settings, each value with its provenance.
+
+A norm computes, for x of dimension d and q = mean(x^2) (LayerNorm: the variance after
+subtracting the mean), with gain g:
+
+- placement ``inside``:  y = g * x / sqrt(q + eps)
+- placement ``outside``: y = g * x / (sqrt(q) + eps)
+- placement ``clamp``:   y = g * x / max(sqrt(q), eps)
+- placement ``sum``:     y = g * x * sqrt(d) / sqrt(sum(x^2) + eps) = g * x / sqrt(q + eps/d)
+- gain ``w``: g = w; gain ``1+w``: g = 1 + w (``gain_baked``: the +1 is already in the stored w)
+
+Nothing is ever filled in silently: each :class:`Resolved` value says where it came from
+(a file and key, a framework default with its version range, a derivation, or "missing").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+__all__ = [
+    "FIELDS",
+    "GAINS",
+    "NORMS",
+    "PLACEMENTS",
+    "ConfigEntry",
+    "NormConfig",
+    "NormSettings",
+    "Provenance",
+    "Resolved",
+    "missing",
+]
+
+PLACEMENTS = ("inside", "outside", "clamp", "sum")
+GAINS = ("w", "1+w")
+NORMS = ("rms", "layer")
+REDUCTION_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+#: The settings of one norm, in display order.
+FIELDS = (
+    "eps",
+    "placement",
+    "gain",
+    "gain_baked",
+    "reduction_dtype",
+    "weight_after_cast",
+    "dim",
+    "norm",
+)
+
+ProvenanceKind = Literal["file", "framework", "derived", "missing", "conflict"]
+Value = float | int | str | bool | None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a value came from.
+
+    ``file``: ``source`` is the file, ``key`` the key path inside it. ``framework``: ``source``
+    names the API and its version range (a framework's documented default). ``derived``: computed
+    from other keys, named in ``note``. ``missing``: no source gives it. ``conflict``: several
+    keys give different values (listed in ``note``), so none is chosen.
+    """
+
+    kind: ProvenanceKind
+    source: str = ""
+    key: str | None = None
+    note: str = ""
+
+    def describe(self, this_file: str | None = None) -> str:
+        """One line for people: ``file.yaml: defaults.eps``, ``framework default (...)``.
+
+        A file source equal to ``this_file`` (the config being shown) is left out.
+        """
+        src = "" if self.source == this_file else self.source
+        if self.kind == "file":
+            text = f"{src}: {self.key}" if src else f"{self.key}"
+        elif self.kind == "framework":
+            text = f"framework default ({self.source})"
+        elif self.kind == "derived":
+            return f"derived from {src}: {self.note}" if src else f"derived: {self.note}"
+        elif self.kind == "conflict":
+            return f"conflict: {self.note}"
+        else:
+            text = "missing"
+        return f"{text}; {self.note}" if self.note else text
+
+
+def missing(note: str = "") -> Resolved:
+    """A value that no source gives."""
+    return Resolved(None, Provenance("missing", note=note))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One setting's value and provenance.
+
+    ``stored`` names the storage type when the file holds a rounded value (GGUF eps is float32);
+    ``short`` is then the shortest decimal that reads back as the same stored value (1e-05 for
+    9.999999747378752e-06).
+    """
+
+    value: Value
+    provenance: Provenance
+    stored: str | None = None
+    short: str | None = None
+
+    @property
+    def is_missing(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True)
+class NormSettings:
+    """Every setting of a norm (or of the defaults), each one :class:`Resolved`."""
+
+    eps: Resolved = field(default_factory=missing)
+    placement: Resolved = field(default_factory=missing)
+    gain: Resolved = field(default_factory=missing)
+    gain_baked: Resolved = field(default_factory=missing)
+    reduction_dtype: Resolved = field(default_factory=missing)
+    weight_after_cast: Resolved = field(default_factory=missing)
+    dim: Resolved = field(default_factory=missing)
+    norm: Resolved = field(default_factory=missing)
+
+    def get(self, name: str) -> Resolved:
+        value: Resolved = getattr(self, name)
+        return value
+
+    def overlay(self, partial: dict[str, Resolved]) -> NormSettings:
+        """These settings with the keys of ``partial`` replaced."""
+        return replace(self, **partial)
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One ``layers:`` entry: a glob of layer names and the settings it sets itself."""
+
+    pattern: str
+    overrides: tuple[tuple[str, Resolved], ...]
+
+    def matches(self, name: str) -> bool:
+        """fnmatch, case-sensitive; ``*`` also matches dots (``*.q_norm`` covers every layer)."""
+        return fnmatch.fnmatchcase(name, self.pattern)
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    """A model's normalization config as read from one file.
+
+    A layer's settings are the ``defaults`` with every matching entry applied in file order
+    (a later entry overrides the keys it sets, as in .gitattributes). A config without
+    ``layers:`` entries has one implicit entry ``*``.
+    """
+
+    path: str
+    kind: Literal["yaml", "hf", "gguf"]
+    model: str | None
+    defaults: NormSettings
+    entries: tuple[ConfigEntry, ...]
+    notes: tuple[str, ...] = ()
+    source: str | None = None
+
+    def matching(self, name: str) -> tuple[ConfigEntry, ...]:
+        return tuple(e for e in self.entries if e.matches(name))
+
+    def settings_for(self, name: str) -> NormSettings | None:
+        """The resolved settings of layer ``name``, or None when no entry matches it."""
+        hits = self.matching(name)
+        if not hits:
+            return None
+        settings = self.defaults
+        for entry in hits:
+            settings = settings.overlay(dict(entry.overrides))
+        return settings
+
+    def resolved_entries(self) -> tuple[tuple[str, NormSettings], ...]:
+        """Each entry's pattern with the settings a layer matching only it would get."""
+        out = []
+        for entry in self.entries:
+            settings = self.settings_for(entry.pattern)
+            out.append((entry.pattern, settings if settings is not None else self.defaults))
+        return tuple(out)
+
+    def unmatched(self, names: Iterable[str]) -> tuple[str, ...]:
+        return tuple(n for n in names if not self.matching(n))

