@@ -157,4 +157,8 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_ratio_figures_parts(result), options)
     if isinstance(result, RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
+    if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
+        from rmsnorm_eps.reports.parity_text import render_parity
+
+        return render_parity(result, options)
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")

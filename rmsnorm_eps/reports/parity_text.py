@@ -1,0 +1,116 @@
+"""Text rendering of the probe summary and the parity result (rich tables, no colour needed)."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rmsnorm_eps.parity.api import ParityResult
+from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
+from rmsnorm_eps.reports import RenderOptions, UnsupportedResult
+from rmsnorm_eps.reports.parity_document import probe_document
+
+__all__ = ["parity_parts", "probe_parts", "render_parity"]
+
+
+def render_parity(result: object, options: RenderOptions) -> str:
+    """Text for a :class:`ParityResult` or a :class:`ProbeSummary`."""
+    from rmsnorm_eps.reports.text import render_renderables
+
+    if isinstance(result, ParityResult):
+        return render_renderables(parity_parts(result), options)
+    if isinstance(result, ProbeSummary):
+        return render_renderables(probe_parts(result.probes, result.path), options)
+    raise UnsupportedResult(f"text format cannot render {type(result).__name__}")
+
+
+def _g(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
+    doc = probe_document(probes, path)
+    head = (
+        f"{probes.count} probes, d={probes.dim}, dtype {probes.dtype}, eps {probes.eps!r}, "
+        f"gain {probes.gain_kind} (convention {probes.gain_convention}), seed {probes.seed}"
+    )
+    if path:
+        head += f" -> {path}"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in [
+        ("category", "left"),
+        ("rows", "right"),
+        ("min q/eps", "right"),
+        ("max q/eps", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in doc["categories"]:
+        table.add_row(
+            c["name"], str(c["rows"]), _fmt_ratio(c["min_ratio"]), _fmt_ratio(c["max_ratio"])
+        )
+    return [Text(head), table]
+
+
+def _fmt_ratio(value: object) -> str:
+    return value if isinstance(value, str) else _g(value)  # type: ignore[arg-type]
+
+
+def parity_parts(result: ParityResult) -> list[RenderableType]:
+    p, inf, tol = result.probes, result.inference, result.tolerance
+    parts: list[RenderableType] = [
+        Text(
+            f"{result.actual_source} vs {result.probe_source}: d={p.dim}, probes {p.dtype}, "
+            f"outputs {result.output_dtype}, configured eps {p.eps!r}, gain {p.gain_kind} "
+            f"(convention {p.gain_convention})"
+        ),
+        Text(
+            f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r} "
+            f"({tol.source}); nonfinite checked separately"
+        ),
+    ]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in (
+        "category",
+        "rows",
+        "failing",
+        "max abs err",
+        "max rel err",
+        "min atol",
+        "min rtol",
+        "nonfinite",
+        "result",
+    ):
+        table.add_column(name, justify="left" if name in ("category", "result") else "right")
+    for c in result.categories:
+        table.add_row(
+            c.name,
+            str(c.rows),
+            f"{c.failing}/{c.elements}",
+            _g(c.max_abs_error),
+            _g(c.max_rel_error),
+            _g(c.min_atol),
+            _g(c.min_rtol),
+            str(c.nan + c.inf),
+            "pass" if c.passed else "FAIL",
+            style=None if c.passed else "bold",
+        )
+    parts.append(table)
+    if inf.eps is not None:
+        unc = inf.rel_uncertainty
+        eps_line = (
+            f"inferred eps {inf.eps:.6g} (1-sigma {inf.eps_low:.6g} .. {inf.eps_high:.6g}"
+            f", +-{100 * unc:.2g}%), {inf.eps_ratio:.4g}x configured; "
+            if unc is not None
+            else f"inferred eps {inf.eps:.6g}; "
+        )
+    else:
+        eps_line = "inferred eps: none; "
+    eps_line += f"placement {inf.placement}" + (f" ({inf.note})" if inf.note else "")
+    eps_line += f"; gain {inf.gain.kind}"
+    if inf.gain.factor is not None and inf.gain.kind != "match":
+        eps_line += f" (median channel factor {inf.gain.factor:.4g})"
+    parts.append(Text(eps_line))
+    parts.append(Text(result.diagnosis))
+    return parts
