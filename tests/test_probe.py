@@ -172,11 +172,11 @@ def test_damaged_probe_files_name_the_key(probe_file: Path, tmp_path: Path, chan
 def test_files_that_are_not_probe_files(tmp_path: Path):
     npy = tmp_path / "a.npy"
     np.save(npy, np.zeros(3))
-    with pytest.raises(InputFileError, match="single .npy"):
+    with pytest.raises(InputFileError, match=r"single \.npy"):
         load_probes(npy)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip at all")
-    with pytest.raises(InputFileError, match="junk.npz"):
+    with pytest.raises(InputFileError, match=r"junk\.npz"):
         load_probes(junk)
     with pytest.raises(InputFileError, match="no such file"):
         load_probes(tmp_path / "missing.npz")
