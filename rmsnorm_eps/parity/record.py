@@ -37,6 +37,19 @@ def _num(value: Any) -> str:
     return str(value)
 
 
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|")
+
+
+def _eps_text(inf: dict[str, Any]) -> str:
+    if not isinstance(inf["eps"], float):
+        return "not inferred"
+    text = f"{inf['eps']:.6g}"
+    if isinstance(inf["rel_uncertainty"], float):
+        text += f" +- {inf['rel_uncertainty']:.2g} relative (1 sigma)"
+    return text
+
+
 def _markdown(doc: dict[str, Any]) -> str:
     inf, rule = doc["inference"], doc["error_rule"]
     lines = [
@@ -55,10 +68,7 @@ def _markdown(doc: dict[str, Any]) -> str:
         ("gain", f"{doc['gain']} (convention {doc['gain_convention']})"),
         ("output dtype", doc["output_dtype"]),
         ("configured eps", repr(doc["configured_eps"])),
-        (
-            "inferred eps",
-            f"{_num(inf['eps'])} (1-sigma {_num(inf['eps_low'])} .. {_num(inf['eps_high'])})",
-        ),
+        ("inferred eps", _eps_text(inf)),
         ("placement", doc["placement"] + (f" ({inf['note']})" if inf["note"] else "")),
         (
             "gain finding",
@@ -85,7 +95,7 @@ def _markdown(doc: dict[str, Any]) -> str:
     ]
     if "generated_at" in doc:
         fields.append(("generated at", doc["generated_at"]))
-    lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in fields]
+    lines += [f"| {k} | {_cell(v)} |" for k, v in fields]
     lines += [
         "",
         "| category | rows | failing | max abs error | max rel error | min atol | min rtol "

@@ -8,11 +8,12 @@ from rich.table import Table
 from rich.text import Text
 
 from rmsnorm_eps.parity.api import ParityResult
+from rmsnorm_eps.parity.infer import Inference
 from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
 from rmsnorm_eps.reports import RenderOptions, UnsupportedResult
 from rmsnorm_eps.reports.parity_document import probe_document
 
-__all__ = ["parity_parts", "probe_parts", "render_parity"]
+__all__ = ["eps_summary", "parity_parts", "probe_parts", "render_parity"]
 
 
 def render_parity(result: object, options: RenderOptions) -> str:
@@ -53,6 +54,16 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
     return [Text(head), table]
 
 
+def eps_summary(inf: Inference) -> str:
+    """``1.19209e-07 +- 6.5e-07 relative (1 sigma), 0.1192x configured 1e-06``."""
+    if inf.eps is None:
+        return "none"
+    text = f"{inf.eps:.6g}"
+    if inf.rel_uncertainty is not None:
+        text += f" +- {inf.rel_uncertainty:.2g} relative (1 sigma)"
+    return text + f", {inf.eps / inf.configured_eps:.4g}x configured {inf.configured_eps!r}"
+
+
 def _fmt_ratio(value: object) -> str:
     return value if isinstance(value, str) else _g(value)  # type: ignore[arg-type]
 
@@ -61,14 +72,12 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
     p, inf, tol = result.probes, result.inference, result.tolerance
     parts: list[RenderableType] = [
         Text(
-            f"{result.actual_source} vs {result.probe_source}: d={p.dim}, probes {p.dtype}, "
-            f"outputs {result.output_dtype}, configured eps {p.eps!r}, gain {p.gain_kind} "
-            f"(convention {p.gain_convention})"
+            f"{result.actual_source} vs {result.probe_source}: d={p.dim}, {p.dtype} probes, "
+            f"{result.output_dtype} outputs, configured eps {p.eps!r}, gain {p.gain_kind} "
+            f"({p.gain_convention})"
         ),
-        Text(
-            f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r} "
-            f"({tol.source}); nonfinite checked separately"
-        ),
+        Text(f"{tol.rule} rule, {tol.formula()}: atol {tol.atol!r}, rtol {tol.rtol!r}"),
+        Text(f"({tol.source}); nonfinite values checked separately"),
     ]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in (
@@ -97,16 +106,7 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
             style=None if c.passed else "bold",
         )
     parts.append(table)
-    if inf.eps is not None:
-        unc = inf.rel_uncertainty
-        eps_line = (
-            f"inferred eps {inf.eps:.6g} (1-sigma {inf.eps_low:.6g} .. {inf.eps_high:.6g}"
-            f", +-{100 * unc:.2g}%), {inf.eps_ratio:.4g}x configured; "
-            if unc is not None
-            else f"inferred eps {inf.eps:.6g}; "
-        )
-    else:
-        eps_line = "inferred eps: none; "
+    eps_line = f"inferred eps {eps_summary(inf)}; "
     eps_line += f"placement {inf.placement}" + (f" ({inf.note})" if inf.note else "")
     eps_line += f"; gain {inf.gain.kind}"
     if inf.gain.factor is not None and inf.gain.kind != "match":
