@@ -197,6 +197,19 @@ def test_eps_added_to_the_sum_of_squares_is_named():
     assert "eps/d (d=64)" in r.diagnosis
 
 
+def test_no_eps_at_all_is_reported_as_not_inferred():
+    def no_eps(x):
+        x64 = x.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True))
+
+    r = check_parity(no_eps, dim=16, eps=1e-6, dtype="float64")
+    assert r.inference.eps is None and r.inference.placement == "undetermined"
+    assert "no small probe shows attenuation" in r.inference.note
+    assert r.diagnosis.startswith("FAIL: 16 nonfinite output(s)")  # the zero row: 0/0
+    assert "eps not inferred" in r.diagnosis
+
+
 # --------------------------------------------------------------------------- rules
 
 
@@ -270,9 +283,13 @@ def test_nan_outputs_fail_the_verdict():
 
 
 def test_output_shape_is_checked():
-    with pytest.raises(InputFileError, match="shape"):
+    with pytest.raises(InvalidParameterError, match=r"fn returned shape \(32, 3\)"):
         check_parity(lambda x: x[:, :3], dim=8, eps=1e-6)
+    with pytest.raises(InvalidParameterError, match="int64"):
+        check_parity(lambda x: x.astype(np.int64), dim=8, eps=1e-6)
     p = make_probes(8, 1e-6)
+    with pytest.raises(InputFileError, match=r"out\.npy: outputs have shape \(3, 8\)"):
+        compare_outputs(p, p.reference[:3], output_dtype="float64", actual_source="out.npy")
     flat = compare_outputs(p, p.reference.reshape(1, -1, 8), output_dtype="float64")
     assert flat.passed
 

@@ -129,6 +129,10 @@ def check_parity(
     x = probes.inputs.astype(np_dtype)
     raw = fn(x, probes.weight.astype(np_dtype)) if with_weight else fn(x)  # type: ignore[call-arg]
     out = np.asarray(raw)
+    if out.size != probes.count * probes.dim or out.ndim < 1 or out.shape[-1] != probes.dim:
+        raise InvalidParameterError(
+            f"fn returned shape {out.shape}; the probes need ({probes.count}, {probes.dim})"
+        )
     out_name = name_of(out.dtype)
     if out_name is None:
         raise InvalidParameterError(f"fn returned dtype {out.dtype}; expected a float array")
