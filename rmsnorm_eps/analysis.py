@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
 
 __all__ = [
     "GateResult",
+    "GateSubject",
     "LayerResult",
     "RatioReport",
     "WorstInput",
@@ -330,12 +332,25 @@ def analyze_dump(
     )
 
 
+class GateSubject(Protocol):
+    """What :func:`evaluate_gate` needs from a report: its violation count and fraction."""
+
+    @property
+    def violations(self) -> int: ...
+
+    @property
+    def violation_fraction(self) -> float: ...
+
+
 def evaluate_gate(
-    report: RatioReport,
+    report: GateSubject,
     max_violations: int | None = None,
     max_fraction: float | None = None,
 ) -> GateResult:
     """Pass when violations (below bound + nonfinite) fit every budget given (default: none).
+
+    ``report`` is any object with ``violations`` and ``violation_fraction`` (a
+    :class:`RatioReport`, a compare report, ...).
 
     Budgets compare unrounded values: ``violations <= max_violations`` and
     ``violations / count <= max_fraction``.

@@ -198,7 +198,7 @@ class ArraySource:
         total = self.header.size
         per = max(1, min(elems_per_chunk, total))
         buf = np.empty(per, dtype=dtype)
-        raw = memoryview(buf).cast("B")
+        raw = buf.data.cast("B")
         native = dtype.newbyteorder("=") if not dtype.isnative else None
         stream, zf = self._open()
         try:
@@ -273,7 +273,7 @@ def _open_npz(path: Path) -> list[ArraySource]:
             seen.add(key)
             try:
                 with zf.open(info) as member:
-                    header = read_npy_header(member, path, key)  # type: ignore[arg-type]
+                    header = read_npy_header(member, path, key)
             except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
                 raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
             check_float_dtype(header.dtype, path, key)

@@ -143,7 +143,7 @@ def attenuation(r: ArrayLike) -> FloatArray | float:
     overflow of ``1/r`` for subnormal ``r``), otherwise the second; both are accurate to ~1 ulp.
     """
     arr, scalar = _ratio_array(r)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         small = arr <= 1.0
         a_small = np.sqrt(arr / (arr + 1.0))
         a_large = 1.0 / np.sqrt(1.0 + 1.0 / arr)
@@ -154,7 +154,8 @@ def attenuation(r: ArrayLike) -> FloatArray | float:
 def attenuation_loss(r: ArrayLike) -> FloatArray | float:
     """Attenuation loss ``1 - A(r)`` computed without cancellation.
 
-    ``1 - sqrt(r/(r+1)) = (sqrt(r+1) - sqrt(r)) / sqrt(r+1) = 1 / (sqrt(r+1) * (sqrt(r+1) + sqrt(r)))``.
+    ``1 - sqrt(r/(r+1)) = (sqrt(r+1) - sqrt(r)) / sqrt(r+1)
+    = 1 / (sqrt(r+1) * (sqrt(r+1) + sqrt(r)))``.
     The last form has no subtraction, so its relative error stays within a few ulp for every
     ``r``; for large ``r`` it tends to ``1/(2r)``. Limits: loss(0) = 1, loss(inf) = 0.
     """
@@ -171,7 +172,7 @@ def delta_for_ratio(r: ArrayLike) -> FloatArray | float:
 
 
 def min_ratio(delta: ArrayLike) -> FloatArray | float:
-    """Smallest ``r = q/eps`` with ``A(r) >= 1 - delta``: ``(1 - delta)**2 / (delta * (2 - delta))``.
+    """Smallest ``r = q/eps`` with ``A(r) >= 1 - delta``: ``(1-delta)**2 / (delta (2-delta))``.
 
     Derivation: ``1/sqrt(1 + 1/r) >= 1 - delta  <=>  1/r <= (1 - delta)**-2 - 1
     = delta (2 - delta) / (1 - delta)**2``. The numerator and denominator are formed as
@@ -214,7 +215,7 @@ def min_ratio_textbook(delta: ArrayLike) -> FloatArray | float:
 
 
 def min_q(eps: float, delta: ArrayLike) -> FloatArray | float:
-    """Minimum mean square for ``A >= 1 - delta`` at this eps: ``q_min = eps * min_ratio(delta)``."""
+    """Minimum mean square for ``A >= 1 - delta``: ``q_min = eps * min_ratio(delta)``."""
     e = validate_eps(eps)
     m = min_ratio(delta)
     return _out(np.asarray(m, dtype=np.float64) * e, np.ndim(m) == 0)

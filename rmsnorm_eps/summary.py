@@ -52,7 +52,17 @@ def _threshold_for_dtype(t64: float, dtype: np.dtype[Any]) -> np.floating[Any]:
     t = dtype.type(t64)
     if float(t) < t64:
         t = np.nextafter(t, dtype.type(np.inf))
-    return t  # type: ignore[no-any-return]
+    return t
+
+
+def _decade_of(r: float) -> int:
+    """Approximate ``floor(log10(r))`` clamped to the histogram's range (exactness comes from
+    the threshold comparisons that follow)."""
+    if not r > 0.0:
+        return DECADE_MIN
+    if math.isinf(r):
+        return DECADE_MAX
+    return min(DECADE_MAX, max(DECADE_MIN, math.floor(math.log10(r))))
 
 
 def decade_edge(k: int) -> float:
@@ -165,10 +175,8 @@ class LayerAccumulator:
         if zeros == n:
             return
         pos_min = mn if mn > 0 else float(v[v > 0].min())
-        with np.errstate(divide="ignore", over="ignore"):
-            lo = math.floor(math.log10(pos_min / self.eps)) if pos_min / self.eps > 0 else DECADE_MIN
-            hi_r = mx / self.eps
-            hi = math.floor(math.log10(hi_r)) if math.isfinite(hi_r) else DECADE_MAX
+        lo = _decade_of(pos_min / self.eps)
+        hi = _decade_of(mx / self.eps)
         lo = max(DECADE_MIN, lo - 1)
         hi = min(DECADE_MAX, hi + 1)
         below = {lo: int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))}

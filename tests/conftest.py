@@ -41,8 +41,9 @@ def cli() -> Callable[..., Result]:
     return run
 
 
-def run_module(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_module(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m rmsnorm_eps ARGS`` in a subprocess (for exit paths of the real process)."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -50,7 +51,11 @@ def run_module(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
         full_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "rmsnorm_eps", *args],
-        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
     )
 
 

@@ -77,12 +77,12 @@ class _Group(TyperGroup):
                 f"rmsnorm-eps: error: {_one_line(exc.format_message())} (see --help)", err=True
             )
             sys.exit(exc.exit_code)
-        except (_cx.Abort, typer.Abort):
+        except typer.Abort:
             typer.echo("rmsnorm-eps: aborted", err=True)
             sys.exit(EXIT_ERROR)
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         from rmsnorm_eps.errors import RmsnormEpsError
 
         try:

@@ -9,7 +9,11 @@ from typing import Any
 
 import typer
 
-FORMAT_HELP = "Output format: text (tables for people) or json (versioned, for CI)."
+FORMAT_HELP = (
+    "Output format: text (tables for people), json (versioned, schema in the package), markdown "
+    "(PR comment / job summary), github (workflow-command annotations), junit (XML), sarif "
+    "(2.1.0). Default from RMSNORM_EPS_FORMAT."
+)
 
 
 def format_option(default: str = "text") -> Any:
@@ -37,23 +41,76 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def emit(result: object, fmt: str, output: Path | None, gate: Any = None) -> None:
+def emit(
+    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+) -> None:
     """Render ``result`` and write it to ``output`` (atomic) or stdout."""
-    from rmsnorm_eps.reports import RenderOptions, color_wanted, render
+    from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
     options = RenderOptions(
         color=fmt == "text" and color_wanted(to_terminal),
-        width=(shutil.get_terminal_size().columns if to_terminal else 110),
+        width=(shutil.get_terminal_size().columns if to_terminal else 200),
         gate=gate,
+        histogram=histogram,
     )
-    text = render(result, fmt, options)
+    text = render_or_usage_error(result, fmt, options)
     if output is not None:
         from rmsnorm_eps.atomic import atomic_write_text
 
         atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
+
+
+def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
+    """Render; a format that has no rendering for this result is a usage error (exit 2)."""
+    from rmsnorm_eps.cli._app import usage_error
+    from rmsnorm_eps.reports import UnsupportedResult, render
+
+    try:
+        return render(result, fmt, options)
+    except UnsupportedResult:
+        raise usage_error(f"--format {fmt} is not available for this output") from None
+
+
+def summary_option() -> Any:
+    return typer.Option(
+        False, "--summary", help="Also append a Markdown report to the file named by "
+        "GITHUB_STEP_SUMMARY (GitHub Actions job summary); ignored with a note when unset.",
+    )
+
+
+def append_step_summary(result: object, gate: Any = None) -> Path | None:
+    """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` (never truncating it).
+
+    Returns the file written, or None (with a note on stderr) when the variable is unset.
+    """
+    import os
+
+    from rmsnorm_eps.errors import InputFileError
+    from rmsnorm_eps.reports import RenderOptions
+
+    target = os.environ.get("GITHUB_STEP_SUMMARY", "")
+    if not target:
+        summary_line("note: --summary: GITHUB_STEP_SUMMARY is not set; no job summary written")
+        return None
+    text = render_or_usage_error(result, "markdown", RenderOptions(gate=gate))
+    path = Path(target)
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+    except OSError as exc:
+        raise InputFileError(path, f"cannot append the job summary: {exc.strerror or exc}",
+                             key=None) from None
+    return path
+
+
+def plot_option() -> Any:
+    return typer.Option(
+        None, "--plot", help="Also draw A against q/eps with the data's distribution, per "
+        "layer, to FILE.png or FILE.svg (needs the [plot] extra).", dir_okay=False,
+    )
 
 
 def summary_line(text: str) -> None:

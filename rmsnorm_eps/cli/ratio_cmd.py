@@ -8,11 +8,14 @@ import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
 from rmsnorm_eps.cli._output import (
+    append_step_summary,
     check_format,
     emit,
     format_option,
     output_option,
+    plot_option,
     summary_line,
+    summary_option,
 )
 
 
@@ -24,6 +27,8 @@ from rmsnorm_eps.cli._output import (
         "  rmsnorm-eps ratio --eps 1e-5 --q-file examples/q_dump.npz --delta 0.01 --top 3\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 --q-file x.npz --raw --format json -o report.json\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --max-fraction 0.001  # allow 0.1%\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --format github --summary "
+        "--plot ratio.png\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
@@ -58,6 +63,16 @@ def ratio(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
+    plot: Path = plot_option(),
+    plot_layers: int = typer.Option(
+        6, "--plot-layers", min=1, help="Panels in --plot: the worst N layers (by violations, "
+        "then smallest q/eps), shown in dump order.",
+    ),
+    histogram: str = typer.Option(
+        "auto", "--histogram", help="Text format: per-layer histograms of q/eps decades for "
+        "all, violating or none of the layers; auto = all up to 8 layers, else violating.",
+    ),
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
@@ -70,8 +85,23 @@ def ratio(
     """
     from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
+    from rmsnorm_eps.reports import HISTOGRAM_CHOICES
 
     check_format(fmt)
+    if histogram not in HISTOGRAM_CHOICES:
+        raise typer.BadParameter(
+            f"{histogram!r} is not one of {', '.join(HISTOGRAM_CHOICES)}",
+            param_hint="'--histogram'",
+        )
+    plot_fmt = None
+    if plot is not None:
+        from rmsnorm_eps.plot import plot_format, require_matplotlib
+
+        try:
+            plot_fmt = plot_format(str(plot))
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
+        require_matplotlib()
     if eps is None:
         raise usage_error("give --eps (the epsilon of the model's RMSNorm)")
     if delta is not None and min_ratio is not None:
@@ -86,13 +116,22 @@ def ratio(
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
-    emit(report, fmt, output, gate)
+    emit(report, fmt, output, gate, histogram=histogram)
+    if summary:
+        append_step_summary(report, gate)
+    if plot is not None and plot_fmt is not None:
+        from rmsnorm_eps.atomic import atomic_write_bytes
+        from rmsnorm_eps.plot import plot_ratio
+
+        drawn = plot_ratio(report, plot_fmt, plot_layers)
+        atomic_write_bytes(plot, drawn.data)
     verdict = "PASS" if gate.passed else "FAIL"
+    budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
-        f"{report.count} inputs; {gate.reason}"
+        f"{report.count} inputs{budget}"
     )
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)

@@ -112,6 +112,10 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             for r in result
         ]
         return doc
+    from rmsnorm_eps.reports import compare_document as _cmp
+
+    if _cmp.supports(result):
+        return _cmp.compare_document(result, gate, _head, _gate, jnum)
     if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
         from rmsnorm_eps.reports.parity_document import parity_or_probe_document
 

@@ -15,9 +15,11 @@ from rich.text import Text
 
 from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
-from rmsnorm_eps.reports import RenderOptions, UnsupportedResult
+from rmsnorm_eps.reports import HISTOGRAM_AUTO_LAYERS, RenderOptions, UnsupportedResult
 
-__all__ = ["fmt", "render", "render_renderables"]
+__all__ = ["fmt", "histogram_rows", "render", "render_renderables"]
+
+HISTOGRAM_BAR = 40  # characters of the longest bar
 
 
 def fmt(value: float | None, digits: int = 6) -> str:
@@ -94,6 +96,55 @@ def _layer_row(layer: LayerResult) -> list[str]:
     ]
 
 
+def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str]]:
+    """``(label, count, mark)`` per decade of r = q/eps, then q = 0 and NaN/inf when present.
+
+    Decade k holds 10**k <= r < 10**(k+1). ``mark`` is "below bound" when the whole decade is
+    below the bound (10**(k+1) <= bound), "<- bound" when the bound falls inside it (some of
+    its inputs may pass), else "". Rows between the first and last decade are shown even when
+    empty, so bar positions read as a log axis.
+    """
+    from rmsnorm_eps.summary import decade_edge
+
+    counts = dict(layer.decades)
+    rows: list[tuple[str, int, str]] = []
+    if layer.zero_count:
+        rows.append(("q = 0", layer.zero_count, "below bound"))
+    if counts:
+        for k in range(min(counts), max(counts) + 1):
+            lo, hi = decade_edge(k), decade_edge(k + 1)
+            mark = "below bound" if hi <= bound else ("<- bound" if lo < bound else "")
+            rows.append((f"1e{k} <= r < 1e{k + 1}", counts.get(k, 0), mark))
+    if layer.nonfinite:
+        rows.append(("NaN/inf", layer.nonfinite, "violation"))
+    return rows
+
+
+def _histogram(layer: LayerResult, bound: float, color: bool) -> RenderableType:
+    rows = histogram_rows(layer, bound)
+    peak = max((c for _, c, _ in rows), default=0)
+    table = Table(
+        title=f"{layer.name}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})",
+        title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    )
+    table.add_column("r = q/eps")
+    table.add_column("count", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("")
+    for label, count, mark in rows:
+        n = 0 if count == 0 or peak == 0 else max(1, round(HISTOGRAM_BAR * count / peak))
+        style = "red" if color and mark in ("below bound", "violation") else None
+        table.add_row(label, str(count), "#" * n, mark, style=style)
+    return table
+
+
+def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOptions) -> bool:
+    mode = options.histogram
+    if mode == "auto":
+        mode = "all" if len(report.layers) <= HISTOGRAM_AUTO_LAYERS else "violating"
+    return mode == "all" or (mode == "violating" and layer.violations > 0)
+
+
 def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
     parts: list[RenderableType] = []
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
@@ -109,11 +160,13 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         ("min q", "right"), ("min q/eps", "right"), ("min A", "right"),
         ("below bound", "right"), ("violating", "right"),
     ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
     for layer in report.layers:
+        if _wants_histogram(layer, report, options):
+            parts.append(_histogram(layer, report.min_ratio, options.color))
         if not layer.violations:
             continue
         worst = Table(
@@ -142,6 +195,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             f"Total: {report.violations} violation(s) in {len(affected)} of "
             f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
             f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+            + (f"; layers affected: {', '.join(affected)}" if affected else "")
         )
     )
     if options.gate is not None:
@@ -157,6 +211,10 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_ratio_figures_parts(result), options)
     if isinstance(result, RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
+    from rmsnorm_eps.reports import compare_text
+
+    if compare_text.supports(result):
+        return render_renderables(compare_text.parts(result, options), options)
     if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
         from rmsnorm_eps.reports.parity_text import render_parity
 

@@ -1,0 +1,121 @@
+"""``rmsnorm-eps compare``: what a change of eps (value, placement, precision, scale) does to
+every input of a dump; a CI gate like ``ratio``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
+from rmsnorm_eps.cli._output import (
+    check_format,
+    emit,
+    format_option,
+    output_option,
+    summary_line,
+)
+
+
+@app.command(
+    "compare",
+    epilog=(
+        "SPEC: eps=E[,placement=inside|outside|clamp|sum][,dim=D][,dtype=float32|float16|"
+        "bfloat16] or framework=NAME[,dtype=T] (torch, hf-llama, flax, keras, mlx, onnx, vllm, "
+        "...). --from config is not implemented yet.\n\n"
+        "Examples:\n\n"
+        "  rmsnorm-eps compare --q-file examples/q_dump.npz --from eps=1e-6 --to eps=1e-5\n\n"
+        "  rmsnorm-eps compare -q q.npz --from eps=1e-5 --to framework=torch,dtype=bfloat16\n\n"
+        "  rmsnorm-eps compare -q q.npz --from eps=1e-6 --to eps=1e-6,placement=outside\n\n"
+        "  rmsnorm-eps compare -q q.npz --from eps=1e-5 --to eps=1e-5 --scale 0.1\n\n"
+        "Exit codes: 0 no input moves by more than the tolerance (or within budget), 1 inputs "
+        "moved or nonfinite values, 2 usage or input error. --exit-zero turns 1 into 0, never 2."
+    ),
+)
+def compare(
+    q_file: Path = typer.Option(
+        ...,
+        "--q-file",
+        "-q",
+        help=".npy (one layer) or .npz (one array per layer) of q values, "
+        "or of activations with --raw.",
+    ),
+    spec_from: str = typer.Option(..., "--from", help="The current setting (SPEC)."),
+    spec_to: str = typer.Option(..., "--to", help="The new setting (SPEC)."),
+    raw: bool = typer.Option(
+        False,
+        "--raw",
+        help="Arrays hold activations x of shape (..., d); q = mean(x^2) over "
+        "the last axis is computed here.",
+    ),
+    tolerance: float = typer.Option(
+        0.01,
+        "--tolerance",
+        "-t",
+        min=0.0,
+        help="An input moves when |y_to/y_from - 1| > tolerance (equal passes).",
+    ),
+    scale: float = typer.Option(
+        1.0,
+        "--scale",
+        help="The --to side sees inputs c*x (q*c^2); for eps inside the root this equals eps/c^2.",
+    ),
+    top: int = typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer."),
+    max_violations: int = typer.Option(
+        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
+    ),
+    max_fraction: float = typer.Option(
+        None,
+        "--max-fraction",
+        min=0.0,
+        max=1.0,
+        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
+    ),
+    exit_zero: bool = typer.Option(
+        False, "--exit-zero", help="Exit 0 even when inputs move (never hides exit 2)."
+    ),
+    fmt: str = format_option(),
+    output: Path = output_option(),
+    chunk_bytes: int = typer.Option(
+        None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
+    ),
+) -> None:
+    """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
+
+    den is sqrt(q+eps) (inside), sqrt(q)+eps (outside), max(sqrt(q), eps) (clamp) or
+    sqrt(q+eps/d) (sum), optionally with eps and q+eps rounded to float32/float16/bfloat16.
+    An input moves when |factor - 1| > tolerance; NaN/inf q and nonfinite factors are
+    violations too.
+    """
+    from rmsnorm_eps.analysis import evaluate_gate
+    from rmsnorm_eps.compare.analysis import compare_dump
+    from rmsnorm_eps.compare.spec import parse_spec
+    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
+
+    check_format(fmt)
+    a = parse_spec(spec_from, "--from")
+    b = parse_spec(spec_to, "--to")
+    report = compare_dump(
+        q_file,
+        a,
+        b,
+        tolerance=tolerance,
+        scale=scale,
+        raw=raw,
+        top_k=top,
+        chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+    )
+    gate = evaluate_gate(report, max_violations, max_fraction)
+    emit(report, fmt, output, gate)
+    verdict = "PASS" if gate.passed else "FAIL"
+    worst = report.max_abs_change
+    summary_line(
+        f"{verdict}: {report.violations} violation(s) ({report.moved} moved by more than "
+        f"{report.tolerance:g}, {report.nonfinite} nonfinite) in "
+        f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
+        f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}"
+        + ("" if max_violations is None and max_fraction is None else f"; {gate.reason}")
+    )
+    if not gate.passed and not exit_zero:
+        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(EXIT_OK)

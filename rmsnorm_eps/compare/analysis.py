@@ -1,0 +1,378 @@
+"""Compare two eps settings on every input of a dump, per layer, streamed in bounded memory.
+
+For every q (stored, or ``mean(x**2)`` of raw activations) the factor ``y_to / y_from`` and the
+change ``factor - 1`` come from :func:`rmsnorm_eps.compare.factor.factor`. Per layer the
+accumulator keeps counts, the largest ``|change|`` with the worst inputs, and a breakdown by
+decade of ``r = q / eps_from``.
+
+Decision rules:
+
+* An input **moves** when ``|change| > tolerance`` (computed in float64, unrounded). **Tie
+  rule:** ``|change| == tolerance`` does not move (passes).
+* Violations = moved + non-finite q (NaN, +inf: never dropped) + non-finite factors (a
+  denominator that overflowed or vanished, e.g. eps rounded to 0 in float16 at q = 0).
+* ``q == 0`` (x == 0): both outputs are 0, factor 1, unless a denominator is 0 (then NaN).
+* A negative q raises :class:`~rmsnorm_eps.errors.InputFileError`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rmsnorm_eps.analysis import _unravel, iter_q_chunks
+from rmsnorm_eps.compare.factor import factor as compute_factor
+from rmsnorm_eps.compare.spec import EpsSpec
+from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, open_dump
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.numerics import validate_eps
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
+
+__all__ = [
+    "CompareAccumulator",
+    "CompareLayer",
+    "CompareReport",
+    "DecadeRow",
+    "MovedInput",
+    "compare_dump",
+]
+
+
+@dataclass(frozen=True)
+class MovedInput:
+    """One input: index in the q array, q, r = q/eps_from, factor y_to/y_from, change = factor-1."""
+
+    index: tuple[int, ...]
+    q: float
+    ratio: float
+    factor: float
+    change: float
+
+
+@dataclass(frozen=True)
+class DecadeRow:
+    """Inputs with ``10**k <= q/eps_from < 10**(k+1)``: how many, how many moved, max |change|."""
+
+    decade: int
+    count: int
+    moved: int
+    max_abs_change: float
+
+
+@dataclass(frozen=True)
+class CompareLayer:
+    """Per-layer figures. ``violations = moved + nonfinite_q + nonfinite_factor``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    raw_dim: int | None
+    count: int
+    nan_count: int
+    inf_count: int
+    zero_count: int
+    nonfinite_factor: int
+    moved: int
+    max_abs_change: float | None  # None when no input has a finite factor
+    min_factor: float | None
+    max_factor: float | None
+    worst: tuple[MovedInput, ...]
+    nonfinite_examples: tuple[MovedInput, ...]  # nonfinite q or factor (q, factor may be NaN)
+    decades: tuple[DecadeRow, ...]
+
+    @property
+    def nonfinite_q(self) -> int:
+        return self.nan_count + self.inf_count
+
+    @property
+    def violations(self) -> int:
+        return self.moved + self.nonfinite_q + self.nonfinite_factor
+
+    @property
+    def violation_fraction(self) -> float:
+        return self.violations / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """The result of :func:`compare_dump`."""
+
+    source: str
+    raw: bool
+    spec_from: EpsSpec
+    spec_to: EpsSpec
+    tolerance: float
+    scale: float
+    top_k: int
+    layers: tuple[CompareLayer, ...]
+
+    @property
+    def count(self) -> int:
+        return sum(layer.count for layer in self.layers)
+
+    @property
+    def moved(self) -> int:
+        return sum(layer.moved for layer in self.layers)
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(layer.nonfinite_q + layer.nonfinite_factor for layer in self.layers)
+
+    @property
+    def violations(self) -> int:
+        return sum(layer.violations for layer in self.layers)
+
+    @property
+    def violation_fraction(self) -> float:
+        return self.violations / self.count if self.count else 0.0
+
+    @property
+    def max_abs_change(self) -> float | None:
+        values = [x.max_abs_change for x in self.layers if x.max_abs_change is not None]
+        return max(values) if values else None
+
+    @property
+    def layers_affected(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers if layer.violations)
+
+
+class NegativeQ(Exception):
+    def __init__(self, index: int, value: float) -> None:
+        super().__init__(f"negative q {value!r} at flat index {index}")
+        self.index = index
+        self.value = value
+
+
+#: Decade edges 1e{k} (float64 literals, as the ratio analysis uses) for k = DECADE_MIN-1 ..
+#: DECADE_MAX+2.
+_EDGES = np.array([decade_edge(k) for k in range(DECADE_MIN - 1, DECADE_MAX + 3)], np.float64)
+
+
+def _decade_of(r: np.ndarray) -> np.ndarray:
+    """``k`` with ``1e{k} <= r < 1e{k+1}`` (edges as float64 literals), for finite ``r > 0``.
+
+    ``floor(log10(r))`` can be off by one next to an edge; the exact comparison corrects it.
+    """
+    k = np.clip(np.floor(np.log10(r)).astype(np.int64), DECADE_MIN, DECADE_MAX)
+    lo = _EDGES[k - DECADE_MIN + 1]
+    hi = _EDGES[k - DECADE_MIN + 2]
+    out: np.ndarray = k - (r < lo) + (r >= hi)
+    return out
+
+
+@dataclass
+class CompareAccumulator:
+    """Mutable per-layer accumulator; see the module docstring for the rules."""
+
+    spec_from: EpsSpec
+    spec_to: EpsSpec
+    tolerance: float
+    scale: float = 1.0
+    top_k: int = 5
+    count: int = 0
+    nan_count: int = 0
+    inf_count: int = 0
+    zero_count: int = 0
+    nonfinite_factor: int = 0
+    moved: int = 0
+    max_abs_change: float = -math.inf
+    min_factor: float = math.inf
+    max_factor: float = -math.inf
+    worst_abs: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    worst_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    worst_q: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    worst_factor: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    bad: list[tuple[int, float, float]] = field(default_factory=list)  # (index, q, factor)
+    decades: dict[int, list[float]] = field(default_factory=dict)  # k -> [count, moved, max]
+
+    def update(self, values: np.ndarray, start: int) -> None:
+        """Fold a 1-D chunk of q values whose first element has flat index ``start``."""
+        q = np.asarray(values, dtype=np.float64)
+        n = int(q.size)
+        if n == 0:
+            return
+        self.count += n
+        neg = np.flatnonzero(q < 0)
+        if neg.size:
+            i = int(neg[0])
+            raise NegativeQ(start + i, float(q[i]))
+        nan = np.isnan(q)
+        inf = np.isinf(q)
+        self.nan_count += int(np.count_nonzero(nan))
+        self.inf_count += int(np.count_nonzero(inf))
+        fin_pos = np.flatnonzero(~(nan | inf))
+        for i in np.flatnonzero(nan | inf)[: max(0, self.top_k - len(self.bad))]:
+            self.bad.append((start + int(i), float(q[i]), math.nan))
+        if fin_pos.size == 0:
+            return
+        v = q[fin_pos]
+        self.zero_count += int(np.count_nonzero(v == 0.0))
+        f = compute_factor(v, self.spec_from, self.spec_to, self.scale)
+        ok = np.isfinite(f)
+        bad_f = np.flatnonzero(~ok)
+        self.nonfinite_factor += int(bad_f.size)
+        for i in bad_f[: max(0, self.top_k - len(self.bad))]:
+            self.bad.append((start + int(fin_pos[i]), float(v[i]), float(f[i])))
+        keep = np.flatnonzero(ok)
+        if keep.size == 0:
+            return
+        fv = f[keep]
+        qv = v[keep]
+        absch = np.abs(fv - 1.0)
+        moved_mask = absch > self.tolerance
+        self.moved += int(np.count_nonzero(moved_mask))
+        self.max_abs_change = max(self.max_abs_change, float(absch.max()))
+        self.min_factor = min(self.min_factor, float(fv.min()))
+        self.max_factor = max(self.max_factor, float(fv.max()))
+        self._fold_decades(qv, absch, moved_mask)
+        self._fold_worst(absch, fin_pos[keep].astype(np.int64) + start, qv, fv)
+
+    def _fold_decades(self, q: np.ndarray, absch: np.ndarray, moved: np.ndarray) -> None:
+        pos = q > 0
+        if not np.any(pos):
+            return
+        with np.errstate(over="ignore", under="ignore"):
+            r = q[pos] / self.spec_from.eps
+        finite_r = np.isfinite(r) & (r > 0)
+        k = np.full(r.shape, 0, np.int64)
+        if np.any(finite_r):
+            k[finite_r] = _decade_of(r[finite_r])
+        k[~finite_r & (r > 0)] = DECADE_MAX  # q/eps overflowed (huge q, subnormal eps)
+        k[r == 0] = DECADE_MIN  # q/eps underflowed (subnormal q, huge eps)
+        a = absch[pos]
+        m = moved[pos]
+        keys, inv = np.unique(k, return_inverse=True)
+        counts = np.bincount(inv)
+        moved_c = np.bincount(inv, weights=m.astype(np.float64))
+        mx = np.full(keys.size, -np.inf)
+        np.maximum.at(mx, inv, a)
+        for j, key in enumerate(keys.tolist()):
+            row = self.decades.setdefault(int(key), [0, 0, -math.inf])
+            row[0] += int(counts[j])
+            row[1] += int(moved_c[j])
+            row[2] = max(row[2], float(mx[j]))
+
+    def _fold_worst(
+        self, absch: np.ndarray, index: np.ndarray, q: np.ndarray, f: np.ndarray
+    ) -> None:
+        k = self.top_k
+        if k <= 0:
+            return
+        if absch.size > k:
+            kth = np.partition(absch, absch.size - k)[absch.size - k]
+            cand = np.flatnonzero(absch >= kth)
+        else:
+            cand = np.arange(absch.size)
+        a = np.concatenate([self.worst_abs, absch[cand]])
+        idx = np.concatenate([self.worst_index, index[cand]])
+        qq = np.concatenate([self.worst_q, q[cand]])
+        ff = np.concatenate([self.worst_factor, f[cand]])
+        order = np.lexsort((idx, -a))[:k]  # largest |change| first, then smaller index
+        self.worst_abs, self.worst_index = a[order], idx[order]
+        self.worst_q, self.worst_factor = qq[order], ff[order]
+
+    def result(
+        self, *, name: str, shape: tuple[int, ...], order: str, dtype: str, raw_dim: int | None
+    ) -> CompareLayer:
+        """Freeze into a :class:`CompareLayer` (flat indices unravelled over ``shape``)."""
+        eps = self.spec_from.eps
+
+        def moved_input(flat: int, q: float, f: float) -> MovedInput:
+            return MovedInput(_unravel(flat, shape, order), q, q / eps, f, f - 1.0)
+
+        has = self.max_abs_change != -math.inf
+        return CompareLayer(
+            name=name,
+            shape=shape,
+            dtype=dtype,
+            raw_dim=raw_dim,
+            count=self.count,
+            nan_count=self.nan_count,
+            inf_count=self.inf_count,
+            zero_count=self.zero_count,
+            nonfinite_factor=self.nonfinite_factor,
+            moved=self.moved,
+            max_abs_change=self.max_abs_change if has else None,
+            min_factor=self.min_factor if has else None,
+            max_factor=self.max_factor if has else None,
+            worst=tuple(
+                moved_input(int(i), float(q), float(f))
+                for i, q, f in zip(self.worst_index, self.worst_q, self.worst_factor, strict=True)
+            ),
+            nonfinite_examples=tuple(moved_input(i, q, f) for i, q, f in self.bad),
+            decades=tuple(
+                DecadeRow(k, int(c), int(m), float(x))
+                for k, (c, m, x) in sorted(self.decades.items())
+            ),
+        )
+
+
+def compare_dump(
+    path: str | os.PathLike[str],
+    spec_from: EpsSpec,
+    spec_to: EpsSpec,
+    *,
+    tolerance: float = 0.01,
+    scale: float = 1.0,
+    raw: bool = False,
+    top_k: int = 5,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> CompareReport:
+    """Compare ``spec_from`` with ``spec_to`` on every input of a ``.npy``/``.npz`` dump.
+
+    ``factor = y_to / y_from = scale * den_from(q) / den_to(scale**2 q)``; an input moves when
+    ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
+    ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
+    """
+    tol = float(tolerance)
+    if not (math.isfinite(tol) and tol >= 0.0):
+        raise InvalidParameterError(f"tolerance must be finite and >= 0, got {tolerance!r}")
+    c = validate_eps(scale, "scale")
+    if top_k < 0:
+        raise InvalidParameterError(f"top must be >= 0, got {top_k}")
+    if chunk_bytes <= 0:
+        raise InvalidParameterError("chunk_bytes must be > 0")
+    layers: list[CompareLayer] = []
+    for src in open_dump(path):
+        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+        for side, spec in (("--from", spec_from), ("--to", spec_to)):
+            if dim is not None and spec.dim is not None and spec.dim != dim:
+                raise InputFileError(
+                    src.path,
+                    f"{side} {spec.text!r} says dim={spec.dim} but the activations have d = {dim}",
+                    key=src.key,
+                )
+        acc = CompareAccumulator(spec_from, spec_to, tol, c, top_k)
+        try:
+            for start, q in chunks:
+                acc.update(q, start)
+        except NegativeQ as exc:
+            where = _unravel(exc.index, q_shape, order)
+            raise InputFileError(
+                src.path,
+                f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+                key=src.key,
+            ) from None
+        layers.append(
+            acc.result(
+                name=src.name,
+                shape=q_shape,
+                order=order,
+                dtype=str(src.dtype.newbyteorder("=")),
+                raw_dim=dim,
+            )
+        )
+    return CompareReport(
+        source=str(Path(path)),
+        raw=raw,
+        spec_from=spec_from,
+        spec_to=spec_to,
+        tolerance=tol,
+        scale=c,
+        top_k=top_k,
+        layers=tuple(layers),
+    )

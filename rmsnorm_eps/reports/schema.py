@@ -1,0 +1,31 @@
+"""The JSON Schemas of the ``--format json`` documents, shipped in ``rmsnorm_eps/data``.
+
+One file per command, ``<command>.schema.json`` (JSON Schema draft 2020-12). They describe
+``schema_version`` 1 exactly (``additionalProperties: false``), so a test fails whenever a
+document gains a key the schema does not name. See docs/json-schema.md.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+__all__ = ["SCHEMA_COMMANDS", "load_schema", "schema_text"]
+
+SCHEMA_COMMANDS = ("ratio", "bound")
+
+
+def schema_text(command: str) -> str:
+    """The schema file's text for ``command`` (a name in :data:`SCHEMA_COMMANDS`)."""
+    if command not in SCHEMA_COMMANDS:
+        raise KeyError(f"no JSON schema for {command!r}; known: {', '.join(SCHEMA_COMMANDS)}")
+    return (resources.files("rmsnorm_eps") / "data" / f"{command}.schema.json").read_text(
+        encoding="utf-8"
+    )
+
+
+def load_schema(command: str) -> dict[str, Any]:
+    """The schema for ``command`` as a dict."""
+    doc: dict[str, Any] = json.loads(schema_text(command))
+    return doc
