@@ -71,12 +71,10 @@ def _fmt_ratio(value: object) -> str:
 def parity_parts(result: ParityResult) -> list[RenderableType]:
     p, inf, tol = result.probes, result.inference, result.tolerance
     parts: list[RenderableType] = [
-        Text(
-            f"{result.actual_source} vs {result.probe_source}: d={p.dim}, {p.dtype} probes, "
-            f"{result.output_dtype} outputs, configured eps {p.eps!r}, gain {p.gain_kind} "
-            f"({p.gain_convention})"
-        ),
-        Text(f"{tol.rule} rule, {tol.formula()}: atol {tol.atol!r}, rtol {tol.rtol!r}"),
+        Text(f"outputs {result.actual_source} ({result.output_dtype})"),
+        Text(f"probes  {result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+        Text(f"configured eps {p.eps!r}, gain {p.gain_kind} (convention {p.gain_convention})"),
+        Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
         Text(f"({tol.source}); nonfinite values checked separately"),
     ]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
