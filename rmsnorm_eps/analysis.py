@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -76,6 +76,11 @@ class LayerResult:
     worst: tuple[WorstInput, ...]
     nonfinite_examples: tuple[NonfiniteInput, ...]
     decades: tuple[tuple[int, int], ...]  # (k, count): 10**k <= q/eps < 10**(k+1)
+    # When the dump carries token positions (a "<layer>::position" companion): the same figures
+    # for the first token of each sequence (position 0) and for the other tokens. Their worst
+    # and nonfinite indices are indices of the whole layer's array.
+    first_token: LayerResult | None = None
+    other_tokens: LayerResult | None = None
 
     @property
     def nonfinite(self) -> int:
@@ -218,6 +223,74 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     yield 0, q
 
 
+class _PositionSplit:
+    """Two more accumulators for a layer with positions: position 0 and positions > 0.
+
+    Each sees only its own values, so its indices count within its subset; the global index
+    (in the layer's array) of every value it still reports is remembered as it is folded, and
+    put back by :meth:`_finish`. Positions are read alongside q, chunk by chunk, in order.
+    """
+
+    def __init__(self, pos_src: ArraySource, eps: float, ratio: float, top_k: int) -> None:
+        self.first = LayerAccumulator(eps, ratio, top_k)
+        self.other = LayerAccumulator(eps, ratio, top_k)
+        self._maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        self._pos = _SequentialReader(pos_src)
+
+    def update(self, q: np.ndarray, start: int) -> None:
+        is_first = self._pos.read(start, q.size) == 0
+        for acc, where, sel in ((self.first, self._maps[0], is_first),
+                                (self.other, self._maps[1], ~is_first)):
+            idx = np.flatnonzero(sel)
+            sub_start = acc.count
+            acc.update(q[idx], sub_start)
+            kept = _kept_indices(acc)
+            for i in kept:
+                if i >= sub_start and i not in where:
+                    where[i] = start + int(idx[i - sub_start])
+            for i in [i for i in where if i not in kept]:
+                del where[i]
+        if self._pos.done(start + q.size):
+            self._finish()
+
+    def _finish(self) -> None:
+        for acc, where in ((self.first, self._maps[0]), (self.other, self._maps[1])):
+            acc.worst_index = np.array([where[int(i)] for i in acc.worst_index], np.int64)
+            acc.nonfinite_index = [where[i] for i in acc.nonfinite_index]
+            acc.min_index = where.get(acc.min_index, -1)
+
+
+def _kept_indices(acc: LayerAccumulator) -> set[int]:
+    return {int(i) for i in acc.worst_index} | set(acc.nonfinite_index) | {acc.min_index}
+
+
+class _SequentialReader:
+    """Hands out consecutive slices of an integer companion array, in file order."""
+
+    def __init__(self, src: ArraySource) -> None:
+        self._src = src
+        self._it = src.iter_elements(max(1, DEFAULT_CHUNK_BYTES // src.dtype.itemsize))
+        self._buf = np.empty(0, np.int64)
+        self._next = 0  # flat index of self._buf[0]
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        if start != self._next:  # q chunks must arrive in order
+            raise RuntimeError(f"position reader at {self._next}, asked for {start}")
+        parts = [self._buf]
+        have = self._buf.size
+        while have < n:
+            _, chunk = next(self._it)
+            parts.append(chunk.astype(np.int64))
+            have += chunk.size
+        data = np.concatenate(parts) if len(parts) > 1 else self._buf
+        self._buf = data[n:]
+        self._next += n
+        return data[:n]
+
+    def done(self, end: int) -> bool:
+        return end >= self._src.header.size
+
+
 def layer_result(
     acc: LayerAccumulator,
     *,
@@ -306,9 +379,13 @@ def analyze_dump(
     for src in sources:
         q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
         acc = LayerAccumulator(eps_by_layer[src.name], ratio, top_k)
+        pos_src = None if raw else src.companion("position")
+        split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
         try:
             for start, q in chunks:
                 acc.update(q, start)
+                if split is not None:
+                    split.update(q, start)
         except NegativeValue as exc:
             where = _unravel(exc.index, q_shape, order)
             raise InputFileError(
@@ -316,12 +393,18 @@ def analyze_dump(
                 f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
                 key=src.key,
             ) from None
-        layers.append(
-            layer_result(
-                acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
-                raw_dim=dim,
-            )
+        result = layer_result(
+            acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
+            raw_dim=dim,
         )
+        if split is not None:
+            first, other = (
+                layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
+                             dtype=result.dtype, raw_dim=None)
+                for a, label in ((split.first, "first token"), (split.other, "other tokens"))
+            )
+            result = replace(result, first_token=first, other_tokens=other)
+        layers.append(result)
     return RatioReport(
         source=str(Path(path)),
         raw=raw,

@@ -16,7 +16,7 @@ import os
 import stat
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "ArraySource", "check_regular_file", "open_dump"]
+__all__ = ["COMPANION_SEP", "DEFAULT_CHUNK_BYTES", "ArraySource", "check_regular_file", "open_dump"]
 
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
@@ -159,6 +159,13 @@ class ArraySource:
     key: str | None
     header: NpyHeader
     member: str | None  # zip member name (with .npy) for .npz sources
+    # Companion arrays of this layer: ("position", source) for the member "<key>::position",
+    # etc. (see _attach_companions). Empty for dumps without them.
+    companions: tuple[tuple[str, ArraySource], ...] = ()
+
+    def companion(self, name: str) -> ArraySource | None:
+        """The companion array ``name`` (e.g. "position") of this layer, if the dump has one."""
+        return dict(self.companions).get(name)
 
     @property
     def name(self) -> str:
@@ -259,6 +266,7 @@ def _open_npz(path: Path) -> list[ArraySource]:
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
     sources: list[ArraySource] = []
+    companions: list[ArraySource] = []
     seen: set[str] = set()
     with zf:
         for info in zf.infolist():
@@ -276,7 +284,10 @@ def _open_npz(path: Path) -> list[ArraySource]:
                     header = read_npy_header(member, path, key)
             except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
                 raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
-            check_float_dtype(header.dtype, path, key)
+            if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
+                _check_companion_dtype(header.dtype, path, key)
+            else:
+                check_float_dtype(header.dtype, path, key)
             _check_declared_size(path, key, header, info.file_size)
             if info.file_size > header.header_len + header.nbytes:
                 raise InputFileError(
@@ -285,10 +296,47 @@ def _open_npz(path: Path) -> list[ArraySource]:
                     f"{header.header_len + header.nbytes}",
                     key=key,
                 )
-            sources.append(ArraySource(path, key, header, name))
+            src = ArraySource(path, key, header, name)
+            (companions if COMPANION_SEP in key else sources).append(src)
     if not sources:
         raise InputFileError(path, "the .npz archive holds no arrays")
-    return sources
+    return _attach_companions(path, sources, companions)
+
+
+# --------------------------------------------------------------------------- companions
+# A member "<layer>::<what>" (e.g. "model.norm::position") is not a layer: it holds one integer
+# per q value of <layer> (same shape), such as the token position written by `capture`.
+
+#: Separator between a layer's key and its companion's name in .npz member names.
+COMPANION_SEP = "::"
+
+
+def _check_companion_dtype(dtype: np.dtype[Any], path: Path, key: str) -> None:
+    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "iu":
+        raise InputFileError(
+            path, f"companion array has dtype {_describe_dtype(dtype)}: expected an integer dtype",
+            key=key,
+        )
+
+
+def _attach_companions(
+    path: Path, layers: list[ArraySource], companions: list[ArraySource]
+) -> list[ArraySource]:
+    by_key = {src.key: src for src in layers}
+    attached: dict[str, list[tuple[str, ArraySource]]] = {}
+    for comp in companions:
+        assert comp.key is not None
+        base, _, what = comp.key.rpartition(COMPANION_SEP)
+        layer = by_key.get(base)
+        if layer is None:
+            raise InputFileError(path, f"companion array without its layer {base!r}", key=comp.key)
+        if comp.shape != layer.shape or comp.header.fortran_order != layer.header.fortran_order:
+            raise InputFileError(
+                path, f"companion array has shape {comp.shape}, its layer {base!r} has "
+                f"{layer.shape}", key=comp.key,
+            )
+        attached.setdefault(base, []).append((what, comp))
+    return [replace(src, companions=tuple(attached.get(str(src.key), ()))) for src in layers]
 
 
 def open_dump(path: str | os.PathLike[str]) -> list[ArraySource]:

@@ -6,7 +6,16 @@ Each command lives in its own module and registers itself on the shared ``app``;
 
 from __future__ import annotations
 
-from rmsnorm_eps.cli import bound_cmd, compare_cmd, parity_cmd, precision_cmd, probe_cmd, ratio_cmd  # noqa: F401  (registers the commands)
+# Importing a command module registers its command on ``app`` (one per line: easy merges).
+from rmsnorm_eps.cli import (  # noqa: F401
+    bound_cmd,
+    capture_cmd,
+    compare_cmd,
+    parity_cmd,
+    precision_cmd,
+    probe_cmd,
+    ratio_cmd,
+)
 from rmsnorm_eps.cli._app import app
 
 __all__ = ["app", "main"]

@@ -37,6 +37,15 @@ def _head(command: str) -> dict[str, Any]:
 
 
 def _layer(layer: LayerResult) -> dict[str, Any]:
+    doc = _layer_figures(layer)
+    # Only for dumps with token positions: the same figures for position 0 and the rest.
+    if layer.first_token is not None and layer.other_tokens is not None:
+        doc["first_token"] = _layer_figures(layer.first_token)
+        doc["other_tokens"] = _layer_figures(layer.other_tokens)
+    return doc
+
+
+def _layer_figures(layer: LayerResult) -> dict[str, Any]:
     return {
         "name": layer.name,
         "eps": layer.eps,

@@ -145,6 +145,27 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
+def _position_parts(report: RatioReport) -> list[RenderableType]:
+    """For dumps with token positions: first token (position 0) next to the other tokens."""
+    split = [ly for ly in report.layers if ly.first_token is not None]
+    if not split:
+        return []
+    table = Table(title="By token position: first token (position 0) | other tokens",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("layer", overflow="fold")
+    for side in ("first", "other"):
+        for name in ("n", "min q/eps", "max q", "viol"):
+            table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
+    for ly in split:
+        cells = [ly.name]
+        for part in (ly.first_token, ly.other_tokens):
+            assert part is not None
+            cells += [str(part.count), fmt(part.min_ratio, 4), fmt(part.max_q, 4),
+                      str(part.violations)]
+        table.add_row(*cells)
+    return [table]
+
+
 def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
     parts: list[RenderableType] = []
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
@@ -164,6 +185,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
+    parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
             parts.append(_histogram(layer, report.min_ratio, options.color))

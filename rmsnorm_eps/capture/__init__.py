@@ -1,0 +1,51 @@
+"""Capture q = mean(x**2) at every RMSNorm-like module of a torch model (extra ``[torch]``).
+
+* :class:`QCapture` (hooks): a context manager that records q per token (and per head), with
+  position and batch index, plus each module's live eps, dim, gain convention and weight stats.
+* Summary-only mode keeps bounded-memory :class:`rmsnorm_eps.summary.LayerAccumulator` streams
+  (all tokens, first token, other tokens) instead of every q.
+* :func:`reduce_across_ranks` merges summary-only captures over torch.distributed ranks.
+* :func:`write_dump`, :func:`write_summary`, :func:`write_config` write the results.
+
+Importing this package imports neither torch nor transformers; the functions do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CaptureError",
+    "CaptureResult",
+    "ModuleRecord",
+    "QCapture",
+    "load_model",
+    "reduce_across_ranks",
+    "run_texts",
+    "summary_report",
+    "write_config",
+    "write_dump",
+    "write_summary",
+]
+
+_WHERE = {
+    "CaptureError": "rmsnorm_eps.capture.errors",
+    "CaptureResult": "rmsnorm_eps.capture.hooks",
+    "ModuleRecord": "rmsnorm_eps.capture.hooks",
+    "QCapture": "rmsnorm_eps.capture.hooks",
+    "load_model": "rmsnorm_eps.capture.loading",
+    "run_texts": "rmsnorm_eps.capture.loading",
+    "reduce_across_ranks": "rmsnorm_eps.capture.distributed",
+    "summary_report": "rmsnorm_eps.capture.report",
+    "write_config": "rmsnorm_eps.capture.output",
+    "write_dump": "rmsnorm_eps.capture.output",
+    "write_summary": "rmsnorm_eps.capture.output",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(name)

@@ -1,0 +1,143 @@
+"""Loading a local Hugging Face model directory (or a GGUF file in it) offline, and running texts.
+
+Nothing is ever downloaded: HF_HUB_OFFLINE=1 is set before transformers is imported and every
+``from_pretrained`` gets ``local_files_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.errors import InputFileError, MissingExtraError
+
+__all__ = ["LoadedModel", "load_model", "run_texts"]
+
+_WEIGHT_FILES = ("config.json",)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model in eval mode, its tokenizer, and a name for reports."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    source: str
+
+
+def _require(package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise MissingExtraError(package, "torch", "capture")
+
+
+def load_model(
+    directory: str | os.PathLike[str], gguf: str | None = None, dtype: str = "float32"
+) -> LoadedModel:
+    """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline."""
+    for package in ("torch", "transformers", "accelerate"):
+        _require(package)
+    if gguf is not None:
+        _require("gguf")
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
+    if gguf is not None:
+        gpath = d / gguf
+        if Path(gguf).name != gguf:
+            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
+        if not gpath.is_file():
+            raise InputFileError(gpath, "no such GGUF file in the model directory")
+    elif not (d / "config.json").is_file():
+        raise InputFileError(
+            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
+        )
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
+        os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
+    if torch_dtype is None:
+        raise CaptureError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    kw: dict[str, Any] = {"local_files_only": True}
+    if gguf is not None:
+        kw["gguf_file"] = gguf
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(d), **kw)
+        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype, **kw)
+    except (OSError, ValueError, KeyError) as exc:
+        where = d / gguf if gguf else d
+        raise InputFileError(
+            where, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    model.eval()
+    if tokenizer.pad_token is None:
+        # Padding positions are masked out and never captured, so any id serves as filler.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer.padding_side = "right"
+    name = Path(gguf).stem if gguf else d.name
+    source = f"live modules of {d / gguf if gguf else d} (transformers {transformers.__version__})"
+    return LoadedModel(model, tokenizer, name, source)
+
+
+def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:
+    for i in range(0, len(texts), batch_size):
+        yield list(texts[i : i + batch_size])
+
+
+def run_texts(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    max_tokens: int | None = None,
+    batch_size: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Run the texts through the model (no gradients) in padded batches of ``batch_size``,
+    each truncated to ``max_tokens`` tokens; returns the number of real tokens run.
+    ``progress(n)`` is called with the number of texts finished after each batch."""
+    import torch
+
+    if not texts:
+        raise CaptureError("no text to run")
+    tok = loaded.tokenizer
+    total = 0
+    done = 0
+    vocab = getattr(loaded.model.config, "vocab_size", None)
+    for chunk in batches(texts, batch_size):
+        enc = tok(
+            chunk,
+            return_tensors="pt",
+            padding=True,
+            truncation=max_tokens is not None,
+            max_length=max_tokens,
+        )
+        ids = enc["input_ids"]
+        if ids.shape[1] == 0:
+            raise CaptureError("a text produced no tokens")
+        if vocab is not None and int(ids.max()) >= vocab:
+            raise CaptureError(
+                f"the tokenizer produced token id {int(ids.max())} >= the model's vocab_size "
+                f"{vocab}: tokenizer and model do not match"
+            )
+        with torch.no_grad():
+            loaded.model(input_ids=ids, attention_mask=enc["attention_mask"])
+        total += int(enc["attention_mask"].sum())
+        done += len(chunk)
+        if progress is not None:
+            progress(done)
+    return total

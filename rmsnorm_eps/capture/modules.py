@@ -1,0 +1,192 @@
+"""Which modules of a torch model are RMSNorms, and what epsilon and gain they really use.
+
+A module is an RMSNorm here when it is a ``torch.nn.RMSNorm``; or its class name contains
+"RMSNorm" and it has an ``eps`` or ``variance_epsilon`` attribute (Hugging Face's LlamaRMSNorm,
+Qwen3RMSNorm, Gemma3RMSNorm, ...); or its class name ends in "T5LayerNorm" (T5's LayerNorm is
+an RMSNorm: no mean subtraction, no bias); or the user named it.
+
+The epsilon reported is the one the forward pass adds: the attribute's current value, read when
+the module runs (not a config file's value). ``torch.nn.RMSNorm(eps=None)`` stores no number;
+torch then uses the machine epsilon of the type it computes in. That type changed around
+January 2025 (pytorch PR 142848), so it is not assumed: :func:`resolve_torch_default_eps` runs
+``torch.nn.functional.rms_norm(eps=None)`` on a probe vector and keeps the candidate
+(the input dtype's own epsilon, or float32's) that reproduces the output.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+
+__all__ = [
+    "NormModule",
+    "find_norm_modules",
+    "gain_convention",
+    "resolve_torch_default_eps",
+    "weight_stats",
+]
+
+# ``1 + self.weight`` / ``1.0 + self.weight.float()`` in a forward's source: a (1 + w) gain.
+_ONE_PLUS_W = re.compile(r"\b1(?:\.0*)?\s*\+\s*self\.weight\b")
+
+
+@dataclass(frozen=True)
+class NormModule:
+    """A hooked module. ``kind``: 'torch.nn.RMSNorm', 'RMSNorm-like', 'T5LayerNorm' or 'listed'.
+
+    ``eps_attr`` is the attribute the forward reads (``eps`` or ``variance_epsilon``);
+    ``norm_ndim`` the number of trailing axes normalized (torch's normalized_shape may have
+    several); ``gain`` is 'w', '1+w' or 'none' (no weight).
+    """
+
+    name: str
+    class_name: str
+    kind: str
+    eps_attr: str
+    norm_ndim: int
+    gain: str
+
+
+def _eps_attr(module: Any) -> str | None:
+    for attr in ("eps", "variance_epsilon"):
+        if hasattr(module, attr):
+            return attr
+    return None
+
+
+def gain_convention(module: Any) -> str:
+    """'1+w' when the class's forward multiplies by ``1 + weight`` (Gemma family), 'w' when it
+    has a weight, 'none' without one. Read from the forward's source; when no source is
+    available, Gemma class names are taken to use 1+w (all HF Gemma/Gemma2/Gemma3 RMSNorms do).
+    """
+    weight = getattr(module, "weight", None)
+    if weight is None:
+        return "none"
+    try:
+        source = inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        return "1+w" if type(module).__name__.startswith("Gemma") else "w"
+    return "1+w" if _ONE_PLUS_W.search(source) else "w"
+
+
+def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
+    import torch
+
+    cls = type(module).__name__
+    attr = _eps_attr(module)
+    if isinstance(module, torch.nn.RMSNorm):
+        kind = "torch.nn.RMSNorm"
+        ndim = len(module.normalized_shape)
+        return NormModule(name, cls, kind, "eps", ndim, gain_convention(module))
+    if "RMSNorm" in cls and attr is not None:
+        kind = "RMSNorm-like"
+    elif cls.endswith("T5LayerNorm") and attr is not None:
+        kind = "T5LayerNorm"
+    elif listed:
+        if attr is None:
+            raise CaptureError(
+                f"module {name!r} ({cls}) was listed but has no eps or variance_epsilon "
+                "attribute: its epsilon cannot be read"
+            )
+        kind = "listed"
+    else:
+        return None
+    return NormModule(name, cls, kind, attr, 1, gain_convention(module))
+
+
+def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]:
+    """The RMSNorm-like modules of ``model`` in ``named_modules()`` order.
+
+    ``names`` are extra module names or globs (fnmatch) to hook; each must match a module.
+    """
+    named = list(model.named_modules())
+    listed: set[str] = set()
+    for pattern in names:
+        hits = [n for n, _ in named if n and fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            raise CaptureError(f"no module named {pattern!r} in the model")
+        listed.update(hits)
+    found = []
+    for name, module in named:
+        if not name:
+            continue
+        spec = _classify(name, module, name in listed)
+        if spec is not None:
+            found.append(spec)
+    return found
+
+
+@cache
+def resolve_torch_default_eps(dtype_name: str) -> float:
+    """The epsilon ``torch.nn.functional.rms_norm(eps=None)`` uses for inputs of ``dtype_name``.
+
+    Candidates: ``finfo(dtype).eps`` and ``finfo(float32).eps`` (float64: its own). A probe
+    ``x = c * ones(8)`` with ``c**2`` near the candidates gives ``y = c / sqrt(c**2 + eps)``,
+    which differs between them by far more than the dtype's rounding; the candidate whose
+    prediction is closest to the live output is returned.
+    """
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    own = float(torch.finfo(dtype).eps)
+    f32 = float(torch.finfo(torch.float32).eps)
+    candidates = sorted({own, f32})
+    if len(candidates) == 1:
+        return candidates[0]
+    c_val = math.sqrt(math.sqrt(candidates[0] * candidates[1]))  # c**2 between the two
+    x = torch.full((8,), c_val, dtype=dtype)
+    y = torch.nn.functional.rms_norm(x, (8,), eps=None)
+    c = float(x[0].double())
+    got = float(y[0].double())
+    best = min(candidates, key=lambda e: abs(c / math.sqrt(c * c + e) - got))
+    return best
+
+
+def resolve_eps(module: Any, spec: NormModule, dtype_name: str) -> tuple[float, str]:
+    """The live epsilon of ``module`` for an input of ``dtype_name``, and where it came from."""
+    value = getattr(module, spec.eps_attr, None)
+    if value is None:
+        if spec.kind == "torch.nn.RMSNorm":
+            eps = resolve_torch_default_eps(dtype_name)
+            return eps, f"torch.nn.RMSNorm eps=None: torch's default for {dtype_name} input"
+        raise CaptureError(f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} is None")
+    try:
+        eps = float(value)
+    except (TypeError, ValueError):
+        raise CaptureError(
+            f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} = {value!r} is not a number"
+        ) from None
+    if not (eps >= 0.0 and math.isfinite(eps)):
+        raise CaptureError(f"module {spec.name!r}: {spec.eps_attr} = {eps!r} is not >= 0")
+    return eps, f"attribute {spec.eps_attr}"
+
+
+def weight_stats(module: Any) -> dict[str, float] | None:
+    """min, max, mean and mean |w| of the module's stored weight (float64), or None."""
+    import torch
+
+    weight = getattr(module, "weight", None)
+    if weight is None or not isinstance(weight, torch.Tensor) or weight.numel() == 0:
+        return None
+    w = weight.detach().to(torch.float64)
+    return {
+        "min": float(w.min()),
+        "max": float(w.max()),
+        "mean": float(w.mean()),
+        "mean_abs": float(w.abs().mean()),
+    }
+
+
+def iter_named(model: Any, specs: Iterable[NormModule]) -> Iterable[tuple[NormModule, Any]]:
+    """Pair each spec with its module."""
+    modules = dict(model.named_modules())
+    for spec in specs:
+        yield spec, modules[spec.name]

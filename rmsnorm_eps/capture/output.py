@@ -1,0 +1,165 @@
+"""Writing a capture: the q dump (.npz with positions), the summary (JSON) and the YAML config.
+
+Dump format (read by ``ratio``): one member per module that ran, named by the module name,
+holding its q values as float32, shape (N,); beside it the int64 companions
+``<name>::position`` (rank of the token among its sequence's real tokens, 0 = first token),
+``<name>::batch`` (sequence index) and, for per-head norms, ``<name>::head``, each of shape (N,).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from rmsnorm_eps.atomic import atomic_write_bytes, atomic_write_text
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+from rmsnorm_eps.capture.summaries import summary_to_dict
+from rmsnorm_eps.dumps import npy_bytes
+
+__all__ = [
+    "config_document",
+    "dump_bytes",
+    "summary_document",
+    "write_config",
+    "write_dump",
+    "write_summary",
+]
+
+SUMMARY_FORMAT = "rmsnorm-eps capture summary"
+
+
+def _ran(result: CaptureResult) -> list[ModuleRecord]:
+    ran = [m for m in result.modules if m.count > 0]
+    if not ran:
+        raise CaptureError("no norm module saw a token: nothing was captured")
+    return ran
+
+
+def dump_bytes(result: CaptureResult) -> bytes:
+    """The .npz bytes of a full capture (see the module docstring for the members)."""
+    if result.summary_only:
+        raise CaptureError("a summary-only capture has no q values to dump")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for m in _ran(result):
+            assert m.q is not None and m.position is not None and m.batch is not None
+            members = {
+                m.name: m.q.astype(np.float32),
+                f"{m.name}::position": m.position,
+                f"{m.name}::batch": m.batch,
+            }
+            if m.heads > 1 and m.head is not None:
+                members[f"{m.name}::head"] = m.head
+            for key, arr in members.items():
+                zf.writestr(key + ".npy", npy_bytes(np.ascontiguousarray(arr)))
+    return buf.getvalue()
+
+
+def write_dump(result: CaptureResult, path: str | os.PathLike[str]) -> None:
+    """Write the dump atomically."""
+    atomic_write_bytes(path, dump_bytes(result))
+
+
+def summary_document(result: CaptureResult) -> dict[str, Any]:
+    """The JSON document of a summary-only capture: per module its facts and three summaries."""
+    if not result.summary_only:
+        raise CaptureError("not a summary-only capture")
+    return {
+        "format": SUMMARY_FORMAT,
+        "schema_version": 1,
+        "sequences": result.sequences,
+        "tokens": result.tokens,
+        "min_ratio": result.min_ratio,
+        "modules": [
+            {
+                **module_facts(m),
+                "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()},
+            }
+            for m in _ran(result)
+        ],
+    }
+
+
+def write_summary(result: CaptureResult, path: str | os.PathLike[str]) -> None:
+    atomic_write_text(path, json.dumps(summary_document(result), indent=1) + "\n")
+
+
+def module_facts(m: ModuleRecord) -> dict[str, Any]:
+    """One module's capture facts as a plain dict (for JSON reports and the summary)."""
+    return {
+        "name": m.name,
+        "class": m.class_name,
+        "kind": m.kind,
+        "eps": m.eps,
+        "eps_source": m.eps_source,
+        "dim": m.dim,
+        "input_dtype": m.input_dtype,
+        "gain": m.gain,
+        "weight": m.weight,
+        "weight_dtype": m.weight_dtype,
+        "layout": m.layout,
+        "heads": m.heads,
+        "calls": m.calls,
+        "count": m.count,
+    }
+
+
+def _reduction_dtype(m: ModuleRecord) -> str:
+    # HF RMSNorm classes and torch.nn.RMSNorm reduce in float32 for 16/32-bit inputs; float64
+    # inputs reduce in float64.
+    return "float64" if m.input_dtype == "float64" else "float32"
+
+
+def _weight_after_cast(m: ModuleRecord) -> bool:
+    # Llama-style HF classes cast back to the input dtype, then multiply by w; Gemma-style
+    # (1+w) classes and torch.nn.RMSNorm multiply in float32 and cast last.
+    return not (m.gain == "1+w" or m.kind == "torch.nn.RMSNorm")
+
+
+def config_document(result: CaptureResult, model_name: str, source: str) -> dict[str, Any]:
+    """The YAML config (schema_version 1) of the live values: defaults from the most common
+    module settings, one entry per module (exact name) with its eps and dim, plus gain where it
+    differs from the default."""
+    ran = _ran(result)
+    eps_default = Counter(m.eps for m in ran).most_common(1)[0][0]
+    dim_default = Counter(m.dim for m in ran).most_common(1)[0][0]
+    gain_default = Counter(m.gain for m in ran).most_common(1)[0][0]
+    first = ran[0]
+    layers: dict[str, Any] = {}
+    for m in ran:
+        entry: dict[str, Any] = {"eps": m.eps, "dim": m.dim}
+        if m.gain != gain_default:
+            entry["gain"] = m.gain
+        layers[m.name] = entry
+    return {
+        "schema_version": 1,
+        "model": model_name,
+        "source": source,
+        "defaults": {
+            "eps": eps_default,
+            "placement": "inside",
+            "gain": gain_default if gain_default != "none" else "w",
+            "gain_baked": False,
+            "reduction_dtype": _reduction_dtype(first),
+            "weight_after_cast": _weight_after_cast(first),
+            "dim": dim_default,
+            "norm": "rms",
+        },
+        "layers": layers,
+    }
+
+
+def write_config(
+    result: CaptureResult, path: str | os.PathLike[str], model_name: str, source: str
+) -> None:
+    import yaml
+
+    doc = config_document(result, model_name, source)
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, width=100))
