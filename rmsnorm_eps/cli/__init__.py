@@ -13,7 +13,9 @@ from rmsnorm_eps.cli import (  # noqa: F401
     compare_cmd,
     config_cmd,
     defaults_cmd,
+    parity_cmd,
     precision_cmd,
+    probe_cmd,
     ratio_cmd,
 )
 from rmsnorm_eps.cli._app import app

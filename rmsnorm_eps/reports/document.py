@@ -131,4 +131,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     config_doc = config_document(result)
     if config_doc is not None:
         return config_doc
+
+    if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
+        from rmsnorm_eps.reports.parity_document import parity_or_probe_document
+
+        return parity_or_probe_document(result)
     raise TypeError(f"no document for {type(result).__name__}")

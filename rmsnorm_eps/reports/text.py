@@ -243,4 +243,9 @@ def render(result: object, options: RenderOptions) -> str:
     config_text = render_config_text(result, options)
     if config_text is not None:
         return config_text
+
+    if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
+        from rmsnorm_eps.reports.parity_text import render_parity
+
+        return render_parity(result, options)
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")
