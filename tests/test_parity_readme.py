@@ -1,4 +1,4 @@
-"""docs/readme/parity.md is real: its console blocks are rerun (as tests/test_readme.py does for
+"""docs/parity.md is real: its console blocks are rerun (as tests/test_readme.py does for
 README.md), its text blocks are compared with fresh runs, and the example files it uses are the
 ones the documented commands produce.
 """
@@ -20,7 +20,7 @@ from test_readme import _blocks, _commands, _run
 
 torch = pytest.importorskip("torch")
 
-DOC = ROOT / "docs" / "readme" / "parity.md"
+DOC = ROOT / "docs" / "parity.md"
 EXAMPLES = ROOT / "examples" / "parity"
 
 
