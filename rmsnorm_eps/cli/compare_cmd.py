@@ -9,11 +9,16 @@ import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
 from rmsnorm_eps.cli._output import (
+    append_step_summary,
     check_format,
     emit,
     format_option,
     output_option,
+    plot_option,
+    prepare_plot,
     summary_line,
+    summary_option,
+    write_plot,
 )
 
 
@@ -76,6 +81,13 @@ def compare(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
+    plot: Path = plot_option(
+        "the largest |change| per decade of q/eps_from, per layer, with the tolerance marked"
+    ),
+    plot_layers: int = typer.Option(
+        6, "--plot-layers", min=1, help="Panels in --plot: the worst N layers."
+    ),
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
@@ -93,6 +105,7 @@ def compare(
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     check_format(fmt)
+    plot_fmt = prepare_plot(plot)
     a = parse_spec(spec_from, "--from")
     b = parse_spec(spec_to, "--to")
     report = compare_dump(
@@ -107,6 +120,12 @@ def compare(
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate)
+    if summary:
+        append_step_summary(report, gate)
+    if plot is not None and plot_fmt is not None:
+        from rmsnorm_eps.plot import plot_compare
+
+        write_plot(plot, plot_compare(report, plot_fmt, plot_layers).data)
     verdict = "PASS" if gate.passed else "FAIL"
     worst = report.max_abs_change
     summary_line(

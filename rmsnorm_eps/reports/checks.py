@@ -110,6 +110,16 @@ class CheckReport:
 ADAPTERS: dict[str, str] = {
     "rmsnorm_eps.analysis.RatioReport": "rmsnorm_eps.reports.checks:ratio_checks",
     "rmsnorm_eps.bound.BoundResult": "rmsnorm_eps.reports.checks:bound_checks",
+    "rmsnorm_eps.compare.analysis.CompareReport": (
+        "rmsnorm_eps.reports.command_checks:compare_checks"
+    ),
+    "rmsnorm_eps.compare.precision.PrecisionReport": (
+        "rmsnorm_eps.reports.command_checks:precision_checks"
+    ),
+    "rmsnorm_eps.parity.api.ParityResult": "rmsnorm_eps.reports.command_checks:parity_checks",
+    "rmsnorm_eps.config.resolve.ConfigDiff": (
+        "rmsnorm_eps.reports.command_checks:config_diff_checks"
+    ),
 }
 
 
