@@ -350,6 +350,10 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
 
 
 # ----------------------------------------------------------------------------- parity
+def _short(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
     """Draw a parity result: two panels, the max absolute and the max relative error per
     probe category (log axis; red bars for failing categories) with atol and rtol marked."""
@@ -407,7 +411,7 @@ def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
         axes[0].set_title(
             f"{result.actual_source} vs float64 reference, rule {tol.rule}: {tol.formula()}\n"
             f"red: failing category ({len(result.failing_categories)} of {len(cats)}); "
-            f"inferred eps {result.inference.eps:.4g} (configured {result.probes.eps:.4g})",
+            f"inferred eps {_short(result.inference.eps)} (configured {result.probes.eps:.4g})",
             fontsize=8,
             loc="left",
         )

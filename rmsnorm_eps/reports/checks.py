@@ -36,11 +36,14 @@ Number = float | int | str | None
 
 @dataclass(frozen=True)
 class Rule:
-    """A kind of check: ``id`` is stable (SARIF ruleId, JUnit classname), ``name`` short."""
+    """A kind of check: ``id`` is stable (SARIF ruleId, JUnit classname), ``name`` short;
+    ``level`` is the level of a failure that fails the gate (SARIF defaultConfiguration):
+    ``warning`` for rules whose failures are notes that never fail it."""
 
     id: str
     name: str
     description: str
+    level: Level = "error"
 
 
 @dataclass(frozen=True)

@@ -374,7 +374,8 @@ def _config_rules() -> tuple[Rule, ...]:
             what += "; a value missing on either side fails (equivalence cannot be shown)"
         else:
             what += " (a note: a difference does not fail the comparison)"
-        rules.append(Rule(f"config/{field}", field, what + "."))
+        level: Level = "error" if field in SIGNIFICANT_FIELDS else "warning"
+        rules.append(Rule(f"config/{field}", field, what + ".", level))
     return tuple(rules)
 
 

@@ -87,7 +87,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
                         "id": r.id,
                         "name": r.name,
                         "shortDescription": {"text": r.description},
-                        "defaultConfiguration": {"level": "error"},
+                        "defaultConfiguration": {"level": r.level},
                     }
                     for r in report.rules
                 ],
