@@ -246,15 +246,15 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
     from rmsnorm_eps.compare.factor import factor as compute_factor
 
     tol = report.tolerance
+    # a layer's own settings when the report has them (per-layer settings from a config)
+    spec_from = getattr(layer, "spec_from", report.spec_from)
+    spec_to = getattr(layer, "spec_to", report.spec_to)
     ks = [d.decade for d in layer.decades]
     lo = (min(ks) - 1) if ks else -2
     hi = (max(ks) + 2) if ks else 4
     r = np.logspace(lo, hi, 400, dtype=np.float64)
     with np.errstate(all="ignore"):
-        curve = np.abs(
-            compute_factor(r * report.spec_from.eps, report.spec_from, report.spec_to, report.scale)
-            - 1.0
-        )
+        curve = np.abs(compute_factor(r * spec_from.eps, spec_from, spec_to, report.scale) - 1.0)
     heights = [d.max_abs_change for d in layer.decades]
     floor = _log_floor([*heights, *curve[np.isfinite(curve)].tolist()], tol)
     ax.plot(

@@ -259,9 +259,11 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
         ),
         ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
     )
+    # `merge` reports are ratio reports of concatenated shards (``shards`` names them)
+    command = "merge" if getattr(report, "shards", ()) else "ratio"
     return CheckReport(
-        command="ratio",
-        title=f"rmsnorm-eps ratio: {report.source}",
+        command=command,
+        title=f"rmsnorm-eps {command}: {report.source}",
         source=report.source,
         subject="layer",
         rules=RATIO_RULES,
