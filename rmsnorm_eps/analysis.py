@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, open_dump
+from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, default_threads, open_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.kernels import mean_square_rows
+from rmsnorm_eps.kernels import bf16_to_float32, mean_square_rows, mean_square_rows_bf16
 from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
 
 __all__ = [
@@ -36,21 +36,30 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WorstInput:
-    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r)."""
+    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r).
+
+    In a merged report (``rmsnorm-eps merge``) ``index`` is the index in the concatenation of
+    the shards along axis 0, ``shard`` the shard's position among the merged summaries and
+    ``shard_index`` the index inside that shard.
+    """
 
     index: tuple[int, ...]
     q: float
     ratio: float
     attenuation: float
     loss: float
+    shard: int | None = None
+    shard_index: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class NonfiniteInput:
-    """A NaN or +inf q value (always a violation)."""
+    """A NaN or +inf q value (always a violation); ``shard*`` as in :class:`WorstInput`."""
 
     index: tuple[int, ...]
     value: float
+    shard: int | None = None
+    shard_index: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,7 @@ class RatioReport:
     min_ratio: float
     top_k: int
     layers: tuple[LayerResult, ...]
+    shards: tuple[str, ...] = ()  # merged reports: the sources of the shards, in order
 
     @property
     def count(self) -> int:
@@ -156,22 +166,33 @@ def _unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
 
 
 def iter_q_chunks(
-    source: ArraySource, raw: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    source: ArraySource,
+    raw: bool,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int = 1,
 ) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
     """Return ``(q_shape, index_order, d, chunks)`` for a source.
 
     ``chunks`` yields ``(start, q)``: ``q`` is a 1-D array of q values whose first element has
     flat index ``start`` in ``index_order`` ('C' or 'F') over ``q_shape``. In raw mode q is
-    computed from activations of shape ``(..., d)``; otherwise the stored values are q.
+    computed from activations of shape ``(..., d)``; otherwise the stored values are q
+    (bfloat16 q values come as their exact float32). ``q`` is valid until the next iteration.
+    With ``threads > 1`` reading and the q kernel run on that many worker threads, a few chunks
+    ahead (see :meth:`ArraySource.iter_mapped`); the chunks still arrive in order.
     """
     shape = source.shape
     order = "F" if source.header.fortran_order else "C"
     itemsize = source.dtype.itemsize
+    bf16 = source.stored_as == "bfloat16"
     if source.header.size == 0:
         raise InputFileError(source.path, f"empty array (shape {shape})", key=source.key)
     if not raw:
         per = max(1, chunk_bytes // itemsize)
-        return shape, order, None, source.iter_elements(per)
+
+        def as_q(start: int, values: np.ndarray) -> np.ndarray:
+            return bf16_to_float32(values) if bf16 else values
+
+        return shape, order, None, source.iter_mapped(per, as_q, threads)
     if len(shape) == 0:
         raise InputFileError(
             source.path, "--raw needs activations of shape (..., d), got a 0-d array",
@@ -183,13 +204,12 @@ def iter_q_chunks(
         return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
 
-    def gen() -> Iterator[tuple[int, np.ndarray]]:
-        out = np.empty(rows, np.float64)
-        for start, values in source.iter_elements(rows * d):
-            x = values.reshape(-1, d)
-            yield start // d, mean_square_rows(x, out)
+    def q_rows(start: int, values: np.ndarray) -> np.ndarray:
+        x = values.reshape(-1, d)
+        return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
 
-    return q_shape, "C", d, gen()
+    chunks = source.iter_mapped(rows * d, q_rows, threads)
+    return q_shape, "C", d, ((start // d, q) for start, q in chunks)
 
 
 def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -209,6 +229,8 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     acc = np.zeros(n, np.float64)
     for start, values in source.iter_elements(per):
         rows = (start + np.arange(values.size)) % n
+        if source.stored_as == "bfloat16":
+            values = bf16_to_float32(values)
         v = values.astype(np.float64) / scale[rows]
         np.add.at(acc, rows, v * v)
     with np.errstate(over="ignore"):
@@ -228,7 +250,7 @@ def layer_result(
     """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
     eps = acc.eps
     worst = []
-    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist()):
+    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist(), strict=True):
         r = q / eps
         worst.append(
             WorstInput(
@@ -241,7 +263,7 @@ def layer_result(
         )
     nonfinite = tuple(
         NonfiniteInput(_unravel(i, shape, order), v)
-        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value)
+        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value, strict=True)
     )
     has_finite = acc.count > acc.nonfinite
     min_r = acc.min_q / eps if has_finite else None
@@ -285,24 +307,31 @@ def analyze_dump(
     raw: bool = False,
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int | None = None,
+    dtype: str | None = None,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
     ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
     ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and ``q = mean(x**2)`` over
     the last axis is computed here. Violations: ``q/eps < min_ratio`` (ties pass) plus every
-    NaN or +inf q. A negative q raises :class:`InputFileError`.
+    NaN or +inf q. A negative q raises :class:`InputFileError`. ``threads`` (default
+    :func:`~rmsnorm_eps.dumps.default_threads`) read and compute chunks in parallel; the result
+    does not depend on it. ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
+    if threads is not None and threads < 1:
+        raise InvalidParameterError(f"threads must be >= 1, got {threads}")
+    n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources = open_dump(path)
+    sources = open_dump(path, dtype)
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
     layers: list[LayerResult] = []
     for src in sources:
-        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads)
         acc = LayerAccumulator(eps_by_layer[src.name], ratio, top_k)
         try:
             for start, q in chunks:
@@ -316,7 +345,7 @@ def analyze_dump(
             ) from None
         layers.append(
             layer_result(
-                acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
+                acc, name=src.name, shape=q_shape, order=order, dtype=src.dtype_name,
                 raw_dim=dim,
             )
         )

@@ -6,7 +6,7 @@ Each command lives in its own module and registers itself on the shared ``app``;
 
 from __future__ import annotations
 
-from rmsnorm_eps.cli import bound_cmd, ratio_cmd  # noqa: F401  (registers the commands)
+from rmsnorm_eps.cli import bound_cmd, merge_cmd, ratio_cmd  # noqa: F401  (registers the commands)
 from rmsnorm_eps.cli._app import app
 
 __all__ = ["app", "main"]

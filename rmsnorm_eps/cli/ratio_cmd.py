@@ -24,6 +24,8 @@ from rmsnorm_eps.cli._output import (
         "  rmsnorm-eps ratio --eps 1e-5 --q-file examples/q_dump.npz --delta 0.01 --top 3\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 --q-file x.npz --raw --format json -o report.json\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --max-fraction 0.001  # allow 0.1%\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file rank0.npy --raw --save-summary s0.json\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file x_bf16.npy --raw --dtype bfloat16\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
@@ -61,6 +63,18 @@ def ratio(
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
+    save_summary: Path = typer.Option(
+        None, "--save-summary", dir_okay=False,
+        help="Also write a mergeable JSON summary of this dump (see `rmsnorm-eps merge`).",
+    ),
+    threads: int = typer.Option(
+        None, "--threads", min=1,
+        help="Threads reading and computing chunks (default: 2 on a machine with 2+ CPUs).",
+    ),
+    dtype: str = typer.Option(
+        None, "--dtype",
+        help="Read uint16 (or V2) arrays as the bit patterns of this dtype: bfloat16.",
+    ),
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -76,6 +90,8 @@ def ratio(
         raise usage_error("give --eps (the epsilon of the model's RMSNorm)")
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
+    if dtype is not None and dtype != "bfloat16":
+        raise usage_error(f"--dtype must be bfloat16, got {dtype!r}")
     report = analyze_dump(
         q_file,
         eps,
@@ -84,8 +100,14 @@ def ratio(
         raw=raw,
         top_k=top,
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        threads=threads,
+        dtype=dtype,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
+    if save_summary is not None:
+        from rmsnorm_eps.merge import write_summary
+
+        write_summary(report, save_summary)
     emit(report, fmt, output, gate)
     verdict = "PASS" if gate.passed else "FAIL"
     summary_line(

@@ -36,6 +36,13 @@ def _head(command: str) -> dict[str, Any]:
             "command": command}
 
 
+def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
+    """Merged reports only: which shard an input came from and its index there."""
+    if shard is None:
+        return {}
+    return {"shard": shard, "shard_index": list(index or ())}
+
+
 def _layer(layer: LayerResult) -> dict[str, Any]:
     return {
         "name": layer.name,
@@ -57,11 +64,12 @@ def _layer(layer: LayerResult) -> dict[str, Any]:
         "min_attenuation": jnum(layer.min_attenuation),
         "worst": [
             {"index": list(w.index), "q": w.q, "ratio": w.ratio, "attenuation": w.attenuation,
-             "loss": w.loss}
+             "loss": w.loss, **_shard(w.shard, w.shard_index)}
             for w in layer.worst
         ],
         "nonfinite_examples": [
-            {"index": list(n.index), "value": jnum(n.value)} for n in layer.nonfinite_examples
+            {"index": list(n.index), "value": jnum(n.value), **_shard(n.shard, n.shard_index)}
+            for n in layer.nonfinite_examples
         ],
         "decades": [{"decade": k, "count": c} for k, c in layer.decades],
     }
@@ -98,6 +106,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             "gate": _gate(gate),
             "layers": [_layer(layer) for layer in result.layers],
         })
+        if result.shards:
+            doc["command"] = "merge"
+            doc["shards"] = list(result.shards)
         return doc
     if isinstance(result, BoundResult):
         doc = _head("bound")

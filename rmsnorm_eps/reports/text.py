@@ -31,6 +31,15 @@ def fmt_index(index: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
+def _shard_index(
+    index: tuple[int, ...], shard: int | None, shard_index: tuple[int, ...] | None
+) -> str:
+    """``[i, j]``, or in a merged report ``[i, j] (shard s [i', j])``."""
+    if shard is None:
+        return fmt_index(index)
+    return f"{fmt_index(index)} (shard {shard} {fmt_index(shard_index or ())})"
+
+
 def render_renderables(parts: list[RenderableType], options: RenderOptions) -> str:
     """Render rich renderables to a string (colour only if ``options.color``)."""
     buf = io.StringIO()
@@ -125,12 +134,13 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         for name in ("index", "q", "q/eps", "A", "1 - A"):
             worst.add_column(name, justify="left" if name == "index" else "right")
         for w in layer.worst:
-            worst.add_row(fmt_index(w.index), fmt(w.q), fmt(w.ratio), fmt(w.attenuation),
-                          fmt(w.loss))
+            worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
+                          fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
         parts.append(worst)
         if layer.nonfinite:
             shown = ", ".join(
-                f"{fmt_index(n.index)}={n.value}" for n in layer.nonfinite_examples
+                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                for n in layer.nonfinite_examples
             )
             parts.append(
                 Text(f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
