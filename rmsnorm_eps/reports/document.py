@@ -8,11 +8,14 @@ Non-finite floats (JSON has none) are written as the strings "nan", "inf", "-inf
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 
 __all__ = ["SCHEMA_VERSION", "document", "jnum"]
 
@@ -85,7 +88,8 @@ def _gate(gate: GateResult | None) -> dict[str, Any] | None:
 
 def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     """The canonical dict for ``result``."""
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         doc = _head("ratio")
         doc.update({
             "source": result.source,

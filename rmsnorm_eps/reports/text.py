@@ -7,15 +7,19 @@ was taken on unrounded values before this module runs.
 from __future__ import annotations
 
 import io
+import sys
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
 from rmsnorm_eps.reports import RenderOptions, UnsupportedResult
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = ["fmt", "render", "render_renderables"]
 
@@ -165,6 +169,7 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_bound_parts(result), options)
     if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
         return render_renderables(_ratio_figures_parts(result), options)
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")
