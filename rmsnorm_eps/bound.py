@@ -48,7 +48,9 @@ def bound_for_delta(delta: float, eps: float | None = None) -> BoundResult:
     return BoundResult(d, r, e, q, math.sqrt(q))
 
 
-def figures_for_ratios(ratios: Sequence[float], eps: float | None = None) -> tuple[RatioFigures, ...]:
+def figures_for_ratios(
+    ratios: Sequence[float], eps: float | None = None
+) -> tuple[RatioFigures, ...]:
     """A and 1 - A for each ratio (q = r * eps when eps is given)."""
     e = None if eps is None else scalar.validate_eps(eps)
     out = []

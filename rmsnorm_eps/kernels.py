@@ -81,16 +81,22 @@ def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
         raise TypeError(f"mean_square_rows: unsupported dtype {x.dtype}")
     step = _rows_per_block(d)
     wide = np.empty((min(step, n), d), np.float64)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        w = wide[: e - s]
-        np.copyto(w, x[s:e])
-        np.vecdot(w, w, out=q[s:e])
+    with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN, quietly
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            w = wide[: e - s]
+            np.copyto(w, x[s:e])
+            np.vecdot(w, w, out=q[s:e])
     q /= d
     return q
 
 
 def _f16_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return _f16_rows_impl(x, q)
+
+
+def _f16_rows_impl(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     n, d = x.shape
     bits = x.view(np.uint16)
     step = _rows_per_block(d)
@@ -127,13 +133,14 @@ def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np
     m = min(step, n)
     u32 = np.empty((m, d), np.uint32)
     wide = np.empty((m, d), np.float64)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        u = u32[: e - s]
-        w = wide[: e - s]
-        np.left_shift(bits[s:e], 16, out=u, dtype=np.uint32)
-        np.copyto(w, u.view(np.float32))
-        np.vecdot(w, w, out=q[s:e])
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN, quietly
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            u = u32[: e - s]
+            w = wide[: e - s]
+            np.left_shift(bits[s:e], 16, out=u, dtype=np.uint32)
+            np.copyto(w, u.view(np.float32))
+            np.vecdot(w, w, out=q[s:e])
     q /= d
     return q
 
