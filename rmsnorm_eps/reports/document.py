@@ -15,7 +15,7 @@ from rmsnorm_eps import __version__
 from rmsnorm_eps.bound import BoundResult, RatioFigures
 
 if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
-    from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
+    from rmsnorm_eps.analysis import GateResult, LayerResult
 
 __all__ = ["SCHEMA_VERSION", "document", "jnum"]
 
