@@ -18,8 +18,14 @@ import numpy as np
 from rmsnorm_eps import numerics
 from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, default_threads, open_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.kernels import bf16_to_float32, mean_square_rows, mean_square_rows_bf16
-from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
+from rmsnorm_eps.kernels import (
+    bf16_to_float32,
+    mean_square_rows,
+    mean_square_rows_bf16,
+    mean_square_rows_fast,
+    refine_rows,
+)
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, LayerAccumulator, NegativeValue, decade_edge
 
 __all__ = [
     "GateResult",
@@ -165,11 +171,33 @@ def _unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape, order=order))  # type: ignore[call-overload]
 
 
+@dataclass(frozen=True)
+class Decisions:
+    """What a q value decides: the sorted q thresholds (bound and decade edges) and top_k.
+
+    Given to :func:`iter_q_chunks`, it lets raw float32/float16/bfloat16 activations take the
+    float32 fast path: every q that could fall on the other side of a threshold, be among the
+    ``top_k`` smallest or be the largest of its chunk is recomputed exactly, so reports are
+    identical to the exact float64 path (see :func:`rmsnorm_eps.kernels.refine_rows`).
+    """
+
+    thresholds: np.ndarray
+    top_k: int
+
+
+def decisions_for(eps: float, min_ratio: float, top_k: int) -> Decisions:
+    """The thresholds :class:`LayerAccumulator` compares q with, for this eps and bound."""
+    ts = {numerics.q_threshold(eps, min_ratio)}
+    ts.update(numerics.q_threshold(eps, decade_edge(k)) for k in range(DECADE_MIN, DECADE_MAX + 1))
+    return Decisions(np.array(sorted(ts), np.float64), top_k)
+
+
 def iter_q_chunks(
     source: ArraySource,
     raw: bool,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int = 1,
+    decisions: Decisions | None = None,
 ) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
     """Return ``(q_shape, index_order, d, chunks)`` for a source.
 
@@ -178,7 +206,9 @@ def iter_q_chunks(
     computed from activations of shape ``(..., d)``; otherwise the stored values are q
     (bfloat16 q values come as their exact float32). ``q`` is valid until the next iteration.
     With ``threads > 1`` reading and the q kernel run on that many worker threads, a few chunks
-    ahead (see :meth:`ArraySource.iter_mapped`); the chunks still arrive in order.
+    ahead (see :meth:`ArraySource.iter_mapped`); the chunks still arrive in order. With
+    ``decisions``, raw activations take the float32 fast path with exact refinement (the q
+    values that decide nothing are then within ``d * 2**-24`` relative, typically 1e-7).
     """
     shape = source.shape
     order = "F" if source.header.fortran_order else "C"
@@ -204,9 +234,19 @@ def iter_q_chunks(
         return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
 
+    def exact_rows(x: np.ndarray) -> np.ndarray:
+        return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
+
     def q_rows(start: int, values: np.ndarray) -> np.ndarray:
         x = values.reshape(-1, d)
-        return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
+        fast = None if decisions is None else mean_square_rows_fast(x, bf16)
+        if fast is None:
+            return exact_rows(x)
+        q, rel = fast
+        assert decisions is not None
+        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds,
+                    decisions.top_k)
+        return q
 
     chunks = source.iter_mapped(rows * d, q_rows, threads)
     return q_shape, "C", d, ((start // d, q) for start, q in chunks)
@@ -309,6 +349,7 @@ def analyze_dump(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int | None = None,
     dtype: str | None = None,
+    fast: bool = True,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
@@ -318,6 +359,8 @@ def analyze_dump(
     NaN or +inf q. A negative q raises :class:`InputFileError`. ``threads`` (default
     :func:`~rmsnorm_eps.dumps.default_threads`) read and compute chunks in parallel; the result
     does not depend on it. ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns.
+    ``fast`` (raw mode) computes q with float32 sums and recomputes exactly every q that
+    decides or shows anything; ``fast=False`` computes every q exactly. Reports are identical.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
@@ -331,8 +374,10 @@ def analyze_dump(
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
     layers: list[LayerResult] = []
     for src in sources:
-        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads)
-        acc = LayerAccumulator(eps_by_layer[src.name], ratio, top_k)
+        layer_eps = eps_by_layer[src.name]
+        decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
+        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
+        acc = LayerAccumulator(layer_eps, ratio, top_k)
         try:
             for start, q in chunks:
                 acc.update(q, start)

@@ -26,9 +26,18 @@ the smallest subnormal is 0, as rounding the exact value gives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-__all__ = ["BLOCK_ELEMS", "mean_square_rows", "mean_square_rows_bf16"]
+__all__ = [
+    "BLOCK_ELEMS",
+    "fast_error_bound",
+    "mean_square_rows",
+    "mean_square_rows_bf16",
+    "mean_square_rows_fast",
+    "refine_rows",
+]
 
 # Below this, float64 squares of the row's elements may have underflowed (2**-1022 / 2**-52).
 _F64_SMALL = 1e-290
@@ -148,3 +157,94 @@ def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np
 def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) to their exact float32 values (a new array)."""
     return np.left_shift(bits, 16, dtype=np.uint32).view(np.float32)
+
+
+# --------------------------------------------------------------------------- fast path
+
+_U = 2.0**-24  # unit roundoff of float32
+#: Rows whose float32 sum of squares is below this may have lost squares to underflow.
+_F32_SMALL = 2.0**-100
+_F16_TO_F32 = np.float32(2.0**112)  # ((h & 0x7fff) << 13 as float32) * 2**112 == |h|
+
+
+def fast_error_bound(d: int) -> float | None:
+    """Relative error bound of :func:`mean_square_rows_fast` for rows of length ``d``.
+
+    Any float32 evaluation of a sum of ``d`` products of non-negative terms, in any order, with
+    or without FMA, is within ``gamma_d = d u / (1 - d u)`` (u = 2**-24) of the exact sum
+    (Higham, Accuracy and Stability of Numerical Algorithms, 3.1); squares lost to underflow
+    in rows whose result is at least 2**-100 add at most 2**-50 relative. ``None`` when the
+    bound would be useless (d u >= 0.01): those rows use the exact path.
+    """
+    du = d * _U
+    if du >= 0.01:
+        return None
+    return du / (1.0 - du) + 2.0**-40
+
+
+def mean_square_rows_fast(
+    x: np.ndarray, bf16: bool = False
+) -> tuple[np.ndarray, float] | None:
+    """``(q_fast, rel)``: q from a float32 ``np.vecdot`` and its relative error bound.
+
+    For float32, float16 (converted exactly to float32) and bfloat16 bit patterns (``bf16``).
+    ``|q_fast - q| <= rel * q`` for every row whose ``q_fast`` is finite and >= 2**-100; other
+    rows (overflow, underflow, NaN) must be recomputed exactly. Returns ``None`` where the fast
+    path does not apply (float64, float16 holding inf/NaN, rows too long for a useful bound).
+    """
+    n, d = x.shape
+    rel = fast_error_bound(d)
+    if rel is None or x.dtype == np.float64:
+        return None
+    if bf16:
+        f32 = np.left_shift(x, 16, dtype=np.uint32).view(np.float32)
+    elif x.dtype == np.float16:
+        u = np.bitwise_and(x.view(np.uint16), 0x7FFF, dtype=np.uint32)
+        if n and int(u.max()) >= _F16_EXP_ALL_ONES:
+            return None
+        np.left_shift(u, 13, out=u)
+        f32 = u.view(np.float32)
+        f32 *= _F16_TO_F32
+    elif x.dtype == np.float32:
+        f32 = x
+    else:
+        return None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        q = np.vecdot(f32, f32).astype(np.float64)
+    q /= d
+    return q, rel
+
+
+def refine_rows(
+    q: np.ndarray,
+    rel: float,
+    exact: Callable[[np.ndarray], np.ndarray],
+    thresholds: np.ndarray,
+    top_k: int,
+) -> int:
+    """Replace, in place, every fast ``q`` that could change a decision by its exact value.
+
+    ``exact(rows)`` returns the exact q of the given row indices. Recomputed are the rows whose
+    uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one of the sorted ``thresholds``
+    (the bound and the decade edges: so every count equals the float64 one), the rows that
+    could be among the ``top_k`` smallest or be the largest (so every reported q is exact), and
+    rows whose fast value is not finite or below 2**-100. Returns the number recomputed.
+    """
+    with np.errstate(invalid="ignore"):
+        lo = q / (1.0 + rel)
+        hi = q / (1.0 - rel)
+        mark = np.searchsorted(thresholds, lo, side="right") != np.searchsorted(
+            thresholds, hi, side="right"
+        )
+        mark |= ~(q >= _F32_SMALL) | np.isinf(q)
+        finite = q[np.isfinite(q)]
+        if finite.size:
+            grow = (1.0 + rel) ** 2 / (1.0 - rel) ** 2
+            k = min(max(1, top_k), finite.size)  # at least the minimum, which is reported
+            kth = np.partition(finite, k - 1)[k - 1]
+            mark |= q <= kth * grow
+            mark |= q >= finite.max() / grow
+    rows = np.flatnonzero(mark)
+    if rows.size:
+        q[rows] = exact(rows)
+    return int(rows.size)
