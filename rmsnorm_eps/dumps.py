@@ -184,17 +184,15 @@ def _readinto_full(stream: IO[bytes], view: memoryview) -> int:
 
 
 def default_threads() -> int:
-    """Worker threads used by default: 2 when the machine has 2 or more CPUs, else 1.
+    """Worker threads used when none are asked for: 1 (a plain sequential loop).
 
-    Reading from the page cache and the numpy kernels both release the GIL, so a second
-    thread overlaps one chunk's read with another's computation; more than two rarely helps
-    because memory bandwidth is the limit.
+    Measured on the 2-CPU machine this was developed on, while other processes kept both CPUs
+    busy, two reader threads were slower than one (about 9 against 12.5 GB/s on a 4 GiB
+    float32 dump): the work per chunk is dominated by the copy out of the page cache, and the
+    hand-offs of the GIL between the threads cost more than the overlap gained. On an idle
+    machine with free cores ``--threads 2`` may win; benchmarks/bench_stream.py prints both.
     """
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return 2 if n >= 2 else 1
+    return 1
 
 
 @dataclass(frozen=True)

@@ -228,3 +228,36 @@ def test_incompatible_shards(tmp_path: Path, cli: Callable[..., Any]) -> None:
     assert cli("merge", str(tmp_path / "missing.json")).exit_code == 2
     with pytest.raises(InvalidParameterError):
         merge_summaries([])
+
+
+def test_readme_example(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """The example of docs/readme/performance.md, with the figures it shows."""
+    np.save(tmp_path / "rank0.npy", np.array([4e-4, 1e-3, 2e-7, 8e-3], np.float32))
+    np.save(tmp_path / "rank1.npy", np.array([3e-4, np.nan, 5e-6, 2e-3], np.float32))
+    for i in (0, 1):
+        res = cli(
+            "ratio",
+            "--eps",
+            "1e-5",
+            "-q",
+            str(tmp_path / f"rank{i}.npy"),
+            "--top",
+            "2",
+            "--save-summary",
+            str(tmp_path / f"s{i}.json"),
+        )
+        assert res.exit_code == 1
+    s0, s1 = str(tmp_path / "s0.json"), str(tmp_path / "s1.json")
+    res = cli("merge", s0, s1)
+    assert res.exit_code == 1
+    assert (
+        "5 violation(s) in 1 of 1 layer(s) (4 below the bound, 1 nonfinite) out of 8" in res.stdout
+    )
+    assert "[2] (shard 0 [2])   2e-07    0.02" in res.stdout
+    assert "[6] (shard 1 [2])   5e-06     0.5" in res.stdout
+    assert "[5] (shard 1 [1])=nan" in res.stdout
+    res = cli("merge", s0, s1, "--delta", "0.5")
+    assert res.exit_code == 1 and "(1 below the bound, 1 nonfinite) out of 8" in res.stdout
+    assert "(1 below q/eps 0.333333333333, 1 nonfinite)" in res.stderr
+    res = cli("merge", s0, s1, "--delta", "0.001")
+    assert res.exit_code == 2 and "q/eps >= 499.25012506253125" in res.stderr

@@ -69,7 +69,7 @@ def ratio(
     ),
     threads: int = typer.Option(
         None, "--threads", min=1,
-        help="Threads reading and computing chunks (default: 2 on a machine with 2+ CPUs).",
+        help="Threads reading and computing chunks (default 1; 2 can help on an idle machine).",
     ),
     dtype: str = typer.Option(
         None, "--dtype",
