@@ -182,9 +182,7 @@ def fast_error_bound(d: int) -> float | None:
     return du / (1.0 - du) + 2.0**-40
 
 
-def mean_square_rows_fast(
-    x: np.ndarray, bf16: bool = False
-) -> tuple[np.ndarray, float] | None:
+def mean_square_rows_fast(x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray, float] | None:
     """``(q_fast, rel)``: q from a float32 ``np.vecdot`` and its relative error bound.
 
     For float32, float16 (converted exactly to float32) and bfloat16 bit patterns (``bf16``).
