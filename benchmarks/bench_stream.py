@@ -64,7 +64,7 @@ IN_PROCESS = """
 import sys, time
 from rmsnorm_eps.analysis import analyze_dump
 t = time.perf_counter()
-analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw")
+analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw", dtype=(sys.argv[3:] or [None])[0])
 print(time.perf_counter() - t)
 """
 
@@ -206,6 +206,7 @@ def main() -> None:
     print()
     print("## ratio --raw on N x 4096 float32 .npy (whole process)")
     f32_rate = {}
+    f32_inner = {}
     for size in sizes:
         path = args.data / f"f32_{size // mib}MiB.npy"
         write_rows(path, size, "float32")
@@ -241,6 +242,7 @@ def main() -> None:
         print(line)
         t_in = inner([sys.executable, "-c", IN_PROCESS, str(path), "raw"], r)
         t_bin = inner([sys.executable, "-c", BASELINE_IN_PROCESS, str(path), str(D)], r)
+        f32_inner[size] = nbytes / t_in
         print(
             f"{'':>10} start-up excluded: analyze_dump {nbytes / t_in / 1e9:6.2f} GB/s, "
             f"numpy streaming {nbytes / t_bin / 1e9:6.2f} GB/s, ratio {t_bin / t_in:5.2f}"
@@ -256,7 +258,14 @@ def main() -> None:
         warm(path)
         nbytes = path.stat().st_size
         t, rss = measure(ratio_cmd(path, "--raw", *extra), r)
+        t_in = inner([sys.executable, "-c", IN_PROCESS, str(path), "raw", *extra[1:]], r)
         rate = nbytes / t
+        rate_in = nbytes / t_in
+        print(
+            f"{kind:>9}: start-up excluded {rate_in / 1e9:6.2f} GB/s "
+            f"({rate_in / f32_inner[size0]:.0%} of float32 in bytes/s, "
+            f"{2 * rate_in / f32_inner[size0]:.0%} in rows/s)"
+        )
         print(
             f"{kind:>9}: {t:7.3f} s {rate / 1e9:6.2f} GB/s "
             f"({rate / f32_rate[size0]:.0%} of float32 in bytes/s, "
