@@ -8,11 +8,14 @@ Non-finite floats (JSON has none) are written as the strings "nan", "inf", "-inf
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import GateResult, LayerResult
 
 __all__ = ["SCHEMA_VERSION", "document", "jnum"]
 
@@ -34,6 +37,13 @@ def jnum(value: float | None) -> float | str | None:
 def _head(command: str) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "tool": "rmsnorm-eps", "version": __version__,
             "command": command}
+
+
+def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
+    """Merged reports only: which shard an input came from and its index there."""
+    if shard is None:
+        return {}
+    return {"shard": shard, "shard_index": list(index or ())}
 
 
 def _layer(layer: LayerResult) -> dict[str, Any]:
@@ -66,11 +76,12 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "min_attenuation": jnum(layer.min_attenuation),
         "worst": [
             {"index": list(w.index), "q": w.q, "ratio": w.ratio, "attenuation": w.attenuation,
-             "loss": w.loss}
+             "loss": w.loss, **_shard(w.shard, w.shard_index)}
             for w in layer.worst
         ],
         "nonfinite_examples": [
-            {"index": list(n.index), "value": jnum(n.value)} for n in layer.nonfinite_examples
+            {"index": list(n.index), "value": jnum(n.value), **_shard(n.shard, n.shard_index)}
+            for n in layer.nonfinite_examples
         ],
         "decades": [{"decade": k, "count": c} for k, c in layer.decades],
     }
@@ -86,7 +97,8 @@ def _gate(gate: GateResult | None) -> dict[str, Any] | None:
 
 def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     """The canonical dict for ``result``."""
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         doc = _head("ratio")
         doc.update({
             "source": result.source,
@@ -107,6 +119,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             "gate": _gate(gate),
             "layers": [_layer(layer) for layer in result.layers],
         })
+        if result.shards:
+            doc["command"] = "merge"
+            doc["shards"] = list(result.shards)
         return doc
     if isinstance(result, BoundResult):
         doc = _head("bound")

@@ -7,15 +7,19 @@ was taken on unrounded values before this module runs.
 from __future__ import annotations
 
 import io
+import sys
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
 from rmsnorm_eps.reports import HISTOGRAM_AUTO_LAYERS, RenderOptions, UnsupportedResult
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = ["fmt", "histogram_rows", "render", "render_renderables"]
 
@@ -31,6 +35,15 @@ def fmt(value: float | None, digits: int = 6) -> str:
 
 def fmt_index(index: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def _shard_index(
+    index: tuple[int, ...], shard: int | None, shard_index: tuple[int, ...] | None
+) -> str:
+    """``[i, j]``, or in a merged report ``[i, j] (shard s [i', j])``."""
+    if shard is None:
+        return fmt_index(index)
+    return f"{fmt_index(index)} (shard {shard} {fmt_index(shard_index or ())})"
 
 
 def render_renderables(parts: list[RenderableType], options: RenderOptions) -> str:
@@ -200,12 +213,13 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         for name in ("index", "q", "q/eps", "A", "1 - A"):
             worst.add_column(name, justify="left" if name == "index" else "right")
         for w in layer.worst:
-            worst.add_row(fmt_index(w.index), fmt(w.q), fmt(w.ratio), fmt(w.attenuation),
-                          fmt(w.loss))
+            worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
+                          fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
         parts.append(worst)
         if layer.nonfinite:
             shown = ", ".join(
-                f"{fmt_index(n.index)}={n.value}" for n in layer.nonfinite_examples
+                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                for n in layer.nonfinite_examples
             )
             parts.append(
                 Text(f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
@@ -231,7 +245,8 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_bound_parts(result), options)
     if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
         return render_renderables(_ratio_figures_parts(result), options)
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
     from rmsnorm_eps.reports import compare_text
 
