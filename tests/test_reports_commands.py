@@ -37,6 +37,7 @@ PROBES = "examples/parity/probes.npz"
 TORCH_NONE = "examples/parity/torch_eps_none.npy"
 TORCH_OK = "examples/parity/torch_eps_1e-6.npy"
 LLAMA3, QWEN3 = "configs/llama-3-8b.yaml", "configs/qwen3-8b.yaml"
+SHARDS = ("tests/data/merge/shard0.summary.json", "tests/data/merge/shard1.summary.json")
 
 
 def _sarif(text: str) -> dict[str, Any]:
@@ -301,6 +302,11 @@ COMMANDS = {
         ("parity", "--probes", PROBES, "--actual", TORCH_NONE),
         "### FAIL: rmsnorm-eps parity: examples/parity/torch_eps_none.npy",
     ),
+    "merge": (
+        ("merge", *SHARDS),
+        "### FAIL: rmsnorm-eps merge: "
+        "tests/data/merge/shard0.summary.json + tests/data/merge/shard1.summary.json",
+    ),
     "config-diff": (
         ("config", "diff", LLAMA3, QWEN3),
         "### FAIL: rmsnorm-eps config diff: configs/llama-3-8b.yaml vs configs/qwen3-8b.yaml",
@@ -347,6 +353,7 @@ def test_cli_help_lists_summary_and_plot(cli: Callable[..., Any]) -> None:
         (("parity",), True),
         (("config", "diff"), False),
         (("precision",), False),
+        (("merge",), True),
     ):
         out = cli(*args, "--help").stdout
         assert "--summary" in out and ("--plot" in out) == plot, args
@@ -416,3 +423,43 @@ def test_plots_in_the_docs_exist() -> None:
     res = _parity()
     constant = next(c for c in res.categories if c.name == "constant")
     assert constant.passed and constant.max_rel_error > res.tolerance.rtol
+
+
+# ----------------------------------------------------------------------------- merge
+def test_merge_counts_and_locations(in_root: None) -> None:
+    from rmsnorm_eps.analysis import analyze_dump
+    from rmsnorm_eps.merge import merge_summaries
+
+    merged = merge_summaries([ROOT / s for s in SHARDS], top_k=3)
+    gate = evaluate_gate(merged)
+    checks = check_report(merged, gate)
+    whole = check_report(analyze_dump(ROOT / "examples/ci/q_dump.npz", 1e-5, top_k=3))
+    assert checks.command == "merge" and checks.source is None
+    assert checks.counts == whole.counts  # the shards hold exactly the example dump
+    # the summaries keep each shard's source as given to `ratio` (relative to the repo root)
+    shard0, shard1 = "tests/data/merge/shard0.npz", "tests/data/merge/shard1.npz"
+    assert merged.shards == (shard0, shard1)
+    assert [(c.rule, c.name, c.source) for c in checks.failed] == [
+        ("ratio/below-bound", "layers.0.attn_norm", shard0),
+        ("ratio/nonfinite", "output_norm", shard1),
+    ]
+    assert checks.failed[1].message.endswith(f"first at index [2, 5] (shard 1 {shard1} at [0, 5])")
+    _assert_formats_agree(merged, gate, checks)
+    run = _sarif(render(merged, "sarif", RenderOptions(gate=gate)))["runs"][0]
+    assert [a["location"]["uri"] for a in run["artifacts"]] == [shard0, shard1]
+    assert [
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]
+    ] == [shard0, shard1]
+    doc = _json_valid(render(merged, "json", RenderOptions(gate=gate)))
+    assert doc["command"] == "merge" and doc["summary"]["violations"] == 9
+
+
+def test_merge_cli_summary_and_plot(cli: Callable[..., Any], in_root: None, tmp_path: Path) -> None:
+    out = tmp_path / "merge.png"
+    res = cli("merge", *SHARDS, "-f", "github", "--plot", str(out))
+    assert res.exit_code == 1
+    assert res.stdout.splitlines()[0].startswith(
+        "::error title=rmsnorm-eps ratio/below-bound%3A layers.0.attn_norm,"
+        "file=tests/data/merge/shard0.npz::"
+    )
+    assert _png_size(out.read_bytes()) == (800, 780)

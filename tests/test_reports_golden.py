@@ -1,5 +1,5 @@
 """Golden files: the exact output of every format for every command that reports findings
-(ratio, bound, compare, precision, parity, config diff) on the shipped examples.
+(ratio, bound, compare, precision, parity, config diff, merge) on the shipped examples.
 
 Regenerate after an intended change with ``RMSNORM_EPS_REGEN_GOLDEN=1 python -m pytest
 tests/test_reports_golden.py`` and review the diff (docs/DEVELOPING.md).
@@ -64,6 +64,17 @@ CASES: dict[str, tuple[tuple[str, ...], int]] = {
     "parity": ((*PARITY, "examples/parity/torch_eps_none.npy"), 1),
     "parity-pass": ((*PARITY, "examples/parity/torch_eps_1e-6.npy"), 0),
     "config-diff": (("config", "diff", "configs/llama-3-8b.yaml", "configs/qwen3-8b.yaml"), 1),
+    # examples/ci/q_dump.npz in two shards (tests/data/merge/make_shards.py)
+    "merge": (
+        (
+            "merge",
+            "tests/data/merge/shard0.summary.json",
+            "tests/data/merge/shard1.summary.json",
+            "--top",
+            "3",
+        ),
+        1,
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["SCHEMA_COMMANDS", "load_schema", "schema_text"]
 
-SCHEMA_COMMANDS = ("ratio", "bound", "compare", "precision", "parity", "config-diff")
+SCHEMA_COMMANDS = ("ratio", "bound", "compare", "precision", "parity", "config-diff", "merge")
 
 
 def schema_text(command: str) -> str:
