@@ -56,7 +56,8 @@ COMPARE_RULES = (
 
 
 def _spec_text(spec: Any) -> str:
-    return str(spec.text)
+    """``eps=1e-06 inside float64`` (or ``per layer from FILE`` for settings from a config)."""
+    return str(spec.describe())
 
 
 def compare_checks(report: Any, gate: Any = None) -> CheckReport:
