@@ -335,7 +335,8 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
             else f"{len(layers)} layer(s)"
         )
         fig.suptitle(
-            f"{report.source}: {report.spec_from.describe()} -> {report.spec_to.describe()}, {shown}",
+            f"{report.source}: {report.spec_from.describe()} -> "
+            f"{report.spec_to.describe()}, {shown}",
             fontsize=9,
         )
         fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
