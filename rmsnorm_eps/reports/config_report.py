@@ -139,6 +139,7 @@ def _defaults_doc(r: DefaultsResult) -> dict[str, Any]:
             "torch_version": r.torch_version,
             "rows": [
                 {
+                    "name": x.row.name,
                     "framework": x.row.framework,
                     "api": x.row.api,
                     "eps": x.eps,
@@ -238,16 +239,14 @@ def _defaults_text(r: DefaultsResult, options: Any) -> str:
         x = r.rows[0]
         return f"{x.eps:.8g}\n{x.row.api}: {x.explanation} [source: {x.row.source}]\n"
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("framework", no_wrap=True)
+    table.add_column("name", no_wrap=True)
     table.add_column("api", ratio=3)
     table.add_column("eps", justify="right", no_wrap=True)
     table.add_column("rule (versions) [source]", overflow="fold", ratio=5)
     for x in r.rows:
         eps = f"{x.eps:.8g}" if x.eps is not None else "-"
         rule = x.explanation if x.row.framework == "torch" else x.row.rule
-        table.add_row(
-            x.row.framework, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]"
-        )
+        table.add_row(x.row.name, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]")
     return render_renderables([table], options)
 
 
