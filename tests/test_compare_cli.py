@@ -138,7 +138,10 @@ def test_nonfinite_and_zero_eps(cli, tmp_path: Path) -> None:  # type: ignore[no
         (("--from", "eps=1e-6", "--to", "framework=transformers"), "pick one: hf-llama"),
         (("--from", "eps=1e-6", "--to", "framework=jax"), "unknown framework 'jax'"),
         (("--from", "eps=1e-6", "--to", "framework=torch"), "add dtype="),
-        (("--from", "eps=1e-6", "--to", "framework=llama.cpp"), "llama.cpp: no default: eps is read from the GGUF"),
+        (
+            ("--from", "eps=1e-6", "--to", "framework=llama.cpp"),
+            "llama.cpp: no default: eps is read from the GGUF",
+        ),
         (("--from", "eps=1e-6", "--to", "eps=-1"), "eps must be finite and > 0"),
         (("--from", "eps=1e-6", "--to", "eps=1e-5", "--scale", "0"), "scale must be finite"),
         (("--from", "eps=1e-6", "--to", "eps=1e-5", "--format", "xml"), "'xml' is not one of"),
