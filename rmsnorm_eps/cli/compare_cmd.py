@@ -108,6 +108,8 @@ def compare(
     wants_config = [o for o, t in (("--from", spec_from), ("--to", spec_to)) if is_config_spec(t)]
     if wants_config and config is None:
         raise usage_error(f"{wants_config[0]} config needs --config FILE (the model config)")
+    if len(wants_config) == 2:
+        raise usage_error("--from config and --to config would both read --config: give one SPEC")
     if config is not None and not wants_config:
         raise usage_error("--config is used by --from config or --to config; give one of them")
     sides: list[EpsSpec | LayerSpecs] = []

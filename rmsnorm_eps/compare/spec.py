@@ -247,19 +247,20 @@ def specs_from_config(
             dim = settings.dim.value
         reduction = settings.reduction_dtype.value
         dtype = reduction if reduction in ("float32", "float16", "bfloat16") else "float64"
+        here = config.path
         parts = [
-            f"eps: {assigned.provenance[name]}",
-            f"placement: {placement.provenance.describe()}",
+            f"eps from {settings.eps.provenance.describe(here)}",
+            f"placement from {placement.provenance.describe(here)}",
         ]
         if dim is not None:
-            parts.append(f"dim: {settings.dim.provenance.describe()}")
+            parts.append(f"dim from {settings.dim.provenance.describe(here)}")
         if isinstance(reduction, str):
             parts.append(
-                f"q + eps in {dtype} (reduction_dtype {reduction}: "
-                f"{settings.reduction_dtype.provenance.describe()})"
+                f"q + eps in {dtype} (reduction_dtype {reduction} from "
+                f"{settings.reduction_dtype.provenance.describe(here)})"
             )
         else:
-            parts.append("reduction_dtype missing: exact float64")
+            parts.append("no reduction_dtype: exact float64")
         out.append(
             (
                 name,

@@ -71,7 +71,7 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     return out
 
 
-def _per_layer_lines(side: str, report: CompareReport, specs: LayerSpecs) -> list[str]:
+def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
     layers that use it (dump order)."""
     groups: dict[EpsSpec, list[str]] = {}
@@ -88,16 +88,16 @@ def _per_layer_lines(side: str, report: CompareReport, specs: LayerSpecs) -> lis
 
 def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
-    lines = [
-        f"{report.source} ({kind})",
-        f"from: {report.spec_from.describe()}",
-        f"to:   {report.spec_to.describe()}"
-        + (f", inputs scaled by {report.scale:g}" if report.scale != 1.0 else ""),
-    ]
+    lines = [f"{report.source} ({kind})"]
     for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
+        head = f"{side}:{' ' if side == 'from' else '   '}{spec.describe()}"
+        if side == "to" and report.scale != 1.0:
+            head += f", inputs scaled by {report.scale:g}"
+        lines.append(head)
         if isinstance(spec, LayerSpecs):
-            lines += _per_layer_lines(side, report, spec)
-        elif spec.note:
+            lines += _per_layer_lines(side, report)
+    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
+        if isinstance(spec, EpsSpec) and spec.note:
             lines.append(f"{side} default: {spec.note}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
     parts: list[RenderableType] = [Text("\n".join(lines))]
