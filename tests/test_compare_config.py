@@ -59,6 +59,8 @@ def test_per_layer_eps_from_yaml(cli: Cli) -> None:
     assert first["max_abs_change"] == pytest.approx(math.sqrt(6e-5 / 5.1e-5) - 1, rel=1e-12)
     assert f"{first['max_abs_change']:.6g}" == "0.0846523"  # as shown in docs/configs.md
     assert qnorm["max_abs_change"] == 0.0
+    second = first["worst"][1]
+    assert (second["q"], f"{second['change']:.6g}") == (5e-4, "0.00894206")  # docs/compare.md
     assert 'layers["*.self_attn.q_norm"].eps' in qnorm["from"]["note"]
     assert "defaults.eps" in first["from"]["note"]
 

@@ -178,9 +178,9 @@ def _show_text(c: NormConfig, options: Any) -> str:
     if c.source:
         parts.append(Text(f"source: {c.source}"))
     defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    defaults.add_column("setting")
-    defaults.add_column("value")
-    defaults.add_column("from", no_wrap=True)
+    defaults.add_column("setting", no_wrap=True)
+    defaults.add_column("value", no_wrap=True)
+    defaults.add_column("from")  # a long provenance wraps; the setting and value never do
     for name in FIELDS:
         r = c.defaults.get(name)
         defaults.add_row(name, show_value(r), r.provenance.describe(c.path))
