@@ -81,6 +81,8 @@ class LayerResult:
     # and nonfinite indices are indices of the whole layer's array.
     first_token: LayerResult | None = None
     other_tokens: LayerResult | None = None
+    # Where eps came from (ratio --config: config file, key and matching patterns), or None.
+    eps_source: str | None = None
 
     @property
     def nonfinite(self) -> int:
@@ -360,13 +362,15 @@ def analyze_dump(
     raw: bool = False,
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    eps_sources: Mapping[str, str] | None = None,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
     ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
     ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and ``q = mean(x**2)`` over
     the last axis is computed here. Violations: ``q/eps < min_ratio`` (ties pass) plus every
-    NaN or +inf q. A negative q raises :class:`InputFileError`.
+    NaN or +inf q. A negative q raises :class:`InputFileError`. ``eps_sources`` (layer name ->
+    where its eps came from) is copied into each layer's ``eps_source``.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
@@ -404,6 +408,8 @@ def analyze_dump(
                 for a, label in ((split.first, "first token"), (split.other, "other tokens"))
             )
             result = replace(result, first_token=first, other_tokens=other)
+        if eps_sources is not None:
+            result = replace(result, eps_source=eps_sources.get(src.name))
         layers.append(result)
     return RatioReport(
         source=str(Path(path)),

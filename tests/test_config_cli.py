@@ -267,3 +267,32 @@ def test_config_diff_on_the_shipped_examples(cli: Cli) -> None:
     res = cli("config", "show", str(EXAMPLES / "llama-3-8b-no-eps.json"), "--format", "json")
     assert res.exit_code == 0
     assert json.loads(res.stdout)["defaults"]["eps"]["value"] is None
+
+
+def test_ratio_config_shows_eps_provenance(cli: Cli) -> None:
+    import jsonschema
+
+    from rmsnorm_eps.reports.schema import load_schema
+
+    dump = str(EXAMPLES / "q_layers.npz")
+    llama = str(ROOT / "configs" / "llama-3-8b.yaml")
+    res = cli("ratio", "--config", llama, "--eps", "1e-6", "-q", dump, "--format", "json")
+    doc = json.loads(res.stdout)
+    jsonschema.Draft202012Validator(load_schema("ratio")).validate(doc)
+    sources = {x["name"]: x["eps_source"] for x in doc["layers"]}
+    assert sources == {
+        "model.layers.0.input_layernorm": (
+            f"{llama}: defaults.eps (layer matches *.input_layernorm)"
+        ),
+        "model.layers.0.self_attn.q_norm": "--eps (explicit fallback)",
+    }
+    cfg = str(EXAMPLES / "per-layer.yaml")
+    text = cli("ratio", "--config", cfg, "-q", dump, "--histogram", "none").stdout
+    assert (
+        f'eps 1e-06 from {cfg}: layers["*.self_attn.q_norm"].eps (layer matches '
+        "*.self_attn.q_norm): model.layers.0.self_attn.q_norm"
+    ) in text
+    # without --config there is no provenance to show
+    plain = cli("ratio", "--eps", "1e-5", "-q", dump, "--format", "json").stdout
+    assert all("eps_source" not in x for x in json.loads(plain)["layers"])
+    assert " from " not in cli("ratio", "--eps", "1e-5", "-q", dump, "--histogram", "none").stdout

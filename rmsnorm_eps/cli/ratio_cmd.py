@@ -115,12 +115,14 @@ def ratio(
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
     layer_eps: float | dict[str, float] = eps
+    eps_sources: dict[str, str] | None = None
     if config is not None:
         from rmsnorm_eps.config import eps_for_layers, load_config
         from rmsnorm_eps.dumps import open_dump
 
         names = [src.name for src in open_dump(q_file)]
-        layer_eps = eps_for_layers(load_config(config), names, fallback=eps).eps
+        assigned = eps_for_layers(load_config(config), names, fallback=eps)
+        layer_eps, eps_sources = assigned.eps, assigned.provenance
     report = analyze_dump(
         q_file,
         layer_eps,
@@ -129,6 +131,7 @@ def ratio(
         raw=raw,
         top_k=top,
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        eps_sources=eps_sources,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate, histogram=histogram)

@@ -62,7 +62,8 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
 
 @dataclass(frozen=True)
 class EpsAssignment:
-    """eps per dump layer and where each came from (a config value or the explicit --eps)."""
+    """eps per dump layer and where each came from: ``file: key (layer matches PATTERNS)`` for a
+    config value, ``--eps (explicit fallback)`` for the user's fallback."""
 
     eps: dict[str, float]
     provenance: dict[str, str]
@@ -113,7 +114,8 @@ def eps_for_layers(
             continue
         assert isinstance(value.value, float)
         eps[name] = value.value
-        prov[name] = value.provenance.describe()
+        patterns = ", ".join(e.pattern for e in config.matching(name))
+        prov[name] = f"{value.provenance.describe()} (layer matches {patterns})"
     if no_eps and fallback is None:
         why = no_eps[0][1].provenance.describe()
         raise ConfigError(

@@ -82,6 +82,19 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]
     return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
 
 
+def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
+    """ratio --config: one line per (eps, source) with the layers that took it."""
+    groups: dict[tuple[float, str], list[str]] = {}
+    for layer in report.layers:
+        if layer.eps_source is not None:
+            groups.setdefault((layer.eps, layer.eps_source), []).append(layer.name)
+    lines = []
+    for (eps, source), names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"eps {fmt(eps)} from {source}: {shown}")
+    return [Text("\n".join(lines))] if lines else []
+
+
 def _layer_row(layer: LayerResult) -> list[str]:
     return [
         layer.name,
@@ -185,6 +198,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
+    parts.extend(_eps_source_parts(report))
     parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
