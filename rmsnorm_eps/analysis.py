@@ -96,6 +96,8 @@ class LayerResult:
     # and nonfinite indices are indices of the whole layer's array.
     first_token: LayerResult | None = None
     other_tokens: LayerResult | None = None
+    # Where eps came from (ratio --config: config file, key and matching patterns), or None.
+    eps_source: str | None = None
 
     @property
     def nonfinite(self) -> int:
@@ -425,6 +427,7 @@ def analyze_dump(
     threads: int | None = None,
     dtype: str | None = None,
     fast: bool = True,
+    eps_sources: Mapping[str, str] | None = None,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
@@ -436,6 +439,8 @@ def analyze_dump(
     does not depend on it. ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns.
     ``fast`` (raw mode) computes q with float32 sums and recomputes exactly every q that
     decides or shows anything; ``fast=False`` computes every q exactly. Reports are identical.
+    ``eps_sources`` (layer name -> where its eps came from) is copied into each layer's
+    ``eps_source``.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
@@ -478,6 +483,8 @@ def analyze_dump(
                 for a, label in ((split.first, "first token"), (split.other, "other tokens"))
             )
             result = replace(result, first_token=first, other_tokens=other)
+        if eps_sources is not None:
+            result = replace(result, eps_source=eps_sources.get(src.name))
         layers.append(result)
     return RatioReport(
         source=str(Path(path)),

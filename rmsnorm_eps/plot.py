@@ -246,9 +246,8 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
     from rmsnorm_eps.compare.factor import factor as compute_factor
 
     tol = report.tolerance
-    # a layer's own settings when the report has them (per-layer settings from a config)
-    spec_from = getattr(layer, "spec_from", report.spec_from)
-    spec_to = getattr(layer, "spec_to", report.spec_to)
+    # each layer's own settings (they differ per layer with --from/--to config)
+    spec_from, spec_to = layer.spec_from, layer.spec_to
     ks = [d.decade for d in layer.decades]
     lo = (min(ks) - 1) if ks else -2
     hi = (max(ks) + 2) if ks else 4

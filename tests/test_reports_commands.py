@@ -463,3 +463,35 @@ def test_merge_cli_summary_and_plot(cli: Callable[..., Any], in_root: None, tmp_
         "file=tests/data/merge/shard0.npz::"
     )
     assert _png_size(out.read_bytes()) == (800, 780)
+
+
+def test_compare_with_per_layer_settings(
+    cli: Callable[..., Any], in_root: None, tmp_path: Path
+) -> None:
+    args = (
+        "compare",
+        "--q-file",
+        "examples/configs/q_layers.npz",
+        "--from",
+        "config",
+        "--config",
+        "examples/configs/per-layer.yaml",
+        "--to",
+        "eps=1e-5",
+    )
+    res = cli(*args, "-f", "markdown")
+    assert res.exit_code == 1
+    assert "| from | per layer from examples/configs/per-layer.yaml |" in res.stdout
+    assert "2 check(s)" not in res.stdout and "4 check(s): 3 passed, 1 failed" in res.stdout
+    doc = _json_valid(cli(*args, "-f", "json").stdout)
+    assert doc["from"]["per_layer"] is True
+    if _has_matplotlib():
+        out = tmp_path / "c.png"
+        assert cli(*args, "--plot", str(out)).exit_code == 1
+        assert _png_size(out.read_bytes()) == (800, 520)
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None

@@ -131,12 +131,14 @@ def ratio(
     if dtype is not None and dtype != "bfloat16":
         raise usage_error(f"--dtype must be bfloat16, got {dtype!r}")
     layer_eps: float | dict[str, float] = eps
+    eps_sources: dict[str, str] | None = None
     if config is not None:
         from rmsnorm_eps.config import eps_for_layers, load_config
         from rmsnorm_eps.dumps import open_dump
 
         names = [src.name for src in open_dump(q_file)]
-        layer_eps = eps_for_layers(load_config(config), names, fallback=eps).eps
+        assigned = eps_for_layers(load_config(config), names, fallback=eps)
+        layer_eps, eps_sources = assigned.eps, assigned.provenance
     report = analyze_dump(
         q_file,
         layer_eps,
@@ -147,6 +149,7 @@ def ratio(
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
         threads=threads,
         dtype=dtype,
+        eps_sources=eps_sources,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     if save_summary is not None:

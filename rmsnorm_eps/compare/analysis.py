@@ -26,7 +26,7 @@ import numpy as np
 
 from rmsnorm_eps.analysis import _unravel, iter_q_chunks
 from rmsnorm_eps.compare.factor import factor as compute_factor
-from rmsnorm_eps.compare.spec import EpsSpec
+from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, open_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
@@ -83,6 +83,8 @@ class CompareLayer:
     worst: tuple[MovedInput, ...]
     nonfinite_examples: tuple[MovedInput, ...]  # nonfinite q or factor (q, factor may be NaN)
     decades: tuple[DecadeRow, ...]
+    spec_from: EpsSpec  # this layer's settings (differ per layer with --from config)
+    spec_to: EpsSpec
 
     @property
     def nonfinite_q(self) -> int:
@@ -103,8 +105,8 @@ class CompareReport:
 
     source: str
     raw: bool
-    spec_from: EpsSpec
-    spec_to: EpsSpec
+    spec_from: EpsSpec | LayerSpecs
+    spec_to: EpsSpec | LayerSpecs
     tolerance: float
     scale: float
     top_k: int
@@ -308,13 +310,15 @@ class CompareAccumulator:
                 DecadeRow(k, int(c), int(m), float(x))
                 for k, (c, m, x) in sorted(self.decades.items())
             ),
+            spec_from=self.spec_from,
+            spec_to=self.spec_to,
         )
 
 
 def compare_dump(
     path: str | os.PathLike[str],
-    spec_from: EpsSpec,
-    spec_to: EpsSpec,
+    spec_from: EpsSpec | LayerSpecs,
+    spec_to: EpsSpec | LayerSpecs,
     *,
     tolerance: float = 0.01,
     scale: float = 1.0,
@@ -327,6 +331,7 @@ def compare_dump(
     ``factor = y_to / y_from = scale * den_from(q) / den_to(scale**2 q)``; an input moves when
     ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
     ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
+    A :class:`~rmsnorm_eps.compare.spec.LayerSpecs` side gives each layer its own setting.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -339,14 +344,15 @@ def compare_dump(
     layers: list[CompareLayer] = []
     for src in open_dump(path):
         q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
-        for side, spec in (("--from", spec_from), ("--to", spec_to)):
+        layer_from, layer_to = spec_from.for_layer(src.name), spec_to.for_layer(src.name)
+        for side, spec in (("--from", layer_from), ("--to", layer_to)):
             if dim is not None and spec.dim is not None and spec.dim != dim:
                 raise InputFileError(
                     src.path,
                     f"{side} {spec.text!r} says dim={spec.dim} but the activations have d = {dim}",
                     key=src.key,
                 )
-        acc = CompareAccumulator(spec_from, spec_to, tol, c, top_k)
+        acc = CompareAccumulator(layer_from, layer_to, tol, c, top_k)
         try:
             for start, q in chunks:
                 acc.update(q, start)

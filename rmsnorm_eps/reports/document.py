@@ -48,6 +48,8 @@ def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
 
 def _layer(layer: LayerResult) -> dict[str, Any]:
     doc = _layer_figures(layer)
+    if layer.eps_source is not None:  # ratio --config: where this layer's eps came from
+        doc["eps_source"] = layer.eps_source
     # Only for dumps with token positions: the same figures for position 0 and the rest.
     if layer.first_token is not None and layer.other_tokens is not None:
         doc["first_token"] = _layer_figures(layer.first_token)

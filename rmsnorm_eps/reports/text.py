@@ -95,6 +95,19 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]
     return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
 
 
+def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
+    """ratio --config: one line per (eps, source) with the layers that took it."""
+    groups: dict[tuple[float, str], list[str]] = {}
+    for layer in report.layers:
+        if layer.eps_source is not None:
+            groups.setdefault((layer.eps, layer.eps_source), []).append(layer.name)
+    lines = []
+    for (eps, source), names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"eps {fmt(eps)} from {source}: {shown}")
+    return [Text("\n".join(lines))] if lines else []
+
+
 def _layer_row(layer: LayerResult) -> list[str]:
     return [
         layer.name,
@@ -198,24 +211,23 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
+    parts.extend(_eps_source_parts(report))
     parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
             parts.append(_histogram(layer, report.min_ratio, options.color))
         if not layer.violations:
             continue
-        worst = Table(
-            title=f"{layer.name}: worst {len(layer.worst)} input(s)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for name in ("index", "q", "q/eps", "A", "1 - A"):
-            worst.add_column(name, justify="left" if name == "index" else "right")
-        for w in layer.worst:
-            worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
-                          fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
-        parts.append(worst)
+        if layer.worst:  # (--top 0 lists none)
+            # The title is a line of its own: a table title wraps at the table's width.
+            parts.append(Text(f"\n{layer.name}: worst {len(layer.worst)} input(s)"))
+            worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            for name in ("index", "q", "q/eps", "A", "1 - A"):
+                worst.add_column(name, justify="left" if name == "index" else "right")
+            for w in layer.worst:
+                worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
+                              fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
+            parts.append(worst)
         if layer.nonfinite:
             shown = ", ".join(
                 f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
