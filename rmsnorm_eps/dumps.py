@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import io
+import lzma
 import math
 import os
 import stat
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +35,13 @@ NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _MAX_HEADER = 1 << 16
 _FLOAT_KINDS = {"float16", "float32", "float64"}
+#: What reading a damaged or unusual zip member can raise: a bad CRC or header (BadZipFile), a
+#: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
+#: (RuntimeError), an unsupported compression method (NotImplementedError).
+_ZIP_ERRORS: tuple[type[Exception], ...] = (
+    zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError,
+    zlib.error, lzma.LZMAError,
+)
 
 
 def check_regular_file(path: Path) -> int:
@@ -192,7 +201,7 @@ class ArraySource:
             if len(skipped) != self.header.header_len:
                 raise InputFileError(self.path, "truncated member", key=self.key)
             return member, zf
-        except OSError as exc:
+        except _ZIP_ERRORS as exc:
             raise InputFileError(self.path, f"cannot read: {exc}", key=self.key) from None
 
     def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -215,7 +224,7 @@ class ArraySource:
                 nbytes = n * dtype.itemsize
                 try:
                     got = _readinto_full(stream, raw[:nbytes])
-                except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+                except _ZIP_ERRORS as exc:
                     raise InputFileError(
                         self.path, f"cannot read data: {exc}", key=self.key
                     ) from None
@@ -263,7 +272,7 @@ def _open_npy(path: Path, size: int) -> list[ArraySource]:
 def _open_npz(path: Path) -> list[ArraySource]:
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (*_ZIP_ERRORS, KeyError, IndexError) as exc:  # type: ignore[misc]
         raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
     sources: list[ArraySource] = []
     companions: list[ArraySource] = []
@@ -282,7 +291,7 @@ def _open_npz(path: Path) -> list[ArraySource]:
             try:
                 with zf.open(info) as member:
                     header = read_npy_header(member, path, key)
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
+            except _ZIP_ERRORS as exc:
                 raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
             if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
                 _check_companion_dtype(header.dtype, path, key)
