@@ -15,6 +15,7 @@ import lzma
 import math
 import os
 import stat
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ _FLOAT_KINDS = {"float16", "float32", "float64"}
 #: (RuntimeError), an unsupported compression method (NotImplementedError).
 _ZIP_ERRORS: tuple[type[Exception], ...] = (
     zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError,
-    zlib.error, lzma.LZMAError,
+    zlib.error, lzma.LZMAError, IndexError, KeyError,  # zipfile on mangled names and extras
 )
 
 
@@ -127,7 +128,9 @@ def read_npy_header(fp: IO[bytes], path: Path, key: str | None = None) -> NpyHea
         raise InputFileError(path, "truncated .npy header", key=key)
     try:
         text = text_bytes.decode("utf-8" if major == 3 else "latin1")
-        meta = ast.literal_eval(text)
+        with warnings.catch_warnings():  # "invalid escape sequence" in a garbled header
+            warnings.simplefilter("ignore")
+            meta = ast.literal_eval(text)
     except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
         raise InputFileError(path, "malformed .npy header", key=key) from None
     if not isinstance(meta, dict) or set(meta) != {"descr", "fortran_order", "shape"}:
@@ -272,7 +275,7 @@ def _open_npy(path: Path, size: int) -> list[ArraySource]:
 def _open_npz(path: Path) -> list[ArraySource]:
     try:
         zf = zipfile.ZipFile(path)
-    except (*_ZIP_ERRORS, KeyError, IndexError) as exc:  # type: ignore[misc]
+    except _ZIP_ERRORS as exc:
         raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
     sources: list[ArraySource] = []
     companions: list[ArraySource] = []
