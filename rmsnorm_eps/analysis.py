@@ -17,7 +17,13 @@ from typing import Protocol
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, open_dump
+from rmsnorm_eps.dumps import (
+    DEFAULT_CHUNK_BYTES,
+    ArraySource,
+    Unreadable,
+    open_dump,
+    open_dump_lenient,
+)
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import mean_square_rows
 from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
@@ -105,6 +111,8 @@ class RatioReport:
     min_ratio: float
     top_k: int
     layers: tuple[LayerResult, ...]
+    # Layers that could not be read, with why (only with skip_unreadable; else that fails).
+    skipped: tuple[Unreadable, ...] = ()
 
     @property
     def count(self) -> int:
@@ -360,6 +368,7 @@ def analyze_dump(
     raw: bool = False,
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    skip_unreadable: bool = False,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
@@ -367,44 +376,30 @@ def analyze_dump(
     ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and ``q = mean(x**2)`` over
     the last axis is computed here. Violations: ``q/eps < min_ratio`` (ties pass) plus every
     NaN or +inf q. A negative q raises :class:`InputFileError`.
+
+    A layer that cannot be read (or holds invalid data) raises, unless ``skip_unreadable``:
+    then it is left out and listed in ``RatioReport.skipped`` with the problem.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources = open_dump(path)
+    skipped: list[Unreadable] = []
+    if skip_unreadable:
+        sources, skipped = open_dump_lenient(path)
+    else:
+        sources = open_dump(path)
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
     layers: list[LayerResult] = []
     for src in sources:
-        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
-        acc = LayerAccumulator(eps_by_layer[src.name], ratio, top_k)
-        pos_src = None if raw else src.companion("position")
-        split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
         try:
-            for start, q in chunks:
-                acc.update(q, start)
-                if split is not None:
-                    split.update(q, start)
-        except NegativeValue as exc:
-            where = _unravel(exc.index, q_shape, order)
-            raise InputFileError(
-                src.path,
-                f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
-                key=src.key,
-            ) from None
-        result = layer_result(
-            acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
-            raw_dim=dim,
-        )
-        if split is not None:
-            first, other = (
-                layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
-                             dtype=result.dtype, raw_dim=None)
-                for a, label in ((split.first, "first token"), (split.other, "other tokens"))
-            )
-            result = replace(result, first_token=first, other_tokens=other)
-        layers.append(result)
+            layers.append(_analyze_layer(src, eps_by_layer[src.name], ratio, raw, top_k,
+                                         chunk_bytes))
+        except InputFileError as exc:
+            if not skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
     return RatioReport(
         source=str(Path(path)),
         raw=raw,
@@ -412,7 +407,42 @@ def analyze_dump(
         min_ratio=ratio,
         top_k=top_k,
         layers=tuple(layers),
+        skipped=tuple(skipped),
     )
+
+
+def _analyze_layer(
+    src: ArraySource, eps: float, ratio: float, raw: bool, top_k: int, chunk_bytes: int
+) -> LayerResult:
+    """One layer of :func:`analyze_dump`."""
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+    acc = LayerAccumulator(eps, ratio, top_k)
+    pos_src = None if raw else src.companion("position")
+    split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
+    try:
+        for start, q in chunks:
+            acc.update(q, start)
+            if split is not None:
+                split.update(q, start)
+    except NegativeValue as exc:
+        where = _unravel(exc.index, q_shape, order)
+        raise InputFileError(
+            src.path,
+            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            key=src.key,
+        ) from None
+    result = layer_result(
+        acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
+        raw_dim=dim,
+    )
+    if split is not None:
+        first, other = (
+            layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
+                         dtype=result.dtype, raw_dim=None)
+            for a, label in ((split.first, "first token"), (split.other, "other tokens"))
+        )
+        result = replace(result, first_token=first, other_tokens=other)
+    return result
 
 
 class GateSubject(Protocol):

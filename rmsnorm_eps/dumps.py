@@ -27,7 +27,15 @@ import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["COMPANION_SEP", "DEFAULT_CHUNK_BYTES", "ArraySource", "check_regular_file", "open_dump"]
+__all__ = [
+    "COMPANION_SEP",
+    "DEFAULT_CHUNK_BYTES",
+    "ArraySource",
+    "Unreadable",
+    "check_regular_file",
+    "open_dump",
+    "open_dump_lenient",
+]
 
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
@@ -272,7 +280,46 @@ def _open_npy(path: Path, size: int) -> list[ArraySource]:
     return [ArraySource(path, None, header, None)]
 
 
-def _open_npz(path: Path) -> list[ArraySource]:
+def _open_member(
+    path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, seen: set[str]
+) -> ArraySource:
+    name = info.filename
+    if not name.endswith(".npy"):
+        raise InputFileError(path, f"member {name!r} is not a .npy array")
+    key = name[: -len(".npy")]
+    if key in seen:
+        raise InputFileError(path, f"duplicate member {name!r}")
+    seen.add(key)
+    try:
+        with zf.open(info) as member:
+            header = read_npy_header(member, path, key)
+    except _ZIP_ERRORS as exc:
+        raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
+    if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
+        _check_companion_dtype(header.dtype, path, key)
+    else:
+        check_float_dtype(header.dtype, path, key)
+    _check_declared_size(path, key, header, info.file_size)
+    if info.file_size > header.header_len + header.nbytes:
+        raise InputFileError(
+            path,
+            f"member is {info.file_size} bytes, its header declares "
+            f"{header.header_len + header.nbytes}",
+            key=key,
+        )
+    return ArraySource(path, key, header, name)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A layer (npz member) that could not be read, and why: listed, never dropped silently."""
+
+    name: str
+    problem: str
+
+
+def _open_npz(path: Path, skipped: list[Unreadable] | None = None) -> list[ArraySource]:
+    """Open every member; a bad member raises, or is appended to ``skipped`` when given."""
     try:
         zf = zipfile.ZipFile(path)
     except _ZIP_ERRORS as exc:
@@ -282,35 +329,17 @@ def _open_npz(path: Path) -> list[ArraySource]:
     seen: set[str] = set()
     with zf:
         for info in zf.infolist():
-            if info.is_dir():
+            if info.filename.endswith("/"):  # a directory (is_dir() fails on an empty name)
                 continue
-            name = info.filename
-            if not name.endswith(".npy"):
-                raise InputFileError(path, f"member {name!r} is not a .npy array")
-            key = name[: -len(".npy")]
-            if key in seen:
-                raise InputFileError(path, f"duplicate member {name!r}")
-            seen.add(key)
             try:
-                with zf.open(info) as member:
-                    header = read_npy_header(member, path, key)
-            except _ZIP_ERRORS as exc:
-                raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
-            if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
-                _check_companion_dtype(header.dtype, path, key)
-            else:
-                check_float_dtype(header.dtype, path, key)
-            _check_declared_size(path, key, header, info.file_size)
-            if info.file_size > header.header_len + header.nbytes:
-                raise InputFileError(
-                    path,
-                    f"member is {info.file_size} bytes, its header declares "
-                    f"{header.header_len + header.nbytes}",
-                    key=key,
-                )
-            src = ArraySource(path, key, header, name)
-            (companions if COMPANION_SEP in key else sources).append(src)
-    if not sources:
+                src = _open_member(path, zf, info, seen)
+            except InputFileError as exc:
+                if skipped is None:
+                    raise
+                skipped.append(Unreadable(exc.key or info.filename, exc.problem))
+                continue
+            (companions if COMPANION_SEP in str(src.key) else sources).append(src)
+    if not sources and not skipped:
         raise InputFileError(path, "the .npz archive holds no arrays")
     return _attach_companions(path, sources, companions)
 
@@ -371,6 +400,23 @@ def open_dump(path: str | os.PathLike[str]) -> list[ArraySource]:
     if not head:
         raise InputFileError(p, "empty file")
     raise InputFileError(p, "not a .npy or .npz file (unrecognised magic bytes)")
+
+
+def open_dump_lenient(path: str | os.PathLike[str]) -> tuple[list[ArraySource], list[Unreadable]]:
+    """:func:`open_dump`, but a ``.npz`` member that cannot be opened is returned in the second
+    list (name and problem) instead of failing the whole dump (``--skip-unreadable``). A file
+    that is not a readable dump at all still raises."""
+    p = Path(path)
+    check_regular_file(p)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
+    if head[:4] in ZIP_MAGIC:
+        skipped: list[Unreadable] = []
+        return _open_npz(p, skipped), skipped
+    return open_dump(p), []
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

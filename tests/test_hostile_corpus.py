@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from corpus.make_corpus import Case, all_cases, build, zip_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +206,10 @@ def test_memory_measure_sees_real_allocations(tmp_path: Path) -> None:
     env = dict(os.environ, HOSTILE_AS=str(AS_LIMIT), HOSTILE_STATS=str(stats))
     subprocess.run(
         [sys.executable, "-c", launcher, str(script), str(tmp_path / "zip_bomb.npz")],
-        check=True, env=env, timeout=WALL_TIMEOUT_S, capture_output=True,
+        check=True,
+        env=env,
+        timeout=WALL_TIMEOUT_S,
+        capture_output=True,
     )
     assert json.loads(stats.read_text())["peak_kib"] > PEAK_LIMIT_KIB
 
@@ -219,7 +220,9 @@ def _peaks(outcomes: dict[str, Outcome]) -> Iterator[tuple[str, int, float]]:
             yield name, o.peak_kib, o.cpu_s
 
 
-def test_report_worst_case(outcomes: dict[str, Outcome], capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_worst_case(
+    outcomes: dict[str, Outcome], capsys: pytest.CaptureFixture[str]
+) -> None:
     """Prints the worst peak memory and CPU time (for the closing note); -s to see it."""
     rows = list(_peaks(outcomes))
     assert rows
@@ -230,4 +233,3 @@ def test_report_worst_case(outcomes: dict[str, Outcome], capsys: pytest.CaptureF
             f"\nworst peak RSS: {worst_mem[1] / 1024:.1f} MiB ({worst_mem[0]}); "
             f"worst CPU: {worst_cpu[2]:.2f} s ({worst_cpu[0]}); {len(rows)} runs"
         )
-    _ = pickle  # the payload module is imported by the corpus, not here

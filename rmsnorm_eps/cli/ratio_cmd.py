@@ -14,6 +14,8 @@ from rmsnorm_eps.cli._output import (
     format_option,
     output_option,
     plot_option,
+    skip_unreadable_option,
+    skipped_suffix,
     summary_line,
     summary_option,
 )
@@ -84,6 +86,7 @@ def ratio(
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
+    skip_unreadable: bool = skip_unreadable_option(),
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -117,9 +120,12 @@ def ratio(
     layer_eps: float | dict[str, float] = eps
     if config is not None:
         from rmsnorm_eps.config import eps_for_layers, load_config
-        from rmsnorm_eps.dumps import open_dump
+        from rmsnorm_eps.dumps import open_dump, open_dump_lenient
 
-        names = [src.name for src in open_dump(q_file)]
+        names = [
+            src.name
+            for src in (open_dump_lenient(q_file)[0] if skip_unreadable else open_dump(q_file))
+        ]
         layer_eps = eps_for_layers(load_config(config), names, fallback=eps).eps
     report = analyze_dump(
         q_file,
@@ -129,6 +135,7 @@ def ratio(
         raw=raw,
         top_k=top,
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        skip_unreadable=skip_unreadable,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate, histogram=histogram)
@@ -140,14 +147,16 @@ def ratio(
 
         drawn = plot_ratio(report, plot_fmt, plot_layers)
         atomic_write_bytes(plot, drawn.data)
-    verdict = "PASS" if gate.passed else "FAIL"
+    verdict = "INCOMPLETE" if report.skipped else "PASS" if gate.passed else "FAIL"
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
-        f"{report.count} inputs{budget}"
+        f"{report.count} inputs{budget}{skipped_suffix(report.skipped)}"
     )
+    if report.skipped:  # never 0, whatever --exit-zero says: part of the dump was not checked
+        raise typer.Exit(EXIT_FINDINGS)
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_OK)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import struct
 import sys
 import zipfile
@@ -163,15 +162,19 @@ def gguf_bytes(
     """A GGUF file: ``kvs`` are (key, value type id, encoded value); tensors (name, dims,
     ggml type, data). Counts can be overridden to lie."""
     out = bytearray(b"GGUF" + struct.pack("<I", version))
-    out += struct.pack("<QQ", len(tensors) if n_tensors is None else n_tensors,
-                       len(kvs) if n_kv is None else n_kv)
+    out += struct.pack(
+        "<QQ", len(tensors) if n_tensors is None else n_tensors, len(kvs) if n_kv is None else n_kv
+    )
     for key, vtype, value in kvs:
         out += gg_str(key) + struct.pack("<I", vtype) + value
     offset = 0
     for name, dims, ttype, data in tensors:
-        out += gg_str(name) + struct.pack("<I", len(dims)) + b"".join(
-            struct.pack("<Q", d) for d in dims
-        ) + struct.pack("<IQ", ttype, offset)
+        out += (
+            gg_str(name)
+            + struct.pack("<I", len(dims))
+            + b"".join(struct.pack("<Q", d) for d in dims)
+            + struct.pack("<IQ", ttype, offset)
+        )
         offset += len(data) + (-len(data)) % 32
     out += b"\x00" * ((-len(out)) % 32)
     for _, _, _, data in tensors:
@@ -197,7 +200,9 @@ def gguf_model(eps_kv: KV | None = None, extra: Sequence[KV] = ()) -> list[KV]:
         ("general.name", GG_STRING, gg_str("corpus")),
         ("llama.embedding_length", GG_U32, struct.pack("<I", 8)),
     ]
-    kvs.append(eps_kv or ("llama.attention.layer_norm_rms_epsilon", GG_F32, struct.pack("<f", 1e-5)))
+    kvs.append(
+        eps_kv or ("llama.attention.layer_norm_rms_epsilon", GG_F32, struct.pack("<f", 1e-5))
+    )
     return kvs + list(extra)
 
 
@@ -218,8 +223,15 @@ def valid_dump(path: Path) -> None:
 # --------------------------------------------------------------------------- .npy
 
 
-@case("npy", "pickle_object.npy", RATIO, 2, "holds Python objects", marker="PWNED_npy",
-      also=[(COMPARE, 2, "holds Python objects")])
+@case(
+    "npy",
+    "pickle_object.npy",
+    RATIO,
+    2,
+    "holds Python objects",
+    marker="PWNED_npy",
+    also=[(COMPARE, 2, "holds Python objects")],
+)
 def pickle_object(path: Path) -> None:
     path.write_bytes(pickled_object_npy("PWNED_npy"))
 
@@ -234,13 +246,21 @@ def truncated_header(path: Path) -> None:
     path.write_bytes(npy(_q_values())[:30])
 
 
-@case("npy", "truncated_data.npy", RATIO, 2, "truncated: header declares shape (1, 3)",
-      also=[(COMPARE, 2, "truncated: header declares shape (1, 3)")])
+@case(
+    "npy",
+    "truncated_data.npy",
+    RATIO,
+    2,
+    "truncated: header declares shape (1, 3)",
+    also=[(COMPARE, 2, "truncated: header declares shape (1, 3)")],
+)
 def truncated_data(path: Path) -> None:
     path.write_bytes(npy(_q_values())[:-5])
 
 
-@case("npy", "huge_shape.npy", RATIO, 2, "truncated: header declares shape (1099511627776, 1048576)")
+@case(
+    "npy", "huge_shape.npy", RATIO, 2, "truncated: header declares shape (1099511627776, 1048576)"
+)
 def huge_shape(path: Path) -> None:
     header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776, 1048576), }"
     path.write_bytes(npy_with_header(header, b"\x00" * 64))
@@ -271,22 +291,43 @@ def empty_file(path: Path) -> None:
     path.write_bytes(b"")
 
 
-@case("npy", "big_endian.npy", RATIO_JSON, 0, "PASS: 0 violation(s)",
-      json_checks=[("layers.0.min_q", 1e-3), ("layers.0.max_q", 1.0), ("layers.0.count", 3)])
+@case(
+    "npy",
+    "big_endian.npy",
+    RATIO_JSON,
+    0,
+    "PASS: 0 violation(s)",
+    json_checks=[("layers.0.min_q", 1e-3), ("layers.0.max_q", 1.0), ("layers.0.count", 3)],
+)
 def big_endian(path: Path) -> None:
     path.write_bytes(npy(_q_values().astype(">f8")))
 
 
-@case("npy", "fortran_order.npy", RATIO_JSON, 1, "FAIL: 1 violation(s)",
-      json_checks=[("layers.0.worst.0.index", [1, 0]), ("layers.0.worst.0.q", 1e-7),
-                   ("layers.0.count", 6)])
+@case(
+    "npy",
+    "fortran_order.npy",
+    RATIO_JSON,
+    1,
+    "FAIL: 1 violation(s)",
+    json_checks=[
+        ("layers.0.worst.0.index", [1, 0]),
+        ("layers.0.worst.0.q", 1e-7),
+        ("layers.0.count", 6),
+    ],
+)
 def fortran_order(path: Path) -> None:
     q = np.array([[1.0, 2.0, 3.0], [1e-7, 5.0, 6.0]], dtype=">f8")  # big-endian too
     path.write_bytes(npy(np.asfortranarray(q)))
 
 
-@case("npy", "zero_d.npy", RATIO_JSON, 0, "PASS: 0 violation(s)",
-      json_checks=[("layers.0.count", 1), ("layers.0.shape", []), ("layers.0.min_q", 0.5)])
+@case(
+    "npy",
+    "zero_d.npy",
+    RATIO_JSON,
+    0,
+    "PASS: 0 violation(s)",
+    json_checks=[("layers.0.count", 1), ("layers.0.shape", []), ("layers.0.min_q", 0.5)],
+)
 def zero_d(path: Path) -> None:
     path.write_bytes(npy(np.array(0.5, np.float32)))
 
@@ -296,8 +337,14 @@ def zero_d_raw(path: Path) -> None:
     path.write_bytes(npy(np.array(0.5, np.float32)))
 
 
-@case("npy", "empty_array.npy", RATIO, 2, "empty array (shape (0, 4))",
-      also=[(COMPARE, 2, "empty array")])
+@case(
+    "npy",
+    "empty_array.npy",
+    RATIO,
+    2,
+    "empty array (shape (0, 4))",
+    also=[(COMPARE, 2, "empty array")],
+)
 def empty_array(path: Path) -> None:
     path.write_bytes(npy(np.zeros((0, 4), np.float32)))
 
@@ -327,15 +374,27 @@ def unicode_dtype(path: Path) -> None:
     path.write_bytes(npy(np.array(["abcd"])))
 
 
-@case("npy", "nan_inf.npy", RATIO_JSON, 1, "(0 below q/eps 49.2512562814, 2 nonfinite)",
-      json_checks=[("layers.0.nan", 1), ("layers.0.inf", 1), ("layers.0.count", 4)],
-      also=[(COMPARE, 1, "2 nonfinite")])
+@case(
+    "npy",
+    "nan_inf.npy",
+    RATIO_JSON,
+    1,
+    "(0 below q/eps 49.2512562814, 2 nonfinite)",
+    json_checks=[("layers.0.nan", 1), ("layers.0.inf", 1), ("layers.0.count", 4)],
+    also=[(COMPARE, 1, "2 nonfinite")],
+)
 def nan_inf(path: Path) -> None:
     path.write_bytes(npy(np.array([1.0, np.nan, np.inf, 2.0], np.float32)))
 
 
-@case("npy", "negative_q.npy", RATIO, 2, "negative q -0.5 at index [2]",
-      also=[(COMPARE, 2, "negative q -0.5")])
+@case(
+    "npy",
+    "negative_q.npy",
+    RATIO,
+    2,
+    "negative q -0.5 at index [2]",
+    also=[(COMPARE, 2, "negative q -0.5")],
+)
 def negative_q(path: Path) -> None:
     path.write_bytes(npy(np.array([1.0, 2.0, -0.5], np.float64)))
 
@@ -349,8 +408,9 @@ def _member(name: str, array: np.ndarray) -> tuple[str, bytes]:
 
 @case("npz", "pickled_member.npz", RATIO, 2, "[evil]: holds Python objects", marker="PWNED_npz")
 def pickled_member(path: Path) -> None:
-    path.write_bytes(zip_bytes([_member("ok.npy", _q_values()),
-                                ("evil.npy", pickled_object_npy("PWNED_npz"))]))
+    path.write_bytes(
+        zip_bytes([_member("ok.npy", _q_values()), ("evil.npy", pickled_object_npy("PWNED_npz"))])
+    )
 
 
 #: The bomb: 2**25 float64 zeros (256 MiB expanded) deflated to about 260 KiB.
@@ -378,18 +438,61 @@ def _raw_zip(name: str, deflated: bytes, crc: int, size: int) -> bytes:
     """A one-member zip from an already deflated stream (zipfile would inflate it to write)."""
     raw = name.encode()
     dos_time, dos_date = 0, (0 << 9) | (1 << 5) | 1
-    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, dos_time, dos_date, crc,
-                        len(deflated), size, len(raw), 0) + raw
-    central = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8, dos_time, dos_date, crc,
-                          len(deflated), size, len(raw), 0, 0, 0, 0, 0o644 << 16, 0) + raw
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(central),
-                      len(local) + len(deflated), 0)
+    local = (
+        struct.pack(
+            "<4s5H3L2H",
+            b"PK\x03\x04",
+            20,
+            0,
+            8,
+            dos_time,
+            dos_date,
+            crc,
+            len(deflated),
+            size,
+            len(raw),
+            0,
+        )
+        + raw
+    )
+    central = (
+        struct.pack(
+            "<4s6H3L5H2L",
+            b"PK\x01\x02",
+            20,
+            20,
+            0,
+            8,
+            dos_time,
+            dos_date,
+            crc,
+            len(deflated),
+            size,
+            len(raw),
+            0,
+            0,
+            0,
+            0,
+            0o644 << 16,
+            0,
+        )
+        + raw
+    )
+    end = struct.pack(
+        "<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(central), len(local) + len(deflated), 0
+    )
     return local + deflated + central + end
 
 
-@case("npz", "compressed_valid.npz", RATIO_JSON, 0, "PASS: 0 violation(s)",
-      json_checks=[("layers.0.count", 1 << 20), ("layers.0.min_q", 1.0)],
-      also=[(COMPARE, 0, "PASS: 0 violation(s)")])
+@case(
+    "npz",
+    "compressed_valid.npz",
+    RATIO_JSON,
+    0,
+    "PASS: 0 violation(s)",
+    json_checks=[("layers.0.count", 1 << 20), ("layers.0.min_q", 1.0)],
+    also=[(COMPARE, 0, "PASS: 0 violation(s)")],
+)
 def compressed_valid(path: Path) -> None:
     q = 1.0 + (np.arange(1 << 20) % 1000).astype(np.float32)
     path.write_bytes(zip_bytes([_member("layers.0.norm.npy", q)], zipfile.ZIP_DEFLATED))
@@ -446,8 +549,13 @@ def encrypted_member(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@case("npz", "unknown_compression.npz", RATIO, 2,
-      "[a]: cannot read member: That compression method is not supported")
+@case(
+    "npz",
+    "unknown_compression.npz",
+    RATIO,
+    2,
+    "[a]: cannot read member: That compression method is not supported",
+)
 def unknown_compression(path: Path) -> None:
     data = bytearray(zip_bytes([_member("a.npy", _q_values())]))
     for sig, off in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
@@ -458,30 +566,46 @@ def unknown_compression(path: Path) -> None:
 
 @case("npz", "companion_float.npz", RATIO, 2, "companion array has dtype float64")
 def companion_float(path: Path) -> None:
-    path.write_bytes(zip_bytes([_member("n.npy", _q_values()),
-                                _member("n::position.npy", _q_values())]))
+    path.write_bytes(
+        zip_bytes([_member("n.npy", _q_values()), _member("n::position.npy", _q_values())])
+    )
 
 
 @case("npz", "companion_orphan.npz", RATIO, 2, "companion array without its layer 'm'")
 def companion_orphan(path: Path) -> None:
-    path.write_bytes(zip_bytes([_member("n.npy", _q_values()),
-                                _member("m::position.npy", np.zeros((1, 3), np.int64))]))
+    path.write_bytes(
+        zip_bytes(
+            [_member("n.npy", _q_values()), _member("m::position.npy", np.zeros((1, 3), np.int64))]
+        )
+    )
 
 
 @case("npz", "companion_shape.npz", RATIO, 2, "companion array has shape (2,)")
 def companion_shape(path: Path) -> None:
-    path.write_bytes(zip_bytes([_member("n.npy", _q_values()),
-                                _member("n::position.npy", np.zeros(2, np.int64))]))
+    path.write_bytes(
+        zip_bytes(
+            [_member("n.npy", _q_values()), _member("n::position.npy", np.zeros(2, np.int64))]
+        )
+    )
 
 
-@case("npz", "one_bad_member.npz", RATIO, 2, "[b]: truncated: header declares",
-      also=[((*RATIO, "--skip-unreadable"), 1, "skipped 1 unreadable layer(s)"),
-            ((*COMPARE, "--skip-unreadable"), 1, "skipped 1 unreadable layer(s)")])
+@case(
+    "npz",
+    "one_bad_member.npz",
+    RATIO,
+    2,
+    "[b]: truncated: header declares",
+    also=[
+        ((*RATIO, "--skip-unreadable"), 1, "skipped 1 unreadable layer(s)"),
+        ((*COMPARE, "--skip-unreadable"), 1, "skipped 1 unreadable layer(s)"),
+    ],
+)
 def one_bad_member(path: Path) -> None:
     """Nothing skipped silently: exit 2, unless --skip-unreadable (then listed, exit 1)."""
     header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000,), }"
-    path.write_bytes(zip_bytes([_member("a.npy", _q_values()),
-                                ("b.npy", npy_with_header(header, b"\x00" * 80))]))
+    path.write_bytes(
+        zip_bytes([_member("a.npy", _q_values()), ("b.npy", npy_with_header(header, b"\x00" * 80))])
+    )
 
 
 # --------------------------------------------------------------------------- YAML
@@ -494,20 +618,36 @@ def _yaml(path: Path, text: str) -> None:
 _YAML_OK = "schema_version: 1\ndefaults: {eps: 1e-5, placement: inside, gain: w, norm: rms}\n"
 
 
-@case("yaml", "python_object.yaml", SHOW, 2, "invalid YAML", marker="PWNED_yaml",
-      also=[(RATIO_CONFIG, 2, "invalid YAML")])
+@case(
+    "yaml",
+    "python_object.yaml",
+    SHOW,
+    2,
+    "invalid YAML",
+    marker="PWNED_yaml",
+    also=[(RATIO_CONFIG, 2, "invalid YAML")],
+)
 def python_object(path: Path) -> None:
     _yaml(path, "schema_version: 1\nmodel: !!python/object/apply:os.system ['touch PWNED_yaml']\n")
 
 
 @case("yaml", "python_name.yaml", SHOW, 2, "invalid YAML", marker="PWNED_yaml2")
 def python_name(path: Path) -> None:
-    _yaml(path, "schema_version: 1\nmodel: !!python/object/new:subprocess.Popen "
-          "[['touch', 'PWNED_yaml2']]\n")
+    _yaml(
+        path,
+        "schema_version: 1\nmodel: !!python/object/new:subprocess.Popen "
+        "[['touch', 'PWNED_yaml2']]\n",
+    )
 
 
-@case("yaml", "billion_laughs.yaml", SHOW, 2, "[model]: expected a string",
-      also=[(RATIO_CONFIG, 2, "expected a string")])
+@case(
+    "yaml",
+    "billion_laughs.yaml",
+    SHOW,
+    2,
+    "[model]: expected a string",
+    also=[(RATIO_CONFIG, 2, "expected a string")],
+)
 def billion_laughs(path: Path) -> None:
     """Ten anchors, each a list of nine aliases of the previous one: 9**9 * 9 "lol"s (3.9e9)
     once expanded, 1.2 KB on disk. Every reader must walk it without expanding it."""
@@ -580,22 +720,26 @@ def not_object(path: Path) -> None:
     path.write_text("[1, 2, 3]", encoding="utf-8")
 
 
-@case("json", "huge_float.json", SHOW, 2, "[rms_norm_eps]: eps must be a finite number > 0",
-      also=[(RATIO_CONFIG, 2, "eps must be a finite number > 0")])
+@case(
+    "json",
+    "huge_float.json",
+    SHOW,
+    2,
+    "[rms_norm_eps]: eps must be a finite number > 0",
+    also=[(RATIO_CONFIG, 2, "eps must be a finite number > 0")],
+)
 def huge_float(path: Path) -> None:
     path.write_text('{"model_type": "llama", "rms_norm_eps": 1e999}', encoding="utf-8")
 
 
 @case("json", "huge_int.json", SHOW, 2, "[rms_norm_eps]: eps must be a finite number > 0")
 def huge_int(path: Path) -> None:
-    path.write_text('{"model_type": "llama", "rms_norm_eps": 1' + "0" * 400 + "}",
-                    encoding="utf-8")
+    path.write_text('{"model_type": "llama", "rms_norm_eps": 1' + "0" * 400 + "}", encoding="utf-8")
 
 
 @case("json", "overlong_int.json", SHOW, 2, "invalid JSON")
 def overlong_int(path: Path) -> None:
-    path.write_text('{"model_type": "llama", "hidden_size": 1' + "0" * 5000 + "}",
-                    encoding="utf-8")
+    path.write_text('{"model_type": "llama", "hidden_size": 1' + "0" * 5000 + "}", encoding="utf-8")
 
 
 @case("json", "nan_literal.json", SHOW, 2, "invalid JSON: NaN is not valid JSON")
@@ -636,8 +780,14 @@ def valid_gguf(path: Path) -> None:
     path.write_bytes(gguf_bytes(gguf_model()))
 
 
-@case("gguf", "truncated_metadata.gguf", SHOW, 2, "truncated or malformed GGUF file",
-      also=[(RATIO_CONFIG, 2, "truncated or malformed GGUF file")])
+@case(
+    "gguf",
+    "truncated_metadata.gguf",
+    SHOW,
+    2,
+    "truncated or malformed GGUF file",
+    also=[(RATIO_CONFIG, 2, "truncated or malformed GGUF file")],
+)
 def truncated_metadata(path: Path) -> None:
     path.write_bytes(gguf_bytes(gguf_model())[:70])
 
@@ -659,7 +809,13 @@ def absurd_string_length(path: Path) -> None:
     path.write_bytes(gguf_bytes(kvs))
 
 
-@case("gguf", "absurd_array_length.gguf", SHOW, 2, "tokenizer.ggml.tokens: arrays hold over 16777216 elements")
+@case(
+    "gguf",
+    "absurd_array_length.gguf",
+    SHOW,
+    2,
+    "tokenizer.ggml.tokens: arrays hold over 16777216 elements",
+)
 def absurd_array_length(path: Path) -> None:
     arr = struct.pack("<IQ", GG_U8, 2**40) + b"\x01" * 16
     path.write_bytes(gguf_bytes(gguf_model(extra=[("tokenizer.ggml.tokens", GG_ARRAY, arr)])))
@@ -681,14 +837,20 @@ def vocab_memory(path: Path) -> None:
 
 @case("gguf", "eps_wrong_type.gguf", SHOW, 2, "eps must be stored as float32, got a GGUF string")
 def eps_wrong_type(path: Path) -> None:
-    path.write_bytes(gguf_bytes(gguf_model(
-        ("llama.attention.layer_norm_rms_epsilon", GG_STRING, gg_str("1e-5")))))
+    path.write_bytes(
+        gguf_bytes(
+            gguf_model(("llama.attention.layer_norm_rms_epsilon", GG_STRING, gg_str("1e-5")))
+        )
+    )
 
 
 @case("gguf", "eps_negative.gguf", SHOW, 2, "eps must be a finite number > 0")
 def gguf_eps_negative(path: Path) -> None:
-    path.write_bytes(gguf_bytes(gguf_model(
-        ("llama.attention.layer_norm_rms_epsilon", GG_F32, struct.pack("<f", -1e-5)))))
+    path.write_bytes(
+        gguf_bytes(
+            gguf_model(("llama.attention.layer_norm_rms_epsilon", GG_F32, struct.pack("<f", -1e-5)))
+        )
+    )
 
 
 @case("gguf", "bad_version.gguf", SHOW, 2, "unsupported GGUF version 99")
@@ -724,42 +886,78 @@ def _mkfifo(path: Path) -> None:
     os.mkfifo(path)
 
 
-@case("filesystem", "a_directory.npz", RATIO, 2, "is a directory",
-      also=[(COMPARE, 2, "is a directory"), (SHOW, 2, "is a directory"),
-            (RATIO_CONFIG, 2, "is a directory")])
+@case(
+    "filesystem",
+    "a_directory.npz",
+    RATIO,
+    2,
+    "is a directory",
+    also=[
+        (COMPARE, 2, "is a directory"),
+        (SHOW, 2, "is a directory"),
+        (RATIO_CONFIG, 2, "is a directory"),
+    ],
+)
 def directory(path: Path) -> None:
     _mkdir(path)
 
 
-@case("filesystem", "a_fifo.npy", RATIO, 2, "is not a regular file",
-      also=[(COMPARE, 2, "is not a regular file"), (SHOW, 2, "is not a regular file"),
-            (RATIO_CONFIG, 2, "is not a regular file")])
+@case(
+    "filesystem",
+    "a_fifo.npy",
+    RATIO,
+    2,
+    "is not a regular file",
+    also=[
+        (COMPARE, 2, "is not a regular file"),
+        (SHOW, 2, "is not a regular file"),
+        (RATIO_CONFIG, 2, "is not a regular file"),
+    ],
+)
 def fifo(path: Path) -> None:
     """Opening a FIFO for reading blocks until a writer comes: readers must stat first."""
     _mkfifo(path)
 
 
-@case("filesystem", "unreadable.npy", RATIO, 2, "permission denied", root_skips=True,
-      also=[(SHOW, 2, "permission denied")])
+@case(
+    "filesystem",
+    "unreadable.npy",
+    RATIO,
+    2,
+    "permission denied",
+    root_skips=True,
+    also=[(SHOW, 2, "permission denied")],
+)
 def unreadable(path: Path) -> None:
     path.write_bytes(npy(_q_values()))
     path.chmod(0)
 
 
-@case("filesystem", "with space ünïcødé q.npy", RATIO_JSON, 0, "PASS: 0 violation(s)",
-      json_checks=[("source", "{file}")])
+@case(
+    "filesystem",
+    "with space ünïcødé q.npy",
+    RATIO_JSON,
+    0,
+    "PASS: 0 violation(s)",
+    json_checks=[("source", "{file}")],
+)
 def spaces_and_unicode(path: Path) -> None:
     path.write_bytes(npy(_q_values()))
 
 
-@case("filesystem", "bad naïve name with space.npz", RATIO, 2, "bad naïve name with space.npz",
-      also=[(SHOW, 2, "bad naïve name with space.npz")])
+@case(
+    "filesystem",
+    "bad naïve name with space.npz",
+    RATIO,
+    2,
+    "bad naïve name with space.npz",
+    also=[(SHOW, 2, "bad naïve name with space.npz")],
+)
 def broken_unicode_name(path: Path) -> None:
     path.write_bytes(b"PK\x03\x04 not really a zip")
 
 
-@case("filesystem", "missing.npy", RATIO, 2, "no such file",
-      also=[(SHOW, 2, "no such file")])
+@case("filesystem", "missing.npy", RATIO, 2, "no such file", also=[(SHOW, 2, "no such file")])
 def missing(path: Path) -> None:
     """Nothing is created: the file does not exist."""
 
@@ -785,8 +983,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     dest = Path(argv[0])
     cases = build(dest)
-    manifest = [{**c.__dict__, "argv": list(c.argv), "json_checks": list(c.json_checks)}
-                for c in cases]
+    manifest = [
+        {**c.__dict__, "argv": list(c.argv), "json_checks": list(c.json_checks)} for c in cases
+    ]
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
     print(f"{len(cases)} cases, {len(_SPECS)} files in {dest}")
     return 0
