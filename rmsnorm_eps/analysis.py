@@ -21,12 +21,19 @@ from rmsnorm_eps.dumps import (
     DEFAULT_CHUNK_BYTES,
     ArraySource,
     Unreadable,
+    default_threads,
     open_dump,
     open_dump_lenient,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.kernels import mean_square_rows
-from rmsnorm_eps.summary import LayerAccumulator, NegativeValue
+from rmsnorm_eps.kernels import (
+    bf16_to_float32,
+    mean_square_rows,
+    mean_square_rows_bf16,
+    mean_square_rows_fast,
+    refine_rows,
+)
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, LayerAccumulator, NegativeValue, decade_edge
 
 __all__ = [
     "GateResult",
@@ -44,21 +51,30 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WorstInput:
-    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r)."""
+    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r).
+
+    In a merged report (``rmsnorm-eps merge``) ``index`` is the index in the concatenation of
+    the shards along axis 0, ``shard`` the shard's position among the merged summaries and
+    ``shard_index`` the index inside that shard.
+    """
 
     index: tuple[int, ...]
     q: float
     ratio: float
     attenuation: float
     loss: float
+    shard: int | None = None
+    shard_index: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class NonfiniteInput:
-    """A NaN or +inf q value (always a violation)."""
+    """A NaN or +inf q value (always a violation); ``shard*`` as in :class:`WorstInput`."""
 
     index: tuple[int, ...]
     value: float
+    shard: int | None = None
+    shard_index: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,8 @@ class LayerResult:
     # and nonfinite indices are indices of the whole layer's array.
     first_token: LayerResult | None = None
     other_tokens: LayerResult | None = None
+    # Where eps came from (ratio --config: config file, key and matching patterns), or None.
+    eps_source: str | None = None
 
     @property
     def nonfinite(self) -> int:
@@ -111,6 +129,7 @@ class RatioReport:
     min_ratio: float
     top_k: int
     layers: tuple[LayerResult, ...]
+    shards: tuple[str, ...] = ()  # merged reports: the sources of the shards, in order
     # Layers that could not be read, with why (only with skip_unreadable; else that fails).
     skipped: tuple[Unreadable, ...] = ()
 
@@ -170,23 +189,58 @@ def _unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape, order=order))  # type: ignore[call-overload]
 
 
+@dataclass(frozen=True)
+class Decisions:
+    """What a q value decides: the sorted q thresholds (bound and decade edges) and top_k.
+
+    Given to :func:`iter_q_chunks`, it lets raw float32/float16/bfloat16 activations take the
+    float32 fast path: every q that could fall on the other side of a threshold, be among the
+    ``top_k`` smallest or be the largest of its chunk is recomputed exactly, so reports are
+    identical to the exact float64 path (see :func:`rmsnorm_eps.kernels.refine_rows`).
+    """
+
+    thresholds: np.ndarray
+    top_k: int
+
+
+def decisions_for(eps: float, min_ratio: float, top_k: int) -> Decisions:
+    """The thresholds :class:`LayerAccumulator` compares q with, for this eps and bound."""
+    ts = {numerics.q_threshold(eps, min_ratio)}
+    ts.update(numerics.q_threshold(eps, decade_edge(k)) for k in range(DECADE_MIN, DECADE_MAX + 1))
+    return Decisions(np.array(sorted(ts), np.float64), top_k)
+
+
 def iter_q_chunks(
-    source: ArraySource, raw: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    source: ArraySource,
+    raw: bool,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int = 1,
+    decisions: Decisions | None = None,
 ) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
     """Return ``(q_shape, index_order, d, chunks)`` for a source.
 
     ``chunks`` yields ``(start, q)``: ``q`` is a 1-D array of q values whose first element has
     flat index ``start`` in ``index_order`` ('C' or 'F') over ``q_shape``. In raw mode q is
-    computed from activations of shape ``(..., d)``; otherwise the stored values are q.
+    computed from activations of shape ``(..., d)``; otherwise the stored values are q
+    (bfloat16 q values come as their exact float32). ``q`` is valid until the next iteration.
+    With ``threads > 1`` reading and the q kernel run on that many worker threads, a few chunks
+    ahead (see :meth:`ArraySource.iter_mapped`); the chunks still arrive in order. With
+    ``decisions``, raw activations take the float32 fast path with exact refinement (the q
+    values that decide nothing are then within ``d * 2**-24`` relative, typically 1e-7).
     """
     shape = source.shape
     order = "F" if source.header.fortran_order else "C"
     itemsize = source.dtype.itemsize
+    bf16 = source.stored_as == "bfloat16"
     if source.header.size == 0:
         raise InputFileError(source.path, f"empty array (shape {shape})", key=source.key)
     if not raw:
         per = max(1, chunk_bytes // itemsize)
-        return shape, order, None, source.iter_elements(per)
+
+        def as_q(start: int, values: np.ndarray) -> np.ndarray:
+            return bf16_to_float32(values) if bf16 else values
+
+        return shape, order, None, source.iter_mapped(per, as_q, threads)
     if len(shape) == 0:
         raise InputFileError(
             source.path, "--raw needs activations of shape (..., d), got a 0-d array",
@@ -198,13 +252,22 @@ def iter_q_chunks(
         return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
 
-    def gen() -> Iterator[tuple[int, np.ndarray]]:
-        out = np.empty(rows, np.float64)
-        for start, values in source.iter_elements(rows * d):
-            x = values.reshape(-1, d)
-            yield start // d, mean_square_rows(x, out)
+    def exact_rows(x: np.ndarray) -> np.ndarray:
+        return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
 
-    return q_shape, "C", d, gen()
+    def q_rows(start: int, values: np.ndarray) -> np.ndarray:
+        x = values.reshape(-1, d)
+        fast = None if decisions is None else mean_square_rows_fast(x, bf16)
+        if fast is None:
+            return exact_rows(x)
+        q, rel = fast
+        assert decisions is not None
+        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds,
+                    decisions.top_k)
+        return q
+
+    chunks = source.iter_mapped(rows * d, q_rows, threads)
+    return q_shape, "C", d, ((start // d, q) for start, q in chunks)
 
 
 def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -224,6 +287,8 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     acc = np.zeros(n, np.float64)
     for start, values in source.iter_elements(per):
         rows = (start + np.arange(values.size)) % n
+        if source.stored_as == "bfloat16":
+            values = bf16_to_float32(values)
         v = values.astype(np.float64) / scale[rows]
         np.add.at(acc, rows, v * v)
     with np.errstate(over="ignore"):
@@ -311,7 +376,7 @@ def layer_result(
     """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
     eps = acc.eps
     worst = []
-    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist()):
+    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist(), strict=True):
         r = q / eps
         worst.append(
             WorstInput(
@@ -324,7 +389,7 @@ def layer_result(
         )
     nonfinite = tuple(
         NonfiniteInput(_unravel(i, shape, order), v)
-        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value)
+        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value, strict=True)
     )
     has_finite = acc.count > acc.nonfinite
     min_r = acc.min_q / eps if has_finite else None
@@ -368,6 +433,10 @@ def analyze_dump(
     raw: bool = False,
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int | None = None,
+    dtype: str | None = None,
+    fast: bool = True,
+    eps_sources: Mapping[str, str] | None = None,
     skip_unreadable: bool = False,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
@@ -375,7 +444,13 @@ def analyze_dump(
     ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
     ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and ``q = mean(x**2)`` over
     the last axis is computed here. Violations: ``q/eps < min_ratio`` (ties pass) plus every
-    NaN or +inf q. A negative q raises :class:`InputFileError`.
+    NaN or +inf q. A negative q raises :class:`InputFileError`. ``threads`` (default
+    :func:`~rmsnorm_eps.dumps.default_threads`) read and compute chunks in parallel; the result
+    does not depend on it. ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns.
+    ``fast`` (raw mode) computes q with float32 sums and recomputes exactly every q that
+    decides or shows anything; ``fast=False`` computes every q exactly. Reports are identical.
+    ``eps_sources`` (layer name -> where its eps came from) is copied into each layer's
+    ``eps_source``.
 
     A layer that cannot be read (or holds invalid data) raises, unless ``skip_unreadable``:
     then it is left out and listed in ``RatioReport.skipped`` with the problem.
@@ -384,18 +459,25 @@ def analyze_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
+    if threads is not None and threads < 1:
+        raise InvalidParameterError(f"threads must be >= 1, got {threads}")
+    n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
     skipped: list[Unreadable] = []
     if skip_unreadable:
-        sources, skipped = open_dump_lenient(path)
+        sources, skipped = open_dump_lenient(path, dtype)
     else:
-        sources = open_dump(path)
+        sources = open_dump(path, dtype)
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
     layers: list[LayerResult] = []
     for src in sources:
         try:
-            layers.append(_analyze_layer(src, eps_by_layer[src.name], ratio, raw, top_k,
-                                         chunk_bytes))
+            layers.append(
+                _analyze_layer(
+                    src, eps_by_layer[src.name], ratio, raw, top_k, chunk_bytes, n_threads,
+                    fast, eps_sources,
+                )
+            )
         except InputFileError as exc:
             if not skip_unreadable:
                 raise
@@ -412,11 +494,20 @@ def analyze_dump(
 
 
 def _analyze_layer(
-    src: ArraySource, eps: float, ratio: float, raw: bool, top_k: int, chunk_bytes: int
+    src: ArraySource,
+    layer_eps: float,
+    ratio: float,
+    raw: bool,
+    top_k: int,
+    chunk_bytes: int,
+    n_threads: int,
+    fast: bool,
+    eps_sources: Mapping[str, str] | None,
 ) -> LayerResult:
     """One layer of :func:`analyze_dump`."""
-    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
-    acc = LayerAccumulator(eps, ratio, top_k)
+    decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
+    acc = LayerAccumulator(layer_eps, ratio, top_k)
     pos_src = None if raw else src.companion("position")
     split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
     try:
@@ -432,7 +523,7 @@ def _analyze_layer(
             key=src.key,
         ) from None
     result = layer_result(
-        acc, name=src.name, shape=q_shape, order=order, dtype=str(src.dtype.newbyteorder("=")),
+        acc, name=src.name, shape=q_shape, order=order, dtype=src.dtype_name,
         raw_dim=dim,
     )
     if split is not None:
@@ -442,6 +533,8 @@ def _analyze_layer(
             for a, label in ((split.first, "first token"), (split.other, "other tokens"))
         )
         result = replace(result, first_token=first, other_tokens=other)
+    if eps_sources is not None:
+        result = replace(result, eps_source=eps_sources.get(src.name))
     return result
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rmsnorm_eps import numerics
+from rmsnorm_eps import scalar  # numpy-free: bound must start fast (see scalar.py)
 
 __all__ = ["SEED_RATIOS", "BoundResult", "RatioFigures", "bound_for_delta", "figures_for_ratios"]
 
@@ -39,11 +39,11 @@ class RatioFigures:
 
 def bound_for_delta(delta: float, eps: float | None = None) -> BoundResult:
     """The bound for one delta, and the q / RMS it implies when eps is given."""
-    d = numerics.validate_delta(delta)
-    r = float(numerics.min_ratio(d))
+    d = scalar.validate_delta(delta)
+    r = scalar.min_ratio(d)
     if eps is None:
         return BoundResult(d, r, None, None, None)
-    e = numerics.validate_eps(eps)
+    e = scalar.validate_eps(eps)
     q = r * e
     return BoundResult(d, r, e, q, math.sqrt(q))
 
@@ -52,15 +52,15 @@ def figures_for_ratios(
     ratios: Sequence[float], eps: float | None = None
 ) -> tuple[RatioFigures, ...]:
     """A and 1 - A for each ratio (q = r * eps when eps is given)."""
-    e = None if eps is None else numerics.validate_eps(eps)
+    e = None if eps is None else scalar.validate_eps(eps)
     out = []
     for value in ratios:
-        r = numerics.validate_ratio(value, "ratio")
+        r = scalar.validate_ratio(value, "ratio")
         out.append(
             RatioFigures(
                 ratio=r,
-                attenuation=float(numerics.attenuation(r)),
-                loss=float(numerics.attenuation_loss(r)),
+                attenuation=scalar.attenuation(r),
+                loss=scalar.attenuation_loss(r),
                 eps=e,
                 q=None if e is None else r * e,
             )

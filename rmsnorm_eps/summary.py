@@ -146,7 +146,7 @@ class LayerAccumulator:
         mn: Any,
         mx: Any,
     ) -> None:
-        """Fold finite, non-negative values ``v``; ``index_map[i]`` is v[i]'s offset in the chunk."""
+        """Fold finite, non-negative values ``v``; ``index_map[i]``: v[i]'s offset in the chunk."""
         dtype = v.dtype
 
         def flat(i: np.ndarray) -> np.ndarray:
@@ -221,23 +221,36 @@ class LayerAccumulator:
 
     # ----------------------------------------------------------------- merging
     def merge(self, other: LayerAccumulator, index_offset: int = 0) -> None:
-        """Fold ``other`` (data that follow this accumulator's, shifted by ``index_offset``)."""
+        """Fold ``other``, whose flat indices are shifted by ``index_offset``.
+
+        The result does not depend on the order of merging: ties of the minimum go to the
+        smaller flat index, the nonfinite examples kept are those with the smallest indices and
+        the worst-k list is ordered by ``(q, index)``, exactly as one pass over all the data in
+        index order gives. The top-k lists are cut to the smaller ``top_k`` of the two.
+        """
         if other.eps != self.eps or other.min_ratio != self.min_ratio:
             raise ValueError("cannot merge summaries with different eps or min_ratio")
+        self.top_k = min(self.top_k, other.top_k)
         self.count += other.count
         self.nan_count += other.nan_count
         self.inf_count += other.inf_count
         self.zero_count += other.zero_count
         self.below += other.below
-        if other.min_q < self.min_q:
+        o_min_index = other.min_index + index_offset
+        if other.min_q < self.min_q or (
+            other.min_q == self.min_q and other.count and o_min_index < self.min_index
+        ):
             self.min_q = other.min_q
-            self.min_index = other.min_index + index_offset
+            self.min_index = o_min_index
         self.max_q = max(self.max_q, other.max_q)
         for k, c in other.decades.items():
             self.decades[k] = self.decades.get(k, 0) + c
-        room = self.top_k - len(self.nonfinite_index)
-        self.nonfinite_index.extend(i + index_offset for i in other.nonfinite_index[:room])
-        self.nonfinite_value.extend(other.nonfinite_value[:room])
+        mine = zip(self.nonfinite_index, self.nonfinite_value, strict=True)
+        theirs = zip(other.nonfinite_index, other.nonfinite_value, strict=True)
+        pairs = sorted([*mine, *((i + index_offset, v) for i, v in theirs)], key=lambda p: p[0])
+        pairs = pairs[: max(0, self.top_k)]
+        self.nonfinite_index = [i for i, _ in pairs]
+        self.nonfinite_value = [v for _, v in pairs]
         q = np.concatenate([self.worst_q, other.worst_q])
         idx = np.concatenate([self.worst_index, other.worst_index + index_offset])
         order = np.lexsort((idx, q))[: self.top_k]

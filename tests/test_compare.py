@@ -13,12 +13,8 @@ from hypothesis import strategies as st
 
 from rmsnorm_eps.compare.analysis import compare_dump
 from rmsnorm_eps.compare.factor import denominator, factor
-from rmsnorm_eps.compare.spec import (
-    FRAMEWORK_DEFAULTS,
-    EpsSpec,
-    parse_spec,
-    resolve_framework_eps,
-)
+from rmsnorm_eps.compare.spec import EpsSpec, parse_spec
+from rmsnorm_eps.config.defaults import ROW_NAMES, framework_eps
 from rmsnorm_eps.errors import ConfigError, InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import mean_square_rows
 from rmsnorm_eps.numerics import rmsnorm_reference
@@ -207,18 +203,30 @@ def test_bfloat16_denominator_against_ml_dtypes() -> None:
     ],
 )
 def test_framework_defaults(name: str, dtype: str | None, eps: float, compute: str | None) -> None:
-    d = resolve_framework_eps(name, dtype)
+    d = framework_eps(name, dtype)
     assert d.eps == eps and d.compute_dtype == compute
-    assert set(FRAMEWORK_DEFAULTS) >= {name}
+    assert name in ROW_NAMES
+    spec = parse_spec(f"framework={name}" + (f",dtype={dtype}" if dtype else ""))
+    assert (spec.eps, spec.dtype, spec.framework) == (eps, compute or "float64", name)
+
+
+def test_framework_names_are_the_config_table_rows() -> None:
+    # compare resolves through the one defaults table: every row name is unique, and the
+    # group names of several rows are refused rather than picking one of them
+    assert len(set(ROW_NAMES)) == len(ROW_NAMES)
+    assert parse_spec("framework=apex-functional").eps == 1e-6
+    assert parse_spec("framework=meta-llama").eps == 1e-6
+    with pytest.raises(ConfigError, match="several defaults; pick one: hf-llama"):
+        parse_spec("framework=transformers")
 
 
 def test_framework_errors() -> None:
     with pytest.raises(ConfigError, match="add dtype="):
-        resolve_framework_eps("torch")
+        framework_eps("torch")
     with pytest.raises(ConfigError, match="layer_norm_rms_epsilon"):
-        resolve_framework_eps("llama.cpp", "float16")
-    with pytest.raises(ConfigError, match="unknown framework 'jax'"):
-        resolve_framework_eps("jax")
+        framework_eps("llama.cpp", "float16")
+    with pytest.raises(InvalidParameterError, match="unknown framework 'jax'; known: torch, "):
+        framework_eps("jax")
 
 
 def test_torch_default_matches_torch_itself() -> None:
@@ -250,7 +258,7 @@ def test_parse_spec() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("config", "not implemented yet"),
+        ("config", "--to config takes per-layer settings from a model config"),
         ("eps=0", "finite and > 0"),
         ("eps=abc", "must be a number"),
         ("eps=1e-6,placement=middle", "placement must be one of"),

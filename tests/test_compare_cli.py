@@ -84,7 +84,10 @@ def test_torch_default_resolves(cli, dump: Path) -> None:  # type: ignore[no-unt
     )
     assert r.exit_code == 1
     assert "to:   eps=1.1920929e-07 inside float32 (torch default bfloat16 input)" in r.stdout
-    assert "torch.nn.RMSNorm eps=None: machine eps of the opmath type (float32)" in r.stdout
+    assert (
+        "to default: torch.nn.RMSNorm / torch.nn.functional.rms_norm: current torch (>= 2.7): "
+        "finfo(float32).eps, the compute type of bfloat16 inputs; q + eps formed in float32"
+    ) in r.stdout.replace("\n", " ")
     assert " [1, 1]    8e-05            8   1.05987    +0.0598709 " in r.stdout
     assert " [0, 0]   0.0003           30   1.01633    +0.0163281 " in r.stdout
 
@@ -131,9 +134,14 @@ def test_nonfinite_and_zero_eps(cli, tmp_path: Path) -> None:  # type: ignore[no
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--from", "config", "--to", "eps=1e-5"), "--from config (per-layer settings"),
+        (("--from", "config", "--to", "eps=1e-5"), "--from config needs --config FILE"),
+        (("--from", "eps=1e-6", "--to", "framework=transformers"), "pick one: hf-llama"),
+        (("--from", "eps=1e-6", "--to", "framework=jax"), "unknown framework 'jax'"),
         (("--from", "eps=1e-6", "--to", "framework=torch"), "add dtype="),
-        (("--from", "eps=1e-6", "--to", "framework=llama.cpp"), "llama.cpp has no default"),
+        (
+            ("--from", "eps=1e-6", "--to", "framework=llama.cpp"),
+            "llama.cpp: no default: eps is read from the GGUF",
+        ),
         (("--from", "eps=1e-6", "--to", "eps=-1"), "eps must be finite and > 0"),
         (("--from", "eps=1e-6", "--to", "eps=1e-5", "--scale", "0"), "scale must be finite"),
         (("--from", "eps=1e-6", "--to", "eps=1e-5", "--format", "xml"), "'xml' is not one of"),

@@ -145,6 +145,27 @@ def test_real_smollm2_gguf_matches_our_yaml(cli: Callable[..., object]) -> None:
     assert "EQUIVALENT" in res.stdout  # type: ignore[attr-defined]
 
 
+def test_example_gguf_is_what_make_gguf_writes(tmp_path: Path) -> None:
+    # examples/configs/smollm2-135m-meta.gguf (used by docs/configs.md) is byte for byte what
+    # its documented script writes, and mirrors the real SmolLM2 GGUF's norm metadata
+    example = ROOT / "examples" / "configs" / "smollm2-135m-meta.gguf"
+    spec = importlib.util.spec_from_file_location(
+        "make_gguf", ROOT / "examples" / "configs" / "make_gguf.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fresh = module.write(tmp_path / "meta.gguf")
+    assert fresh.read_bytes() == example.read_bytes()
+    assert example.stat().st_size == 256  # "a 256-byte GGUF" in docs/configs.md
+    cfg = load_config(example)
+    assert cfg.defaults.eps.value == 9.999999747378752e-06
+    assert cfg.defaults.eps.short == "1e-05"
+    assert cfg.defaults.dim.value == 576
+    assert cfg.defaults.norm.value == "rms"
+    assert len(gguf.GGUFReader(str(example)).tensors) == 0  # metadata only
+
+
 _RSS_SCRIPT = (
     "import sys\n"
     "from rmsnorm_eps.config import load_config\n"

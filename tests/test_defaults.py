@@ -113,3 +113,13 @@ def test_bad_options_exit_2(cli: Cli, args: tuple[str, ...], needle: str) -> Non
 def test_invalid_dtype_raises() -> None:
     with pytest.raises(InvalidParameterError):
         torch_default_eps("int8")
+
+
+def test_row_names_select_one_row(cli: Cli) -> None:
+    # the names compare's framework=NAME takes; a framework name still selects all its rows
+    res = cli("defaults", "--framework", "hf-llama")
+    assert res.exit_code == 0 and res.stdout.splitlines()[0] == "1e-06"
+    assert len(framework_defaults("transformers").rows) == 5
+    doc = json.loads(cli("defaults", "--framework", "apex", "--format", "json").stdout)
+    assert [r["name"] for r in doc["rows"]] == ["apex", "apex-functional"]
+    assert "apex-functional" in cli("defaults").stdout

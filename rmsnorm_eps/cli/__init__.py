@@ -13,7 +13,10 @@ from rmsnorm_eps.cli import (  # noqa: F401
     compare_cmd,
     config_cmd,
     defaults_cmd,
+    merge_cmd,
+    parity_cmd,
     precision_cmd,
+    probe_cmd,
     ratio_cmd,
 )
 from rmsnorm_eps.cli._app import app
@@ -22,5 +25,13 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    OpenBLAS starts a thread per CPU when numpy is imported (about 40 ms here) for threading
+    that level-1 kernels on rows never use; the tool runs its own reader threads instead, so the
+    command line asks for one BLAS thread unless the user chose otherwise.
+    """
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app(prog_name="rmsnorm-eps")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
 from rmsnorm_eps.cli._output import (
     check_format,
     emit,
@@ -23,13 +23,16 @@ from rmsnorm_eps.cli._output import (
     "compare",
     epilog=(
         "SPEC: eps=E[,placement=inside|outside|clamp|sum][,dim=D][,dtype=float32|float16|"
-        "bfloat16] or framework=NAME[,dtype=T] (torch, hf-llama, flax, keras, mlx, onnx, vllm, "
-        "...). --from config is not implemented yet.\n\n"
+        "bfloat16], framework=NAME[,dtype=T] (a row of `rmsnorm-eps defaults`: torch, hf-llama, "
+        "flax, keras, mlx, onnx, vllm, ...) or config (per-layer settings from --config FILE, "
+        "matched by layer name as in ratio --config).\n\n"
         "Examples:\n\n"
         "  rmsnorm-eps compare --q-file examples/q_dump.npz --from eps=1e-6 --to eps=1e-5\n\n"
         "  rmsnorm-eps compare -q q.npz --from eps=1e-5 --to framework=torch,dtype=bfloat16\n\n"
         "  rmsnorm-eps compare -q q.npz --from eps=1e-6 --to eps=1e-6,placement=outside\n\n"
         "  rmsnorm-eps compare -q q.npz --from eps=1e-5 --to eps=1e-5 --scale 0.1\n\n"
+        "  rmsnorm-eps compare -q q.npz --from config --config configs/llama-3-8b.yaml "
+        "--to eps=1e-6\n\n"
         "Exit codes: 0 no input moves by more than the tolerance (or within budget), 1 inputs "
         "moved or nonfinite values, 2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
@@ -44,6 +47,15 @@ def compare(
     ),
     spec_from: str = typer.Option(..., "--from", help="The current setting (SPEC)."),
     spec_to: str = typer.Option(..., "--to", help="The new setting (SPEC)."),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Model config (YAML, HF config.json or GGUF) for --from/--to config: eps, "
+        "placement, dim (sum) and reduction dtype per layer, by matching dump layer names "
+        "to its layer globs.",
+        dir_okay=False,
+    ),
     raw: bool = typer.Option(
         False,
         "--raw",
@@ -92,12 +104,29 @@ def compare(
     """
     from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.compare.analysis import compare_dump
-    from rmsnorm_eps.compare.spec import parse_spec
+    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs, is_config_spec, parse_spec
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     check_format(fmt)
-    a = parse_spec(spec_from, "--from")
-    b = parse_spec(spec_to, "--to")
+    wants_config = [o for o, t in (("--from", spec_from), ("--to", spec_to)) if is_config_spec(t)]
+    if wants_config and config is None:
+        raise usage_error(f"{wants_config[0]} config needs --config FILE (the model config)")
+    if len(wants_config) == 2:
+        raise usage_error("--from config and --to config would both read --config: give one SPEC")
+    if config is not None and not wants_config:
+        raise usage_error("--config is used by --from config or --to config; give one of them")
+    sides: list[EpsSpec | LayerSpecs] = []
+    for option, text in (("--from", spec_from), ("--to", spec_to)):
+        if is_config_spec(text):
+            from rmsnorm_eps.compare.spec import specs_from_config
+            from rmsnorm_eps.config import load_config
+            from rmsnorm_eps.dumps import open_dump
+
+            names = [src.name for src in open_dump(q_file)]
+            sides.append(specs_from_config(load_config(config), names, option))
+        else:
+            sides.append(parse_spec(text, option))
+    a, b = sides
     report = compare_dump(
         q_file,
         a,

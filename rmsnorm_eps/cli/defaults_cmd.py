@@ -23,9 +23,10 @@ def defaults(
     framework: str = typer.Option(
         None,
         "--framework",
-        help="One framework: torch, transformers, llama.cpp, flax, keras, "
-        "mlx, apex, transformer-engine, onnx, torchtune, vllm, tensorrt-llm, flashinfer, "
-        "meta-llama.",
+        help="One row by name (torch, hf-llama, hf-mistral, hf-gemma, hf-olmo2, hf-t5, "
+        "meta-llama, llama.cpp, flax, keras, mlx, apex, apex-functional, transformer-engine, "
+        "onnx, torchtune, vllm, tensorrt-llm, flashinfer: the names compare's "
+        "framework=NAME takes) or a framework's rows (transformers, apex).",
     ),
     dtype: str = typer.Option(
         None,

@@ -32,6 +32,8 @@ from rmsnorm_eps.cli._output import (
         "  rmsnorm-eps ratio --eps 1e-5 --q-file q.npz --format github --summary "
         "--plot ratio.png\n\n"
         "  rmsnorm-eps ratio --config configs/qwen3-8b.yaml --q-file q.npz  # eps per layer\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file rank0.npy --raw --save-summary s0.json\n\n"
+        "  rmsnorm-eps ratio --eps 1e-5 --q-file x_bf16.npy --raw --dtype bfloat16\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
@@ -86,6 +88,18 @@ def ratio(
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
+    save_summary: Path = typer.Option(
+        None, "--save-summary", dir_okay=False,
+        help="Also write a mergeable JSON summary of this dump (see `rmsnorm-eps merge`).",
+    ),
+    threads: int = typer.Option(
+        None, "--threads", min=1,
+        help="Threads reading and computing chunks (default 1; 2 can help on an idle machine).",
+    ),
+    dtype: str = typer.Option(
+        None, "--dtype",
+        help="Read uint16 (or V2) arrays as the bit patterns of this dtype: bfloat16.",
+    ),
     skip_unreadable: bool = skip_unreadable_option(),
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
@@ -117,16 +131,22 @@ def ratio(
         raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
+    if dtype is not None and dtype != "bfloat16":
+        raise usage_error(f"--dtype must be bfloat16, got {dtype!r}")
     layer_eps: float | dict[str, float] = eps
+    eps_sources: dict[str, str] | None = None
     if config is not None:
         from rmsnorm_eps.config import eps_for_layers, load_config
         from rmsnorm_eps.dumps import open_dump, open_dump_lenient
 
         names = [
             src.name
-            for src in (open_dump_lenient(q_file)[0] if skip_unreadable else open_dump(q_file))
+            for src in (
+                open_dump_lenient(q_file, dtype)[0] if skip_unreadable else open_dump(q_file, dtype)
+            )
         ]
-        layer_eps = eps_for_layers(load_config(config), names, fallback=eps).eps
+        assigned = eps_for_layers(load_config(config), names, fallback=eps)
+        layer_eps, eps_sources = assigned.eps, assigned.provenance
     report = analyze_dump(
         q_file,
         layer_eps,
@@ -135,9 +155,16 @@ def ratio(
         raw=raw,
         top_k=top,
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        threads=threads,
+        dtype=dtype,
+        eps_sources=eps_sources,
         skip_unreadable=skip_unreadable,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
+    if save_summary is not None:
+        from rmsnorm_eps.merge import write_summary
+
+        write_summary(report, save_summary)
     emit(report, fmt, output, gate, histogram=histogram)
     if summary:
         append_step_summary(report, gate)

@@ -26,7 +26,7 @@ import numpy as np
 
 from rmsnorm_eps.analysis import _unravel, iter_q_chunks
 from rmsnorm_eps.compare.factor import factor as compute_factor
-from rmsnorm_eps.compare.spec import EpsSpec
+from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 from rmsnorm_eps.dumps import (
     DEFAULT_CHUNK_BYTES,
     ArraySource,
@@ -89,6 +89,8 @@ class CompareLayer:
     worst: tuple[MovedInput, ...]
     nonfinite_examples: tuple[MovedInput, ...]  # nonfinite q or factor (q, factor may be NaN)
     decades: tuple[DecadeRow, ...]
+    spec_from: EpsSpec  # this layer's settings (differ per layer with --from config)
+    spec_to: EpsSpec
 
     @property
     def nonfinite_q(self) -> int:
@@ -109,8 +111,8 @@ class CompareReport:
 
     source: str
     raw: bool
-    spec_from: EpsSpec
-    spec_to: EpsSpec
+    spec_from: EpsSpec | LayerSpecs
+    spec_to: EpsSpec | LayerSpecs
     tolerance: float
     scale: float
     top_k: int
@@ -316,13 +318,15 @@ class CompareAccumulator:
                 DecadeRow(k, int(c), int(m), float(x))
                 for k, (c, m, x) in sorted(self.decades.items())
             ),
+            spec_from=self.spec_from,
+            spec_to=self.spec_to,
         )
 
 
 def compare_dump(
     path: str | os.PathLike[str],
-    spec_from: EpsSpec,
-    spec_to: EpsSpec,
+    spec_from: EpsSpec | LayerSpecs,
+    spec_to: EpsSpec | LayerSpecs,
     *,
     tolerance: float = 0.01,
     scale: float = 1.0,
@@ -336,6 +340,7 @@ def compare_dump(
     ``factor = y_to / y_from = scale * den_from(q) / den_to(scale**2 q)``; an input moves when
     ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
     ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
+    A :class:`~rmsnorm_eps.compare.spec.LayerSpecs` side gives each layer its own setting.
     A layer that cannot be read raises, unless ``skip_unreadable``: then it is listed in
     ``CompareReport.skipped``.
     """
@@ -355,7 +360,18 @@ def compare_dump(
     layers: list[CompareLayer] = []
     for src in sources:
         try:
-            layers.append(_compare_layer(src, spec_from, spec_to, tol, c, raw, top_k, chunk_bytes))
+            layers.append(
+                _compare_layer(
+                    src,
+                    spec_from.for_layer(src.name),
+                    spec_to.for_layer(src.name),
+                    tol,
+                    c,
+                    raw,
+                    top_k,
+                    chunk_bytes,
+                )
+            )
         except InputFileError as exc:
             if not skip_unreadable:
                 raise

@@ -1,4 +1,5 @@
-"""Epsilon settings to compare: ``eps=1e-6,placement=outside,dtype=float16`` or a framework default.
+"""Epsilon settings to compare: ``eps=1e-6,placement=outside,dtype=float16``, a framework
+default, or per-layer settings from a model config.
 
 A SPEC is comma-separated ``key=value`` pairs:
 
@@ -9,142 +10,48 @@ A SPEC is comma-separated ``key=value`` pairs:
   ``dim=D``).
 * ``dtype=float32|float16|bfloat16`` (default: exact float64 arithmetic): the precision in which
   eps is stored and ``q + eps`` is formed (see :mod:`rmsnorm_eps.compare.factor` for the model).
-* ``framework=NAME[,dtype=T]``: eps from the framework's default (:func:`resolve_framework_eps`);
-  here ``dtype`` is the INPUT dtype, the compute precision is the framework's documented one.
+* ``framework=NAME[,dtype=T]``: eps from a row of the framework defaults table
+  (:func:`rmsnorm_eps.config.defaults.framework_eps`, the one source of those numbers); here
+  ``dtype`` is the INPUT dtype, the compute precision is the row's documented reduction.
 
-``config`` (per-layer settings from a model config) is not implemented yet: it is refused with
-a message rather than guessed.
+The word ``config`` instead of a SPEC takes every layer's settings from a model config
+(:func:`specs_from_config`): eps, placement, dim (for sum) and the reduction dtype of the entry
+matching the layer's name; the gain does not change the factor.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rmsnorm_eps.config.defaults import framework_eps
+from rmsnorm_eps.config.model import NormConfig
+from rmsnorm_eps.config.resolve import eps_for_layers
 from rmsnorm_eps.errors import ConfigError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
 
 __all__ = [
     "COMPUTE_DTYPES",
-    "FRAMEWORK_DEFAULTS",
+    "CONFIG_SPEC",
     "PLACEMENTS",
     "EpsSpec",
-    "FrameworkDefault",
+    "LayerSpecs",
+    "is_config_spec",
     "parse_spec",
-    "resolve_framework_eps",
+    "specs_from_config",
 ]
 
 PLACEMENTS = ("inside", "outside", "clamp", "sum")
 COMPUTE_DTYPES = ("float64", "float32", "float16", "bfloat16")
-_INPUT_DTYPES = COMPUTE_DTYPES
 _KEYS = ("eps", "placement", "dim", "dtype", "framework")
-
-#: float32 machine epsilon 2**-23 and float64 machine epsilon 2**-52.
-_F32_EPS = 2.0**-23
-_F64_EPS = 2.0**-52
+#: The SPEC word that takes per-layer settings from ``--config``.
+CONFIG_SPEC = "config"
 
 
-@dataclass(frozen=True)
-class FrameworkDefault:
-    """A framework's default eps for an input dtype, and where q + eps is formed.
-
-    ``compute_dtype`` is ``float32`` where the framework documents a float32 (or opmath)
-    reduction for this input dtype, ``float64`` for float64 opmath, and ``None`` where this
-    table does not know it (then the comparison is exact float64 arithmetic, said in ``note``).
-    """
-
-    framework: str
-    input_dtype: str | None
-    eps: float
-    compute_dtype: str | None
-    note: str
-
-
-# name -> (eps, reduction, source). reduction: "float32" (always float32), "opmath" (float32 for
-# half/float32 inputs, float64 for float64), None (not documented in FACTS.md).
-_TABLE: dict[str, tuple[float | None, str | None, str]] = {
-    "hf-llama": (
-        1e-6,
-        "float32",
-        "HF LlamaRMSNorm / LlamaConfig default 1e-6 (Llama-2/3 "
-        "checkpoints set 1e-5); fp32 reduction",
-    ),
-    "hf-mistral": (
-        1e-6,
-        "float32",
-        "HF MistralConfig default 1e-6 (Mistral-7B checkpoints: 1e-5); fp32 reduction",
-    ),
-    "hf-gemma": (1e-6, "float32", "HF Gemma/Gemma2/Gemma3 RMSNorm default 1e-6; fp32"),
-    "hf-olmo2": (1e-5, "float32", "HF Olmo2Config default 1e-5 (checkpoints appear to use 1e-6)"),
-    "hf-t5": (1e-6, "float32", "HF T5LayerNorm default 1e-6 (key layer_norm_epsilon)"),
-    "llama.cpp": (
-        None,
-        None,
-        "llama.cpp has no default: eps is read from the GGUF key "
-        "{arch}.attention.layer_norm_rms_epsilon",
-    ),
-    "flax": (1e-6, "opmath", "Flax linen/nnx RMSNorm default 1e-6; reductions in >= fp32"),
-    "keras": (1e-6, None, "Keras RMSNormalization default 1e-6"),
-    "mlx": (1e-5, None, "MLX nn.RMSNorm default 1e-5 (mx.fast.rms_norm has no default)"),
-    "onnx": (1e-5, "float32", "ONNX RMSNormalization (opset 23) default 1e-5, stash_type 1 (fp32)"),
-    "vllm": (1e-6, None, "vLLM RMSNorm default 1e-6"),
-    "tensorrt-llm": (1e-6, None, "TensorRT-LLM rms_norm default 1e-6"),
-    "flashinfer": (1e-6, None, "FlashInfer rmsnorm default 1e-6"),
-    "torchtune": (1e-6, None, "torchtune RMSNorm default 1e-6"),
-    "apex": (1e-5, None, "apex FusedRMSNorm class default 1e-5 (functional fused_rms_norm: 1e-6)"),
-    "transformer-engine": (1e-5, None, "TransformerEngine RMSNorm default 1e-5"),
-}
-
-#: Frameworks :func:`resolve_framework_eps` knows (torch is resolved by input dtype).
-FRAMEWORK_DEFAULTS: tuple[str, ...] = ("torch", *_TABLE)
-
-
-def resolve_framework_eps(framework: str, dtype: str | None = None) -> FrameworkDefault:
-    """The default eps of ``framework`` for inputs of ``dtype`` (FACTS.md section 2).
-
-    torch (``torch.nn.RMSNorm`` / ``F.rms_norm`` with ``eps=None``): the machine epsilon of the
-    compute (opmath) type, ``2**-23 = 1.1920929e-07`` for float16, bfloat16 and float32 inputs
-    and ``2**-52 = 2.22e-16`` for float64 (torch 2.13.0; before pytorch PR 142848, half inputs
-    used their own dtype's eps); the dtype is required. llama.cpp has no default (ConfigError).
-    """
-    name = framework.strip().lower()
-    if dtype is not None and dtype not in _INPUT_DTYPES:
-        raise InvalidParameterError(
-            f"dtype must be one of {', '.join(_INPUT_DTYPES)}, got {dtype!r}"
-        )
-    if name == "torch":
-        if dtype is None:
-            raise ConfigError(
-                "framework=torch: the default eps depends on the input dtype "
-                "(1.1920929e-07 for float16/bfloat16/float32, 2.22e-16 for float64): add dtype="
-            )
-        wide = dtype == "float64"
-        return FrameworkDefault(
-            "torch",
-            dtype,
-            _F64_EPS if wide else _F32_EPS,
-            "float64" if wide else "float32",
-            "torch.nn.RMSNorm eps=None: machine eps of the opmath type "
-            f"({'float64' if wide else 'float32'}), torch >= PR 142848 (measured on 2.13.0)",
-        )
-    if name not in _TABLE:
-        raise ConfigError(
-            f"unknown framework {framework!r}; known: {', '.join(FRAMEWORK_DEFAULTS)}"
-        )
-    eps, reduction, note = _TABLE[name]
-    if eps is None:
-        raise ConfigError(f"framework={name}: {note}; give eps= explicitly")
-    compute: str | None
-    if reduction == "float32":
-        compute = "float32"
-    elif reduction == "opmath" and dtype is not None:
-        compute = "float64" if dtype == "float64" else "float32"
-    else:
-        compute = None
-    if compute is None:
-        why = "input dtype not given" if reduction == "opmath" else "not documented here"
-        note += f"; compute precision {why}: modelled as exact float64"
-    return FrameworkDefault(name, dtype, eps, compute, note)
+def is_config_spec(text: str) -> bool:
+    """True for the SPEC ``config`` (per-layer settings from a model config)."""
+    return text.strip().lower() == CONFIG_SPEC
 
 
 @dataclass(frozen=True)
@@ -163,6 +70,10 @@ class EpsSpec:
     framework: str | None = None
     input_dtype: str | None = None
     note: str | None = None
+
+    def for_layer(self, name: str) -> EpsSpec:
+        """The setting of layer ``name``: this one for every layer."""
+        return self
 
     def describe(self) -> str:
         """A short human-readable form: ``eps=1e-06 inside float64``."""
@@ -200,10 +111,10 @@ def _pairs(text: str, option: str) -> dict[str, str]:
 
 def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
     """Parse and resolve a SPEC (see the module docstring); ``option`` names it in errors."""
-    if text.strip().lower() == "config":
+    if is_config_spec(text):
         raise InvalidParameterError(
-            f"{option} config (per-layer settings from --config) is not implemented yet; "
-            "give an explicit SPEC such as eps=1e-6"
+            f"{option} config takes per-layer settings from a model config: "
+            "resolve it with specs_from_config (the CLI's --config FILE)"
         )
     kv = _pairs(text, option)
     placement = kv.get("placement", "inside").lower()
@@ -241,16 +152,16 @@ def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
                 f"{option} {text!r}: framework defaults put eps inside the square root; "
                 "give eps= to model another placement"
             )
-        fd = resolve_framework_eps(kv["framework"], dtype)
+        fd = framework_eps(kv["framework"], dtype)
         return EpsSpec(
             text=text,
             eps=fd.eps,
             placement="inside",
             dim=None,
             dtype=fd.compute_dtype or "float64",
-            framework=fd.framework,
+            framework=fd.row.name,
             input_dtype=dtype,
-            note=fd.note,
+            note=f"{fd.row.api}: {fd.explanation}",
         )
     if "eps" not in kv:
         raise InvalidParameterError(f"{option} {text!r}: give eps=E or framework=NAME")
@@ -269,3 +180,104 @@ def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
         dim=dim,
         dtype=dtype or "float64",
     )
+
+
+@dataclass(frozen=True)
+class LayerSpecs:
+    """``--from config`` / ``--to config``: one :class:`EpsSpec` per dump layer, in dump order."""
+
+    text: str
+    config: str
+    layers: tuple[tuple[str, EpsSpec], ...]
+
+    def for_layer(self, name: str) -> EpsSpec:
+        """The setting of layer ``name``; a layer the config was not resolved for is an error."""
+        for layer, spec in self.layers:
+            if layer == name:
+                return spec
+        raise ConfigError(f"{self.config}: no settings resolved for layer {name!r}")
+
+    def describe(self) -> str:
+        return f"per layer from {self.config}"
+
+
+_LAYER_NORM = "the norm is a LayerNorm (compare models RMSNorm, whose q is mean(x^2))"
+
+
+def _layers(names: Iterable[str], limit: int = 10) -> str:
+    items = list(names)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def specs_from_config(
+    config: NormConfig, names: Iterable[str], option: str = "--from"
+) -> LayerSpecs:
+    """Per-layer settings for the dump layers ``names`` from ``config``, matched as ``ratio
+    --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`).
+
+    Each layer gets the eps, placement and (for placement sum) dim of the config entries its
+    name matches, and ``q + eps`` is formed in the config's reduction_dtype when that is
+    float32, float16 or bfloat16 (exact float64 when it is float64 or missing). A layer that
+    matches no pattern, a missing or conflicting eps or placement, a missing dim under
+    placement sum, and a LayerNorm (q would be a variance, not mean(x^2)) are ConfigErrors:
+    nothing is filled in.
+    """
+    names = list(names)
+    remedy = f"fix the config or give an explicit SPEC to {option}"
+    assigned = eps_for_layers(config, names, remedy=remedy)
+    problems: dict[str, list[str]] = {}
+    out: list[tuple[str, EpsSpec]] = []
+    for name in names:
+        settings = config.settings_for(name)
+        assert settings is not None  # eps_for_layers refused unmatched names
+        placement = settings.placement
+        norm = settings.norm.value
+        if norm == "layer":
+            problems.setdefault(_LAYER_NORM, []).append(name)
+            continue
+        if not isinstance(placement.value, str):
+            problems.setdefault(f"placement is {placement.provenance.describe()}", []).append(name)
+            continue
+        dim: int | None = None
+        if placement.value == "sum":
+            if not isinstance(settings.dim.value, int):
+                problems.setdefault("placement is sum but dim is missing", []).append(name)
+                continue
+            dim = settings.dim.value
+        reduction = settings.reduction_dtype.value
+        dtype = reduction if reduction in ("float32", "float16", "bfloat16") else "float64"
+        here = config.path
+        parts = [
+            f"eps from {settings.eps.provenance.describe(here)}",
+            f"placement from {placement.provenance.describe(here)}",
+        ]
+        if dim is not None:
+            parts.append(f"dim from {settings.dim.provenance.describe(here)}")
+        if isinstance(reduction, str):
+            parts.append(
+                f"q + eps in {dtype} (reduction_dtype {reduction} from "
+                f"{settings.reduction_dtype.provenance.describe(here)})"
+            )
+        else:
+            parts.append("no reduction_dtype: exact float64")
+        out.append(
+            (
+                name,
+                EpsSpec(
+                    text=CONFIG_SPEC,
+                    eps=validate_eps(assigned.eps[name]),
+                    placement=placement.value,
+                    dim=dim,
+                    dtype=dtype,
+                    note="; ".join(parts),
+                ),
+            )
+        )
+    if problems:
+        why, layers = next(iter(problems.items()))
+        raise ConfigError(
+            f"{config.path}: {option} config: {why} for {len(layers)} layer(s): "
+            f"{_layers(layers)}; {remedy}"
+        )
+    return LayerSpecs(text=CONFIG_SPEC, config=config.path, layers=tuple(out))

@@ -11,14 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmsnorm_eps.config.defaults_table import FRAMEWORK_DEFAULTS, FrameworkDefault
-from rmsnorm_eps.errors import InvalidParameterError
+from rmsnorm_eps.errors import ConfigError, InvalidParameterError
 
 __all__ = [
     "DTYPES",
     "MACHINE_EPS",
+    "ROW_NAMES",
     "DefaultsResult",
+    "FrameworkEps",
     "ResolvedDefault",
     "framework_defaults",
+    "framework_eps",
     "torch_default_eps",
 ]
 
@@ -30,6 +33,8 @@ MACHINE_EPS = {name: 2.0**-bits for name, bits in _FRACTION_BITS.items()}
 #: release branch was cut). Inferred from the merge date, not measured on 2.6/2.7.
 TORCH_OPMATH_FROM = (2, 7)
 _OPMATH = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+#: The unique row names, in table order (``compare --to framework=NAME``).
+ROW_NAMES = tuple(r.name for r in FRAMEWORK_DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,7 @@ def framework_defaults(
         raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if torch_version is not None:
         _parse_version(torch_version)
-    names = sorted({r.framework for r in FRAMEWORK_DEFAULTS})
-    rows = [r for r in FRAMEWORK_DEFAULTS if framework is None or r.framework == framework.lower()]
-    if not rows:
-        raise InvalidParameterError(f"unknown framework {framework!r}; known: {', '.join(names)}")
+    rows = _rows(framework) if framework is not None else list(FRAMEWORK_DEFAULTS)
     out = []
     for row in rows:
         if row.framework == "torch":
@@ -108,3 +110,79 @@ def framework_defaults(
         else:
             out.append(ResolvedDefault(row, row.eps, "fixed default (does not depend on dtype)"))
     return DefaultsResult(framework, dtype, torch_version, tuple(out))
+
+
+def _rows(framework: str) -> list[FrameworkDefault]:
+    """The rows named ``framework`` (a row name such as hf-llama, or a framework such as
+    transformers that may have several rows); InvalidParameterError when none."""
+    key = framework.strip().lower()
+    rows = [r for r in FRAMEWORK_DEFAULTS if key in (r.name, r.framework)]
+    if not rows:
+        groups = sorted({r.framework for r in FRAMEWORK_DEFAULTS} - set(ROW_NAMES))
+        raise InvalidParameterError(
+            f"unknown framework {framework!r}; known: {', '.join(ROW_NAMES)} "
+            f"(and {', '.join(groups)} for all its rows)"
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class FrameworkEps:
+    """One framework default resolved to a number, and where ``q + eps`` is formed.
+
+    ``explanation`` says how the number and the precision were resolved (the row's api and
+    source are in ``row``).
+
+    ``compute_dtype`` is float32 where the row documents a float32 (or opmath) reduction for
+    this input dtype, float64 for float64 opmath, and None where the table does not know it.
+    """
+
+    row: FrameworkDefault
+    input_dtype: str | None
+    eps: float
+    compute_dtype: str | None
+    explanation: str
+
+
+def framework_eps(
+    framework: str, dtype: str | None = None, torch_version: str | None = None
+) -> FrameworkEps:
+    """The one default eps of row ``framework`` for ``dtype`` inputs (the table's number).
+
+    torch needs ``dtype`` (its eps=None depends on it); a row without a number (llama.cpp) and
+    a name with several rows (transformers, apex as a group) are ConfigErrors: nothing is
+    guessed. The compute precision is ``reduction`` (opmath: float64 for float64 inputs, else
+    float32; it needs ``dtype``).
+    """
+    if dtype is not None and dtype not in _FRACTION_BITS:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    rows = _rows(framework)
+    exact = [r for r in rows if r.name == framework.strip().lower()]
+    if exact:
+        rows = exact
+    if len(rows) > 1:
+        listed = ", ".join(f"{r.name} ({r.api})" for r in rows)
+        raise ConfigError(f"framework={framework} has several defaults; pick one: {listed}")
+    (row,) = rows
+    if row.name == "torch":
+        if dtype is None:
+            raise ConfigError(
+                "framework=torch: the default eps depends on the input dtype "
+                "(1.1920929e-07 for float16/bfloat16/float32, 2.22e-16 for float64): add dtype="
+            )
+        eps, why = torch_default_eps(dtype, torch_version)
+    elif row.eps is None:
+        raise ConfigError(f"framework={row.name}: {row.rule}; give eps= explicitly")
+    else:
+        eps, why = row.eps, "fixed default (does not depend on dtype)"
+    compute: str | None = None
+    if row.reduction == "float32":
+        compute = "float32"
+    elif row.reduction == "opmath" and dtype is not None:
+        compute = _OPMATH[dtype]
+    if compute is None:
+        missing = "input dtype not given" if row.reduction == "opmath" else "not in the table"
+        why += f"; compute precision {missing}: modelled as exact float64"
+    else:
+        why += f"; q + eps formed in {compute}"
+    return FrameworkEps(row, dtype, eps, compute, why)

@@ -17,12 +17,17 @@ __all__ = ["FRAMEWORK_DEFAULTS", "FrameworkDefault"]
 class FrameworkDefault:
     """One API's default eps. ``eps`` None: no fixed number (see ``rule``)."""
 
-    framework: str  # the --framework name
+    framework: str  # the project or library (several rows may share it)
     api: str
     eps: float | None
     rule: str
     versions: str
     source: str
+    #: Unique row name: ``defaults --framework NAME`` and ``compare --to framework=NAME``.
+    name: str = ""
+    #: Where ``q + eps`` is formed: "float32" (always), "opmath" (float32 for half and float32
+    #: inputs, float64 for float64 inputs) or None (not documented in FACTS.md).
+    reduction: str | None = None
 
 
 FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
@@ -36,6 +41,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         ">= 2.4 (RMSNorm added); opmath rule from 2.7",
         "pytorch PR 142848 (merged Jan 2025), docs PR 173039 / issue 155527; measured on "
         "torch 2.13.0 CPU",
+        name="torch",
+        reduction="opmath",
     ),
     FrameworkDefault(
         "transformers",
@@ -44,6 +51,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "class default; Llama-2/3 checkpoints set 1e-5; fp32 reduction, cast back, then x weight",
         "as of 5.24",
         "FACTS.md section 2; AutoConfig.for_model('llama') on transformers 5.24",
+        name="hf-llama",
+        reduction="float32",
     ),
     FrameworkDefault(
         "transformers",
@@ -52,6 +61,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "class default; Mistral-7B checkpoints set 1e-5",
         "as of 5.24",
         "FACTS.md section 2",
+        name="hf-mistral",
+        reduction="float32",
     ),
     FrameworkDefault(
         "transformers",
@@ -60,6 +71,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "gain (1 + w), multiplied in fp32, then cast",
         "as of 5.24",
         "FACTS.md section 2",
+        name="hf-gemma",
+        reduction="float32",
     ),
     FrameworkDefault(
         "transformers",
@@ -68,6 +81,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "class default; OLMo-2 checkpoints appear to use 1e-6",
         "as of 5.24",
         "FACTS.md section 2",
+        name="hf-olmo2",
+        reduction="float32",
     ),
     FrameworkDefault(
         "transformers",
@@ -76,6 +91,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "class default",
         "as of 5.24",
         "FACTS.md section 2",
+        name="hf-t5",
+        reduction="float32",
     ),
     FrameworkDefault(
         "meta-llama",
@@ -84,6 +101,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "ModelArgs.norm_eps is 1e-5; LLaMA-1 checkpoints used 1e-6",
         "llama reference code",
         "FACTS.md section 2",
+        name="meta-llama",
     ),
     FrameworkDefault(
         "llama.cpp",
@@ -93,6 +111,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "of squares accumulated in double, 1/sqrtf(mean + eps)",
         "all",
         "FACTS.md sections 2-3",
+        name="llama.cpp",
     ),
     FrameworkDefault(
         "flax",
@@ -101,6 +120,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "reductions in >= fp32",
         "linen and nnx",
         "FACTS.md section 2",
+        name="flax",
+        reduction="opmath",
     ),
     FrameworkDefault(
         "keras",
@@ -109,6 +130,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "layer default",
         "Keras 3",
         "FACTS.md section 2",
+        name="keras",
     ),
     FrameworkDefault(
         "mlx",
@@ -117,6 +139,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "mx.fast.rms_norm has no default",
         "all",
         "FACTS.md section 2",
+        name="mlx",
     ),
     FrameworkDefault(
         "apex",
@@ -125,6 +148,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "class default",
         "all",
         "FACTS.md section 2",
+        name="apex",
     ),
     FrameworkDefault(
         "apex",
@@ -133,6 +157,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "functional default",
         "all",
         "FACTS.md section 2",
+        name="apex-functional",
     ),
     FrameworkDefault(
         "transformer-engine",
@@ -141,6 +166,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "zero_centered_gamma=True means gain (1 + gamma)",
         "all",
         "FACTS.md section 2",
+        name="transformer-engine",
     ),
     FrameworkDefault(
         "onnx",
@@ -149,6 +175,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "axis -1, stash_type 1 (fp32)",
         "opset 23",
         "FACTS.md section 2",
+        name="onnx",
+        reduction="float32",
     ),
     FrameworkDefault(
         "torchtune",
@@ -157,8 +185,11 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "x weight in fp32 before the cast",
         "all",
         "FACTS.md section 2",
+        name="torchtune",
     ),
-    FrameworkDefault("vllm", "vLLM RMSNorm", 1e-6, "class default", "all", "FACTS.md section 2"),
+    FrameworkDefault(
+        "vllm", "vLLM RMSNorm", 1e-6, "class default", "all", "FACTS.md section 2", name="vllm"
+    ),
     FrameworkDefault(
         "tensorrt-llm",
         "TensorRT-LLM rms_norm",
@@ -166,6 +197,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "function default",
         "all",
         "FACTS.md section 2",
+        name="tensorrt-llm",
     ),
     FrameworkDefault(
         "flashinfer",
@@ -174,5 +206,6 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "function default",
         "all",
         "FACTS.md section 2",
+        name="flashinfer",
     ),
 )

@@ -62,7 +62,8 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
 
 @dataclass(frozen=True)
 class EpsAssignment:
-    """eps per dump layer and where each came from (a config value or the explicit --eps)."""
+    """eps per dump layer and where each came from: ``file: key (layer matches PATTERNS)`` for a
+    config value, ``--eps (explicit fallback)`` for the user's fallback."""
 
     eps: dict[str, float]
     provenance: dict[str, str]
@@ -76,12 +77,17 @@ def _listed(names: Iterable[str], limit: int = 20) -> str:
 
 
 def eps_for_layers(
-    config: NormConfig, names: Iterable[str], fallback: float | None = None
+    config: NormConfig,
+    names: Iterable[str],
+    fallback: float | None = None,
+    *,
+    remedy: str | None = None,
 ) -> EpsAssignment:
     """eps for each layer name from the config's globs.
 
     A name that matches no entry, or whose eps is missing (or in conflict), is an error unless
-    ``fallback`` (the user's explicit --eps) is given; then it gets the fallback.
+    ``fallback`` (the user's explicit --eps) is given; then it gets the fallback. ``remedy``
+    ends the error messages (default: the ``--eps`` fallback of ``ratio``).
     """
     names = list(names)
     unmatched = config.unmatched(names)
@@ -89,7 +95,7 @@ def eps_for_layers(
         raise ConfigError(
             f"{config.path}: {len(unmatched)} dump layer(s) match no layer pattern of the config "
             f"({_listed(e.pattern for e in config.entries)}): {_listed(unmatched)}; "
-            "fix the config or give --eps as an explicit fallback"
+            + (remedy or "fix the config or give --eps as an explicit fallback")
         )
     eps: dict[str, float] = {}
     prov: dict[str, str] = {}
@@ -108,12 +114,13 @@ def eps_for_layers(
             continue
         assert isinstance(value.value, float)
         eps[name] = value.value
-        prov[name] = value.provenance.describe()
+        patterns = ", ".join(e.pattern for e in config.matching(name))
+        prov[name] = f"{value.provenance.describe()} (layer matches {patterns})"
     if no_eps and fallback is None:
         why = no_eps[0][1].provenance.describe()
         raise ConfigError(
             f"{config.path}: eps is {why} for {len(no_eps)} layer(s): "
-            f"{_listed(n for n, _ in no_eps)}; give --eps explicitly"
+            f"{_listed(n for n, _ in no_eps)}; " + (remedy or "give --eps explicitly")
         )
     return EpsAssignment(eps=eps, provenance=prov, fallback_layers=tuple(fell_back))
 

@@ -1,4 +1,4 @@
-"""Reader for our YAML schema (docs/readme/configs.md).
+"""Reader for our YAML schema (docs/configs.md).
 
 ::
 

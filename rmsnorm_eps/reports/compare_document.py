@@ -7,13 +7,20 @@ from typing import Any
 from rmsnorm_eps.analysis import GateResult
 from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
 from rmsnorm_eps.compare.precision import PrecisionReport
-from rmsnorm_eps.compare.spec import EpsSpec
+from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
 __all__ = ["compare_document", "supports"]
 
 
 def supports(result: object) -> bool:
     return isinstance(result, (CompareReport, PrecisionReport))
+
+
+def _side(side: EpsSpec | LayerSpecs) -> dict[str, Any]:
+    """One SPEC, or for ``config`` the config file (each layer's ``from``/``to`` has its own)."""
+    if isinstance(side, LayerSpecs):
+        return {"text": side.text, "config": side.config, "per_layer": True}
+    return _spec(side)
 
 
 def _spec(spec: EpsSpec) -> dict[str, Any]:
@@ -42,6 +49,8 @@ def _moved(m: MovedInput, jnum: Any) -> dict[str, Any]:
 def _layer(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
     return {
         "name": layer.name,
+        "from": _spec(layer.spec_from),
+        "to": _spec(layer.spec_to),
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
@@ -80,8 +89,8 @@ def compare_document(
             {
                 "source": result.source,
                 "raw": result.raw,
-                "from": _spec(result.spec_from),
-                "to": _spec(result.spec_to),
+                "from": _side(result.spec_from),
+                "to": _side(result.spec_to),
                 "tolerance": result.tolerance,
                 "scale": result.scale,
                 "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport
 from rmsnorm_eps.compare.precision import PrecisionReport, PrecisionRow
+from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 from rmsnorm_eps.reports import RenderOptions
 
 __all__ = ["parts", "supports"]
@@ -34,7 +35,8 @@ def _table(*columns: str) -> Table:
     return t
 
 
-def _layer_details(layer: CompareLayer, eps_from: float) -> list[RenderableType]:
+def _layer_details(layer: CompareLayer) -> list[RenderableType]:
+    eps_from = layer.spec_from.eps
     out: list[RenderableType] = []
     if layer.worst:
         out.append(Text(f"{layer.name}: largest |change| ({len(layer.worst)} input(s))"))
@@ -69,16 +71,33 @@ def _layer_details(layer: CompareLayer, eps_from: float) -> list[RenderableType]
     return out
 
 
+def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
+    """One line per distinct setting of a ``config`` side: the setting, its provenance, the
+    layers that use it (dump order)."""
+    groups: dict[EpsSpec, list[str]] = {}
+    for layer in report.layers:
+        spec = layer.spec_from if side == "from" else layer.spec_to
+        groups.setdefault(spec, []).append(layer.name)
+    lines = []
+    for spec, names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"  {spec.describe()} for {len(names)} layer(s): {shown}")
+        lines.append(f"    ({spec.note})")
+    return lines
+
+
 def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
-    lines = [
-        f"{report.source} ({kind})",
-        f"from: {report.spec_from.describe()}",
-        f"to:   {report.spec_to.describe()}"
-        + (f", inputs scaled by {report.scale:g}" if report.scale != 1.0 else ""),
-    ]
+    lines = [f"{report.source} ({kind})"]
     for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        if spec.note:
+        head = f"{side}:{' ' if side == 'from' else '   '}{spec.describe()}"
+        if side == "to" and report.scale != 1.0:
+            head += f", inputs scaled by {report.scale:g}"
+        lines.append(head)
+        if isinstance(spec, LayerSpecs):
+            lines += _per_layer_lines(side, report)
+    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
+        if isinstance(spec, EpsSpec) and spec.note:
             lines.append(f"{side} default: {spec.note}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
     parts: list[RenderableType] = [Text("\n".join(lines))]
@@ -107,7 +126,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
     parts.append(table)
     for layer in report.layers:
         if layer.violations:
-            parts.extend(_layer_details(layer, report.spec_from.eps))
+            parts.extend(_layer_details(layer))
     parts.append(
         Text(
             f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "

@@ -139,6 +139,7 @@ def _defaults_doc(r: DefaultsResult) -> dict[str, Any]:
             "torch_version": r.torch_version,
             "rows": [
                 {
+                    "name": x.row.name,
                     "framework": x.row.framework,
                     "api": x.row.api,
                     "eps": x.eps,
@@ -177,9 +178,9 @@ def _show_text(c: NormConfig, options: Any) -> str:
     if c.source:
         parts.append(Text(f"source: {c.source}"))
     defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    defaults.add_column("setting")
-    defaults.add_column("value")
-    defaults.add_column("from", no_wrap=True)
+    defaults.add_column("setting", no_wrap=True)
+    defaults.add_column("value", no_wrap=True)
+    defaults.add_column("from")  # a long provenance wraps; the setting and value never do
     for name in FIELDS:
         r = c.defaults.get(name)
         defaults.add_row(name, show_value(r), r.provenance.describe(c.path))
@@ -238,16 +239,14 @@ def _defaults_text(r: DefaultsResult, options: Any) -> str:
         x = r.rows[0]
         return f"{x.eps:.8g}\n{x.row.api}: {x.explanation} [source: {x.row.source}]\n"
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("framework", no_wrap=True)
+    table.add_column("name", no_wrap=True)
     table.add_column("api", ratio=3)
     table.add_column("eps", justify="right", no_wrap=True)
     table.add_column("rule (versions) [source]", overflow="fold", ratio=5)
     for x in r.rows:
         eps = f"{x.eps:.8g}" if x.eps is not None else "-"
         rule = x.explanation if x.row.framework == "torch" else x.row.rule
-        table.add_row(
-            x.row.framework, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]"
-        )
+        table.add_row(x.row.name, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]")
     return render_renderables([table], options)
 
 

@@ -8,11 +8,14 @@ Non-finite floats (JSON has none) are written as the strings "nan", "inf", "-inf
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import GateResult, LayerResult
 
 __all__ = ["SCHEMA_VERSION", "document", "jnum"]
 
@@ -36,8 +39,17 @@ def _head(command: str) -> dict[str, Any]:
             "command": command}
 
 
+def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
+    """Merged reports only: which shard an input came from and its index there."""
+    if shard is None:
+        return {}
+    return {"shard": shard, "shard_index": list(index or ())}
+
+
 def _layer(layer: LayerResult) -> dict[str, Any]:
     doc = _layer_figures(layer)
+    if layer.eps_source is not None:  # ratio --config: where this layer's eps came from
+        doc["eps_source"] = layer.eps_source
     # Only for dumps with token positions: the same figures for position 0 and the rest.
     if layer.first_token is not None and layer.other_tokens is not None:
         doc["first_token"] = _layer_figures(layer.first_token)
@@ -66,11 +78,12 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "min_attenuation": jnum(layer.min_attenuation),
         "worst": [
             {"index": list(w.index), "q": w.q, "ratio": w.ratio, "attenuation": w.attenuation,
-             "loss": w.loss}
+             "loss": w.loss, **_shard(w.shard, w.shard_index)}
             for w in layer.worst
         ],
         "nonfinite_examples": [
-            {"index": list(n.index), "value": jnum(n.value)} for n in layer.nonfinite_examples
+            {"index": list(n.index), "value": jnum(n.value), **_shard(n.shard, n.shard_index)}
+            for n in layer.nonfinite_examples
         ],
         "decades": [{"decade": k, "count": c} for k, c in layer.decades],
     }
@@ -94,7 +107,8 @@ def skipped_document(skipped: tuple[Any, ...]) -> dict[str, Any]:
 
 def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     """The canonical dict for ``result``."""
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         doc = _head("ratio")
         doc.update({
             "source": result.source,
@@ -115,6 +129,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
             "gate": _gate(gate),
             "layers": [_layer(layer) for layer in result.layers],
         })
+        if result.shards:
+            doc["command"] = "merge"
+            doc["shards"] = list(result.shards)
         doc.update(skipped_document(result.skipped))
         return doc
     if isinstance(result, BoundResult):
@@ -140,4 +157,9 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     config_doc = config_document(result)
     if config_doc is not None:
         return config_doc
+
+    if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
+        from rmsnorm_eps.reports.parity_document import parity_or_probe_document
+
+        return parity_or_probe_document(result)
     raise TypeError(f"no document for {type(result).__name__}")

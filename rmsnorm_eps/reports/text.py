@@ -7,15 +7,19 @@ was taken on unrounded values before this module runs.
 from __future__ import annotations
 
 import io
+import sys
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.bound import BoundResult, RatioFigures
 from rmsnorm_eps.reports import HISTOGRAM_AUTO_LAYERS, RenderOptions, UnsupportedResult
+
+if TYPE_CHECKING:  # analysis imports numpy; `bound` must not pay for it (start-up time)
+    from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = ["fmt", "histogram_rows", "render", "render_renderables"]
 
@@ -31,6 +35,15 @@ def fmt(value: float | None, digits: int = 6) -> str:
 
 def fmt_index(index: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def _shard_index(
+    index: tuple[int, ...], shard: int | None, shard_index: tuple[int, ...] | None
+) -> str:
+    """``[i, j]``, or in a merged report ``[i, j] (shard s [i', j])``."""
+    if shard is None:
+        return fmt_index(index)
+    return f"{fmt_index(index)} (shard {shard} {fmt_index(shard_index or ())})"
 
 
 def render_renderables(parts: list[RenderableType], options: RenderOptions) -> str:
@@ -80,6 +93,19 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]
         cells += [f"{r.attenuation:.6f}", fmt(r.loss)]
         table.add_row(*cells)
     return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
+
+
+def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
+    """ratio --config: one line per (eps, source) with the layers that took it."""
+    groups: dict[tuple[float, str], list[str]] = {}
+    for layer in report.layers:
+        if layer.eps_source is not None:
+            groups.setdefault((layer.eps, layer.eps_source), []).append(layer.name)
+    lines = []
+    for (eps, source), names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"eps {fmt(eps)} from {source}: {shown}")
+    return [Text("\n".join(lines))] if lines else []
 
 
 def _layer_row(layer: LayerResult) -> list[str]:
@@ -185,27 +211,27 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(table)
+    parts.extend(_eps_source_parts(report))
     parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
             parts.append(_histogram(layer, report.min_ratio, options.color))
         if not layer.violations:
             continue
-        worst = Table(
-            title=f"{layer.name}: worst {len(layer.worst)} input(s)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for name in ("index", "q", "q/eps", "A", "1 - A"):
-            worst.add_column(name, justify="left" if name == "index" else "right")
-        for w in layer.worst:
-            worst.add_row(fmt_index(w.index), fmt(w.q), fmt(w.ratio), fmt(w.attenuation),
-                          fmt(w.loss))
-        parts.append(worst)
+        if layer.worst:  # (--top 0 lists none)
+            # The title is a line of its own: a table title wraps at the table's width.
+            parts.append(Text(f"\n{layer.name}: worst {len(layer.worst)} input(s)"))
+            worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            for name in ("index", "q", "q/eps", "A", "1 - A"):
+                worst.add_column(name, justify="left" if name == "index" else "right")
+            for w in layer.worst:
+                worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
+                              fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
+            parts.append(worst)
         if layer.nonfinite:
             shown = ", ".join(
-                f"{fmt_index(n.index)}={n.value}" for n in layer.nonfinite_examples
+                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                for n in layer.nonfinite_examples
             )
             parts.append(
                 Text(f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
@@ -233,7 +259,8 @@ def render(result: object, options: RenderOptions) -> str:
         return render_renderables(_bound_parts(result), options)
     if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
         return render_renderables(_ratio_figures_parts(result), options)
-    if isinstance(result, RatioReport):
+    analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
+    if analysis is not None and isinstance(result, analysis.RatioReport):
         return render_renderables(_ratio_parts(result, options), options)
     from rmsnorm_eps.reports import compare_text
 
@@ -245,4 +272,9 @@ def render(result: object, options: RenderOptions) -> str:
     config_text = render_config_text(result, options)
     if config_text is not None:
         return config_text
+
+    if type(result).__module__.startswith("rmsnorm_eps.parity"):  # parity and probe results
+        from rmsnorm_eps.reports.parity_text import render_parity
+
+        return render_parity(result, options)
     raise UnsupportedResult(f"text format cannot render {type(result).__name__}")

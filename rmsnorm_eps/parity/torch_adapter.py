@@ -1,0 +1,97 @@
+"""Parity of a torch module or tensor function (extra ``[torch]``).
+
+The probe inputs are handed to torch as tensors of the probe dtype (values exactly
+representable, so nothing is rounded on the way in); outputs are widened to float64 exactly
+(bfloat16 -> float32 -> float64) and judged with the output's own dtype recorded, so the
+torch.testing defaults and the inference use the right rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
+from rmsnorm_eps.parity.api import ParityResult, compare_outputs
+from rmsnorm_eps.parity.probes import make_probes
+
+__all__ = ["check_parity_torch", "run_torch"]
+
+_TORCH_NAMES = {
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float64": "float64",
+}
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MissingExtraError("torch", "torch", "the torch adapter") from None
+    return torch
+
+
+def run_torch(fn: Callable[[Any], Any], inputs: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """Call ``fn`` on ``inputs`` as a torch tensor of ``dtype`` under ``torch.no_grad()``.
+
+    Returns the output widened to float64 and the name of its torch dtype.
+    """
+    torch = _torch()
+    if dtype not in _TORCH_NAMES:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(_TORCH_NAMES)}")
+    x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float64)).to(getattr(torch, dtype))
+    with torch.no_grad():
+        y = fn(x)
+    if not isinstance(y, torch.Tensor):
+        raise InvalidParameterError(f"the module returned {type(y).__name__}, not a tensor")
+    name = str(y.dtype).removeprefix("torch.")
+    if name not in _TORCH_NAMES:
+        raise InvalidParameterError(f"the module returned dtype {y.dtype}, not a float dtype")
+    out = y.detach().to("cpu").to(torch.float64).numpy()
+    return out, name
+
+
+def check_parity_torch(
+    module: Callable[[Any], Any],
+    *,
+    eps: float,
+    dtype: str = "float32",
+    dim: int | None = None,
+    gain: str | np.ndarray = "ones",
+    gain_convention: str = "w",
+    seed: int = 0,
+    rule: str = "torch",
+    atol: float | None = None,
+    rtol: float | None = None,
+    delta: float = 0.01,
+) -> ParityResult:
+    """Check an ``nn.Module`` (e.g. ``torch.nn.RMSNorm(d, eps=None)``) or a tensor function.
+
+    ``dim`` defaults to the module's ``normalized_shape`` (1-D). ``gain`` must be the weight
+    the module holds: 'ones' for a freshly built module, or the array
+    ``module.weight.detach().float().numpy()``. The module is run in the probe ``dtype``
+    (cast it first, e.g. ``module.to(torch.bfloat16)``).
+    """
+    if dim is None:
+        shape = getattr(module, "normalized_shape", None)
+        if shape is None or len(tuple(shape)) != 1:
+            raise InvalidParameterError("give dim= (the module has no 1-D normalized_shape)")
+        dim = int(next(iter(shape)))
+    probes = make_probes(
+        dim, eps, gain=gain, dtype=dtype, seed=seed, gain_convention=gain_convention, delta=delta
+    )
+    out, out_dtype = run_torch(module, probes.inputs, dtype)
+    return compare_outputs(
+        probes,
+        out,
+        output_dtype=out_dtype,
+        rule=rule,
+        atol=atol,
+        rtol=rtol,
+        probe_source="check_parity_torch",
+        actual_source=type(module).__name__,
+    )

@@ -1,0 +1,263 @@
+"""Mergeable summaries: merge(split(x)) gives exactly the report of x."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmsnorm_eps.analysis import RatioReport, analyze_dump
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.merge import load_summary, merge_summaries, summary_document, write_summary
+from rmsnorm_eps.reports.document import document
+
+
+def _plain(report: RatioReport, names: bool = True) -> dict[str, Any]:
+    """The report's document without what differs by construction (source, shard fields;
+    with ``names=False`` also the layer names, which are file stems for .npy shards)."""
+    doc = document(report)
+    for key in ("source", "shards", "command"):
+        doc.pop(key, None)
+    if not names:
+        doc["summary"].pop("layers_affected")
+    for layer in doc["layers"]:
+        if not names:
+            layer.pop("name")
+        for item in layer["worst"] + layer["nonfinite_examples"]:
+            item.pop("shard", None)
+            item.pop("shard_index", None)
+    return doc
+
+
+def _data(seed: int, rows: int, cols: int, raw: bool) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)) * 10 ** rng.uniform(-5, 1, (rows, 1))
+    if not raw:
+        x = x * x
+    flat = x.reshape(-1)
+    for _ in range(int(rng.integers(0, 4))):
+        flat[rng.integers(0, flat.size)] = rng.choice([np.nan, np.inf, 0.0])
+    # duplicates: ties in the worst-k lists across shards
+    flat[rng.integers(0, flat.size, 3)] = flat[0]
+    return x.astype(np.float32)
+
+
+def _split_and_merge(
+    tmp: Path, x: np.ndarray, cuts: list[int], raw: bool, top: int, **merge_kw: Any
+) -> tuple[RatioReport, list[int]]:
+    bounds = [0, *cuts, x.shape[0]]
+    paths = []
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        shard = tmp / f"shard{i}.npy"
+        np.save(shard, x[a:b])
+        report = analyze_dump(shard, 1e-5, raw=raw, top_k=top)
+        out = tmp / f"s{i}.json"
+        write_summary(report, out)
+        paths.append(out)
+    return merge_summaries(paths, **merge_kw), bounds[:-1]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    rows=st.integers(2, 60),
+    raw=st.booleans(),
+    top=st.integers(0, 6),
+    data=st.data(),
+)
+def test_merge_of_split_equals_analysis(
+    tmp_path: Path, seed: int, rows: int, raw: bool, top: int, data: st.DataObject
+) -> None:
+    x = _data(seed, rows, 5, raw)
+    cuts = sorted(data.draw(st.lists(st.integers(1, rows - 1), max_size=4, unique=True)))
+    (tmp_path / "all.npy").unlink(missing_ok=True)
+    np.save(tmp_path / "all.npy", x)
+    whole = analyze_dump(tmp_path / "all.npy", 1e-5, raw=raw, top_k=top)
+    merged, offsets = _split_and_merge(tmp_path, x, cuts, raw, top)
+    assert _plain(merged, names=False) == _plain(whole, names=False)
+    assert len(merged.shards) == len(cuts) + 1
+    for layer in merged.layers:
+        for w in layer.worst:
+            assert w.shard is not None and w.shard_index is not None
+            assert w.index[0] == offsets[w.shard] + w.shard_index[0]
+            assert w.index[1:] == w.shard_index[1:]
+
+
+def test_merge_npz_layers_by_name(tmp_path: Path) -> None:
+    a = _data(1, 30, 4, False)
+    b = _data(2, 30, 4, False)
+    np.savez(tmp_path / "all.npz", l0=a, l1=b)
+    np.savez(tmp_path / "r0.npz", l0=a[:7], l1=b[:11])  # layers in the first shard's order
+    np.savez(tmp_path / "r1.npz", l1=b[11:], l0=a[7:])
+    whole = analyze_dump(tmp_path / "all.npz", 1e-5, top_k=3)
+    for i in (0, 1):
+        write_summary(analyze_dump(tmp_path / f"r{i}.npz", 1e-5, top_k=3), tmp_path / f"{i}.json")
+    merged = merge_summaries([tmp_path / "0.json", tmp_path / "1.json"])
+    assert _plain(merged) == _plain(whole)
+
+
+@pytest.mark.parametrize("top", [5, 1])
+def test_merge_at_another_delta_when_the_summaries_determine_it(tmp_path: Path, top: int) -> None:
+    # q/eps = 1e-4, 2e-4, 0.05, 300, 400, 500; delta 0.3 <=> q/eps >= 0.96 (decade [0.1, 1))
+    x = np.array([1e-9, 2e-9, 5e-7, 3e-3, 4e-3, 5e-3], np.float32)
+    np.save(tmp_path / "all.npy", x)
+    # top 5: each worst list holds every value; top 1: the decades around 0.96 are empty
+    merged, _ = _split_and_merge(tmp_path, x, [2], False, top, delta=0.3)
+    whole = analyze_dump(tmp_path / "all.npy", 1e-5, delta=0.3, top_k=top)
+    assert merged.below_bound == whole.below_bound == 3
+    assert _plain(merged, names=False) == _plain(whole, names=False)
+
+
+def test_merge_refuses_an_undetermined_count(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    x = (10 ** rng.uniform(-5, -2, 400)).astype(np.float32)  # every decade around 49 is full
+    _split_and_merge(tmp_path, x, [200], False, 2)
+    res = cli("merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json"), "--delta", "0.05")
+    assert res.exit_code == 2
+    assert "cannot merge layer" in res.stderr and "rerun" in res.stderr
+
+
+def test_cli_save_summary_and_merge(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    x = _data(5, 40, 8, True)
+    np.save(tmp_path / "a.npy", x[:25])
+    np.save(tmp_path / "b.npy", x[25:])
+    np.save(tmp_path / "all.npy", x)
+    for name in ("a", "b"):
+        res = cli(
+            "ratio",
+            "--eps",
+            "1e-5",
+            "-q",
+            str(tmp_path / f"{name}.npy"),
+            "--raw",
+            "--save-summary",
+            str(tmp_path / f"{name}.json"),
+            "--exit-zero",
+        )
+        assert res.exit_code == 0
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["schema"] == "rmsnorm-eps-summary" and doc["schema_version"] == 1
+    merged = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-f", "json")
+    whole = cli("ratio", "--eps", "1e-5", "-q", str(tmp_path / "all.npy"), "--raw", "-f", "json")
+    assert merged.exit_code == whole.exit_code == 1
+    m, w = json.loads(merged.stdout), json.loads(whole.stdout)
+    assert m["command"] == "merge" and m["shards"] == [
+        str(tmp_path / "a.npy"),
+        str(tmp_path / "b.npy"),
+    ]
+    assert m["summary"]["layers_affected"] == ["a"]  # named after the first shard's file
+    m["summary"].pop("layers_affected")
+    w["summary"].pop("layers_affected")
+    assert m["summary"] == w["summary"] and m["gate"] == w["gate"]
+    assert [e["index"] for e in m["layers"][0]["worst"]] == [
+        e["index"] for e in w["layers"][0]["worst"]
+    ]
+    assert all("shard_index" in e for e in m["layers"][0]["worst"])
+    text = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--exit-zero")
+    assert text.exit_code == 0 and "(shard 1 [" in text.stdout
+    budget = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--max-fraction", "1")
+    assert budget.exit_code == 0
+    top = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--top", "9")
+    assert top.exit_code == 2 and "exceeds what the summaries kept (5" in top.stderr
+    both = cli("merge", str(tmp_path / "a.json"), "--delta", "0.1", "--min-ratio", "3")
+    assert both.exit_code == 2
+
+
+def _summary(tmp_path: Path, **change: Any) -> Path:
+    np.save(tmp_path / "q.npy", np.array([1.0, 2.0, 3.0]))
+    doc = summary_document(analyze_dump(tmp_path / "q.npy", 1e-5))
+    for key, value in change.items():
+        if key.startswith("layer_"):
+            doc["layers"][0][key[6:]] = value
+        else:
+            doc[key] = value
+    out = tmp_path / f"bad{len(list(tmp_path.iterdir()))}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schema": "other"}, "not an rmsnorm-eps summary"),
+        ({"schema_version": 99}, "unsupported summary version 99"),
+        ({"raw": "yes"}, "[raw]"),
+        ({"layer_count": 7}, "does not match shape"),
+        ({"layer_eps": "x"}, "expected a finite number"),
+        ({"layer_worst": [{"index": [9, 9], "q": 1.0}]}, "index of 1 non-negative"),
+        ({"layer_decades": [[1, -1]]}, "expected [decade, count]"),
+        ({"layers": []}, "non-empty list"),
+    ],
+)
+def test_bad_summaries_exit_2(
+    tmp_path: Path, cli: Callable[..., Any], change: dict[str, Any], message: str
+) -> None:
+    bad = _summary(tmp_path, **change)
+    res = cli("merge", str(bad))
+    assert res.exit_code == 2 and message in res.stderr, res.stderr
+    with pytest.raises(InputFileError):
+        load_summary(bad)
+
+
+def test_incompatible_shards(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    good = _summary(tmp_path)
+    other_eps = _summary(tmp_path, layer_eps=1e-6)
+    assert "differs" in cli("merge", str(good), str(other_eps)).stderr
+    raw = _summary(tmp_path, raw=True)
+    assert cli("merge", str(good), str(raw)).exit_code == 2
+    np.save(tmp_path / "m.npy", np.ones((2, 3)))
+    write_summary(analyze_dump(tmp_path / "m.npy", 1e-5), tmp_path / "m.json")
+    np.save(tmp_path / "n.npy", np.ones((2, 4)))
+    write_summary(analyze_dump(tmp_path / "n.npy", 1e-5), tmp_path / "n.json")
+    res = cli("merge", str(tmp_path / "m.json"), str(tmp_path / "n.json"))
+    assert res.exit_code == 2 and "every axis but the first" in res.stderr
+    other_bound = _summary(tmp_path, min_ratio=3.0)
+    res = cli("merge", str(good), str(other_bound))
+    assert res.exit_code == 2 and "different bounds" in res.stderr
+    (tmp_path / "junk.json").write_text("{")
+    assert "not a JSON summary" in cli("merge", str(tmp_path / "junk.json")).stderr
+    assert cli("merge", str(tmp_path / "missing.json")).exit_code == 2
+    with pytest.raises(InvalidParameterError):
+        merge_summaries([])
+
+
+def test_readme_example(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """The example of docs/readme/performance.md, with the figures it shows."""
+    np.save(tmp_path / "rank0.npy", np.array([4e-4, 1e-3, 2e-7, 8e-3], np.float32))
+    np.save(tmp_path / "rank1.npy", np.array([3e-4, np.nan, 5e-6, 2e-3], np.float32))
+    for i in (0, 1):
+        res = cli(
+            "ratio",
+            "--eps",
+            "1e-5",
+            "-q",
+            str(tmp_path / f"rank{i}.npy"),
+            "--top",
+            "2",
+            "--save-summary",
+            str(tmp_path / f"s{i}.json"),
+        )
+        assert res.exit_code == 1
+    s0, s1 = str(tmp_path / "s0.json"), str(tmp_path / "s1.json")
+    res = cli("merge", s0, s1)
+    assert res.exit_code == 1
+    assert (
+        "5 violation(s) in 1 of 1 layer(s) (4 below the bound, 1 nonfinite) out of 8" in res.stdout
+    )
+    assert "[2] (shard 0 [2])   2e-07    0.02" in res.stdout
+    assert "[6] (shard 1 [2])   5e-06     0.5" in res.stdout
+    assert "[5] (shard 1 [1])=nan" in res.stdout
+    res = cli("merge", s0, s1, "--delta", "0.5")
+    assert res.exit_code == 1 and "(1 below the bound, 1 nonfinite) out of 8" in res.stdout
+    assert "(1 below q/eps 0.333333333333, 1 nonfinite)" in res.stderr
+    res = cli("merge", s0, s1, "--delta", "0.001")
+    assert res.exit_code == 2 and "q/eps >= 499.25012506253125" in res.stderr
