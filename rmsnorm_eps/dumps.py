@@ -230,6 +230,9 @@ class ArraySource:
     # Companion arrays of this layer: ("position", source) for the member "<key>::position",
     # etc. (see _attach_companions). Empty for dumps without them.
     companions: tuple[tuple[str, ArraySource], ...] = ()
+    # CRC-32 the zip directory records for the whole member (header and data), checked by the
+    # in-place parallel reader as zipfile checks it on the sequential path.
+    member_crc: int | None = None
 
     def companion(self, name: str) -> ArraySource | None:
         """The companion array ``name`` (e.g. "position") of this layer, if the dump has one."""
@@ -367,6 +370,10 @@ class ArraySource:
                 chunk = chunk.byteswap().view(native)
             return fn(start, chunk)
 
+        crc: int | None = None
+        if self.member_crc is not None:  # fold the CRC-32 in file order, as zipfile would
+            hlen = self.header.header_len
+            crc = zlib.crc32(os.pread(fd, hlen, base - hlen))
         starts = iter(range(0, total, per))
         pending: deque[tuple[int, Future[T], np.ndarray]] = deque()
         pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rmsnorm-eps-read")
@@ -380,6 +387,14 @@ class ArraySource:
             while pending:
                 s, fut, buf = pending.popleft()
                 result = fut.result()
+                if crc is not None:  # the raw bytes: fn reads the buffer, never writes it
+                    crc = zlib.crc32(buf.data.cast("B")[: min(per, total - s) * itemsize], crc)
+                    if s + per >= total and crc != self.member_crc:
+                        raise InputFileError(
+                            self.path,
+                            f"cannot read data: Bad CRC-32 for file {self.member!r}",
+                            key=self.key,
+                        )
                 yield s, result
                 nxt = next(starts, None)  # the consumer is done with ``buf``: reuse it
                 if nxt is not None:
@@ -475,6 +490,7 @@ def _open_member(
         path, key, header, name,
         None if start is None else start + header.header_len,
         None if COMPANION_SEP in key else _stored(header, stored_as),
+        member_crc=info.CRC,
     )
 
 

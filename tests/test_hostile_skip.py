@@ -97,3 +97,19 @@ def test_clean_dump_with_skip_flag_is_unchanged(tmp_path: Path, cli: Cli) -> Non
     res = cli("ratio", "--eps", "1e-5", "-q", str(path), "--skip-unreadable", "--format", "json")
     assert res.exit_code == 0  # type: ignore[attr-defined]
     assert "skipped" not in json.loads(res.stdout)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_corrupt_stored_member_fails_with_any_thread_count(tmp_path: Path, threads: int) -> None:
+    """The parallel reader reads stored members in place (not through zipfile): it checks the
+    member's CRC-32 itself, so a flipped byte is an error there too, not a silent wrong q."""
+    values = np.full(3_000_000, 1.0)
+    good = bytearray(zip_bytes([("a.npy", npy(values))]))
+    path = tmp_path / "ok.npz"
+    path.write_bytes(bytes(good))
+    report = analyze_dump(path, 1e-5, threads=threads, chunk_bytes=1 << 20)
+    assert report.count == values.size and report.violations == 0
+    good[len(good) // 2] ^= 0xFF
+    path.write_bytes(bytes(good))
+    with pytest.raises(InputFileError, match=r"\[a\]: cannot read data: Bad CRC-32"):
+        analyze_dump(path, 1e-5, threads=threads, chunk_bytes=1 << 20)
