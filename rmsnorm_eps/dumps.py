@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import io
+import lzma
 import math
 import os
 import stat
+import warnings
 import zipfile
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,9 +34,11 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "STORED_AS",
     "ArraySource",
+    "Unreadable",
     "check_regular_file",
     "default_threads",
     "open_dump",
+    "open_dump_lenient",
 ]
 
 T = TypeVar("T")
@@ -50,6 +55,13 @@ NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _MAX_HEADER = 1 << 16
 _FLOAT_KINDS = {"float16", "float32", "float64"}
+#: What reading a damaged or unusual zip member can raise: a bad CRC or header (BadZipFile), a
+#: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
+#: (RuntimeError), an unsupported compression method (NotImplementedError).
+_ZIP_ERRORS: tuple[type[Exception], ...] = (
+    zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError,
+    zlib.error, lzma.LZMAError, IndexError, KeyError,  # zipfile on mangled names and extras
+)
 
 
 def check_regular_file(path: Path) -> int:
@@ -154,7 +166,9 @@ def read_npy_header(fp: IO[bytes], path: Path, key: str | None = None) -> NpyHea
         raise InputFileError(path, "truncated .npy header", key=key)
     try:
         text = text_bytes.decode("utf-8" if major == 3 else "latin1")
-        meta = ast.literal_eval(text)
+        with warnings.catch_warnings():  # "invalid escape sequence" in a garbled header
+            warnings.simplefilter("ignore")
+            meta = ast.literal_eval(text)
     except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
         raise InputFileError(path, "malformed .npy header", key=key) from None
     if not isinstance(meta, dict) or set(meta) != {"descr", "fortran_order", "shape"}:
@@ -216,6 +230,9 @@ class ArraySource:
     # Companion arrays of this layer: ("position", source) for the member "<key>::position",
     # etc. (see _attach_companions). Empty for dumps without them.
     companions: tuple[tuple[str, ArraySource], ...] = ()
+    # CRC-32 the zip directory records for the whole member (header and data), checked by the
+    # in-place parallel reader as zipfile checks it on the sequential path.
+    member_crc: int | None = None
 
     def companion(self, name: str) -> ArraySource | None:
         """The companion array ``name`` (e.g. "position") of this layer, if the dump has one."""
@@ -258,7 +275,7 @@ class ArraySource:
             if len(skipped) != self.header.header_len:
                 raise InputFileError(self.path, "truncated member", key=self.key)
             return member, zf
-        except OSError as exc:
+        except _ZIP_ERRORS as exc:
             raise InputFileError(self.path, f"cannot read: {exc}", key=self.key) from None
 
     def _truncated(self, start: int, got: int) -> InputFileError:
@@ -289,7 +306,7 @@ class ArraySource:
                 nbytes = n * dtype.itemsize
                 try:
                     got = _readinto_full(stream, raw[:nbytes])
-                except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+                except _ZIP_ERRORS as exc:
                     raise InputFileError(
                         self.path, f"cannot read data: {exc}", key=self.key
                     ) from None
@@ -353,6 +370,10 @@ class ArraySource:
                 chunk = chunk.byteswap().view(native)
             return fn(start, chunk)
 
+        crc: int | None = None
+        if self.member_crc is not None:  # fold the CRC-32 in file order, as zipfile would
+            hlen = self.header.header_len
+            crc = zlib.crc32(os.pread(fd, hlen, base - hlen))
         starts = iter(range(0, total, per))
         pending: deque[tuple[int, Future[T], np.ndarray]] = deque()
         pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rmsnorm-eps-read")
@@ -366,6 +387,14 @@ class ArraySource:
             while pending:
                 s, fut, buf = pending.popleft()
                 result = fut.result()
+                if crc is not None:  # the raw bytes: fn reads the buffer, never writes it
+                    crc = zlib.crc32(buf.data.cast("B")[: min(per, total - s) * itemsize], crc)
+                    if s + per >= total and crc != self.member_crc:
+                        raise InputFileError(
+                            self.path,
+                            f"cannot read data: Bad CRC-32 for file {self.member!r}",
+                            key=self.key,
+                        )
                 yield s, result
                 nxt = next(starts, None)  # the consumer is done with ``buf``: reuse it
                 if nxt is not None:
@@ -425,50 +454,78 @@ def _member_data_offset(fp: IO[bytes], info: zipfile.ZipInfo) -> int | None:
     return info.header_offset + _LOCAL_HEADER + name_len + extra_len
 
 
-def _open_npz(path: Path, stored_as: str | None = None) -> list[ArraySource]:
+def _open_member(
+    path: Path,
+    zf: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    seen: set[str],
+    stored_as: str | None,
+) -> ArraySource:
+    name = info.filename
+    if not name.endswith(".npy"):
+        raise InputFileError(path, f"member {name!r} is not a .npy array")
+    key = name[: -len(".npy")]
+    if key in seen:
+        raise InputFileError(path, f"duplicate member {name!r}")
+    seen.add(key)
+    try:
+        with zf.open(info) as member:
+            header = read_npy_header(member, path, key)
+    except _ZIP_ERRORS as exc:
+        raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
+    if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
+        _check_companion_dtype(header.dtype, path, key)
+    else:
+        check_float_dtype(header.dtype, path, key, stored_as)
+    _check_declared_size(path, key, header, info.file_size)
+    if info.file_size > header.header_len + header.nbytes:
+        raise InputFileError(
+            path,
+            f"member is {info.file_size} bytes, its header declares "
+            f"{header.header_len + header.nbytes}",
+            key=key,
+        )
+    start = _member_data_offset(zf.fp, info) if zf.fp is not None else None
+    return ArraySource(
+        path, key, header, name,
+        None if start is None else start + header.header_len,
+        None if COMPANION_SEP in key else _stored(header, stored_as),
+        member_crc=info.CRC,
+    )
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A layer (npz member) that could not be read, and why: listed, never dropped silently."""
+
+    name: str
+    problem: str
+
+
+def _open_npz(
+    path: Path, stored_as: str | None = None, skipped: list[Unreadable] | None = None
+) -> list[ArraySource]:
+    """Open every member; a bad member raises, or is appended to ``skipped`` when given."""
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except _ZIP_ERRORS as exc:
         raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
     sources: list[ArraySource] = []
     companions: list[ArraySource] = []
     seen: set[str] = set()
     with zf:
         for info in zf.infolist():
-            if info.is_dir():
+            if info.filename.endswith("/"):  # a directory (is_dir() fails on an empty name)
                 continue
-            name = info.filename
-            if not name.endswith(".npy"):
-                raise InputFileError(path, f"member {name!r} is not a .npy array")
-            key = name[: -len(".npy")]
-            if key in seen:
-                raise InputFileError(path, f"duplicate member {name!r}")
-            seen.add(key)
             try:
-                with zf.open(info) as member:
-                    header = read_npy_header(member, path, key)
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
-                raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
-            if COMPANION_SEP in key:  # an integer side array of a layer, not a layer
-                _check_companion_dtype(header.dtype, path, key)
-            else:
-                check_float_dtype(header.dtype, path, key, stored_as)
-            _check_declared_size(path, key, header, info.file_size)
-            if info.file_size > header.header_len + header.nbytes:
-                raise InputFileError(
-                    path,
-                    f"member is {info.file_size} bytes, its header declares "
-                    f"{header.header_len + header.nbytes}",
-                    key=key,
-                )
-            start = _member_data_offset(zf.fp, info) if zf.fp is not None else None
-            src = ArraySource(
-                path, key, header, name,
-                None if start is None else start + header.header_len,
-                None if COMPANION_SEP in key else _stored(header, stored_as),
-            )
-            (companions if COMPANION_SEP in key else sources).append(src)
-    if not sources:
+                src = _open_member(path, zf, info, seen, stored_as)
+            except InputFileError as exc:
+                if skipped is None:
+                    raise
+                skipped.append(Unreadable(exc.key or info.filename, exc.problem))
+                continue
+            (companions if COMPANION_SEP in str(src.key) else sources).append(src)
+    if not sources and not skipped:
         raise InputFileError(path, "the .npz archive holds no arrays")
     return _attach_companions(path, sources, companions)
 
@@ -535,6 +592,27 @@ def open_dump(path: str | os.PathLike[str], dtype: str | None = None) -> list[Ar
     if not head:
         raise InputFileError(p, "empty file")
     raise InputFileError(p, "not a .npy or .npz file (unrecognised magic bytes)")
+
+
+def open_dump_lenient(
+    path: str | os.PathLike[str], dtype: str | None = None
+) -> tuple[list[ArraySource], list[Unreadable]]:
+    """:func:`open_dump`, but a ``.npz`` member that cannot be opened is returned in the second
+    list (name and problem) instead of failing the whole dump (``--skip-unreadable``). A file
+    that is not a readable dump at all still raises."""
+    p = Path(path)
+    check_regular_file(p)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
+    if head[:4] in ZIP_MAGIC:
+        if dtype is not None and dtype not in STORED_AS:
+            return open_dump(p, dtype), []  # raises the parameter error
+        skipped: list[Unreadable] = []
+        return _open_npz(p, dtype, skipped), skipped
+    return open_dump(p, dtype), []
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

@@ -6,6 +6,23 @@ allowed to escape as a traceback unless ``--debug`` is given.
 
 from __future__ import annotations
 
+import reprlib
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring = 80
+_BRIEF.maxother = 80
+_BRIEF.maxlong = 40
+_BRIEF.maxlevel = 3
+
+
+def brief(value: object) -> str:
+    """A repr of ``value`` cut to a few dozen characters, for error messages.
+
+    Bounded in time and size whatever the value is: a YAML alias bomb is a list of a billion
+    shared references whose full repr would never finish.
+    """
+    return _BRIEF.repr(value)
+
 
 class RmsnormEpsError(Exception):
     """Base class: a problem with the user's input, parameters or files (exit code 2)."""

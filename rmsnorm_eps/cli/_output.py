@@ -141,3 +141,22 @@ def write_plot(plot: Path, data: bytes) -> None:
 def summary_line(text: str) -> None:
     """The one-line summary on stderr."""
     typer.echo(f"rmsnorm-eps: {text}", err=True)
+
+
+def skip_unreadable_option() -> Any:
+    """``--skip-unreadable``: report on the readable layers, list the others, exit 1 at least."""
+    return typer.Option(
+        False,
+        "--skip-unreadable",
+        help="Analyse the layers that can be read and list the others (name and problem) in "
+        "the report, instead of failing with exit 2. The exit code is then 1 at least, even "
+        "with --exit-zero: part of the dump was not checked.",
+    )
+
+
+def skipped_suffix(skipped: tuple[Any, ...]) -> str:
+    """``; skipped N unreadable layer(s): a, b`` for the summary line (empty when none)."""
+    if not skipped:
+        return ""
+    names = ", ".join(u.name for u in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+    return f"; skipped {len(skipped)} unreadable layer(s): {names}"

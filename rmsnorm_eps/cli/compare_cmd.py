@@ -16,6 +16,8 @@ from rmsnorm_eps.cli._output import (
     output_option,
     plot_option,
     prepare_plot,
+    skip_unreadable_option,
+    skipped_suffix,
     summary_line,
     summary_option,
     write_plot,
@@ -103,6 +105,7 @@ def compare(
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
+    skip_unreadable: bool = skip_unreadable_option(),
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -146,6 +149,7 @@ def compare(
         raw=raw,
         top_k=top,
         chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        skip_unreadable=skip_unreadable,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate)
@@ -155,7 +159,7 @@ def compare(
         from rmsnorm_eps.plot import plot_compare
 
         write_plot(plot, plot_compare(report, plot_fmt, plot_layers).data)
-    verdict = "PASS" if gate.passed else "FAIL"
+    verdict = "INCOMPLETE" if report.skipped else "PASS" if gate.passed else "FAIL"
     worst = report.max_abs_change
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.moved} moved by more than "
@@ -163,7 +167,10 @@ def compare(
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
         f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}"
         + ("" if max_violations is None and max_fraction is None else f"; {gate.reason}")
+        + skipped_suffix(report.skipped)
     )
+    if report.skipped:  # never 0, whatever --exit-zero says: part of the dump was not checked
+        raise typer.Exit(EXIT_FINDINGS)
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_OK)

@@ -32,7 +32,7 @@ app.add_typer(config_app, name="config")
         "Examples:\n\n"
         "  rmsnorm-eps config show configs/llama-3-8b.yaml\n\n"
         "  rmsnorm-eps config show config.json --format json\n\n"
-        "  rmsnorm-eps config show model.gguf   # needs the [gguf] extra"
+        "  rmsnorm-eps config show model.gguf   # metadata only, tensor data are not read"
     ),
 )
 def show(

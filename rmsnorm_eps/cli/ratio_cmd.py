@@ -14,6 +14,8 @@ from rmsnorm_eps.cli._output import (
     format_option,
     output_option,
     plot_option,
+    skip_unreadable_option,
+    skipped_suffix,
     summary_line,
     summary_option,
 )
@@ -98,6 +100,7 @@ def ratio(
         None, "--dtype",
         help="Read uint16 (or V2) arrays as the bit patterns of this dtype: bfloat16.",
     ),
+    skip_unreadable: bool = skip_unreadable_option(),
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -134,9 +137,14 @@ def ratio(
     eps_sources: dict[str, str] | None = None
     if config is not None:
         from rmsnorm_eps.config import eps_for_layers, load_config
-        from rmsnorm_eps.dumps import open_dump
+        from rmsnorm_eps.dumps import open_dump, open_dump_lenient
 
-        names = [src.name for src in open_dump(q_file)]
+        names = [
+            src.name
+            for src in (
+                open_dump_lenient(q_file, dtype)[0] if skip_unreadable else open_dump(q_file, dtype)
+            )
+        ]
         assigned = eps_for_layers(load_config(config), names, fallback=eps)
         layer_eps, eps_sources = assigned.eps, assigned.provenance
     report = analyze_dump(
@@ -150,6 +158,7 @@ def ratio(
         threads=threads,
         dtype=dtype,
         eps_sources=eps_sources,
+        skip_unreadable=skip_unreadable,
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     if save_summary is not None:
@@ -165,14 +174,16 @@ def ratio(
 
         drawn = plot_ratio(report, plot_fmt, plot_layers)
         atomic_write_bytes(plot, drawn.data)
-    verdict = "PASS" if gate.passed else "FAIL"
+    verdict = "INCOMPLETE" if report.skipped else "PASS" if gate.passed else "FAIL"
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
-        f"{report.count} inputs{budget}"
+        f"{report.count} inputs{budget}{skipped_suffix(report.skipped)}"
     )
+    if report.skipped:  # never 0, whatever --exit-zero says: part of the dump was not checked
+        raise typer.Exit(EXIT_FINDINGS)
     if not gate.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_OK)

@@ -27,7 +27,13 @@ import numpy as np
 from rmsnorm_eps.analysis import _unravel, iter_q_chunks
 from rmsnorm_eps.compare.factor import factor as compute_factor
 from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
-from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, open_dump
+from rmsnorm_eps.dumps import (
+    DEFAULT_CHUNK_BYTES,
+    ArraySource,
+    Unreadable,
+    open_dump,
+    open_dump_lenient,
+)
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
@@ -111,6 +117,8 @@ class CompareReport:
     scale: float
     top_k: int
     layers: tuple[CompareLayer, ...]
+    # Layers that could not be read, with why (only with skip_unreadable; else that fails).
+    skipped: tuple[Unreadable, ...] = ()
 
     @property
     def count(self) -> int:
@@ -325,6 +333,7 @@ def compare_dump(
     raw: bool = False,
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    skip_unreadable: bool = False,
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a ``.npy``/``.npz`` dump.
 
@@ -332,6 +341,8 @@ def compare_dump(
     ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
     ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
     A :class:`~rmsnorm_eps.compare.spec.LayerSpecs` side gives each layer its own setting.
+    A layer that cannot be read raises, unless ``skip_unreadable``: then it is listed in
+    ``CompareReport.skipped``.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -341,37 +352,30 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
+    skipped: list[Unreadable] = []
+    if skip_unreadable:
+        sources, skipped = open_dump_lenient(path)
+    else:
+        sources = open_dump(path)
     layers: list[CompareLayer] = []
-    for src in open_dump(path):
-        q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
-        layer_from, layer_to = spec_from.for_layer(src.name), spec_to.for_layer(src.name)
-        for side, spec in (("--from", layer_from), ("--to", layer_to)):
-            if dim is not None and spec.dim is not None and spec.dim != dim:
-                raise InputFileError(
-                    src.path,
-                    f"{side} {spec.text!r} says dim={spec.dim} but the activations have d = {dim}",
-                    key=src.key,
-                )
-        acc = CompareAccumulator(layer_from, layer_to, tol, c, top_k)
+    for src in sources:
         try:
-            for start, q in chunks:
-                acc.update(q, start)
-        except NegativeQ as exc:
-            where = _unravel(exc.index, q_shape, order)
-            raise InputFileError(
-                src.path,
-                f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
-                key=src.key,
-            ) from None
-        layers.append(
-            acc.result(
-                name=src.name,
-                shape=q_shape,
-                order=order,
-                dtype=str(src.dtype.newbyteorder("=")),
-                raw_dim=dim,
+            layers.append(
+                _compare_layer(
+                    src,
+                    spec_from.for_layer(src.name),
+                    spec_to.for_layer(src.name),
+                    tol,
+                    c,
+                    raw,
+                    top_k,
+                    chunk_bytes,
+                )
             )
-        )
+        except InputFileError as exc:
+            if not skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
     return CompareReport(
         source=str(Path(path)),
         raw=raw,
@@ -381,4 +385,44 @@ def compare_dump(
         scale=c,
         top_k=top_k,
         layers=tuple(layers),
+        skipped=tuple(skipped),
+    )
+
+
+def _compare_layer(
+    src: ArraySource,
+    spec_from: EpsSpec,
+    spec_to: EpsSpec,
+    tol: float,
+    c: float,
+    raw: bool,
+    top_k: int,
+    chunk_bytes: int,
+) -> CompareLayer:
+    """One layer of :func:`compare_dump`."""
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+    for side, spec in (("--from", spec_from), ("--to", spec_to)):
+        if dim is not None and spec.dim is not None and spec.dim != dim:
+            raise InputFileError(
+                src.path,
+                f"{side} {spec.text!r} says dim={spec.dim} but the activations have d = {dim}",
+                key=src.key,
+            )
+    acc = CompareAccumulator(spec_from, spec_to, tol, c, top_k)
+    try:
+        for start, q in chunks:
+            acc.update(q, start)
+    except NegativeQ as exc:
+        where = _unravel(exc.index, q_shape, order)
+        raise InputFileError(
+            src.path,
+            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            key=src.key,
+        ) from None
+    return acc.result(
+        name=src.name,
+        shape=q_shape,
+        order=order,
+        dtype=str(src.dtype.newbyteorder("=")),
+        raw_dim=dim,
     )

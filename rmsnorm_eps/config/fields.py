@@ -11,29 +11,32 @@ import math
 from typing import Any
 
 from rmsnorm_eps.config.model import GAINS, NORMS, PLACEMENTS, REDUCTION_DTYPES, Value
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.errors import InputFileError, brief
 
 __all__ = ["parse_dim", "parse_eps", "parse_setting"]
 
 
 def _number(raw: Any, path: str, key: str) -> float:
     if isinstance(raw, bool) or raw is None:
-        raise InputFileError(path, f"expected a number, got {raw!r}", key=key)
+        raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
     if isinstance(raw, int | float):
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:  # an integer beyond the float range (YAML 1 followed by 400 0s)
+            return math.inf
     if isinstance(raw, str):
         try:
             return float(raw.strip())
         except ValueError:
             pass
-    raise InputFileError(path, f"expected a number, got {raw!r}", key=key)
+    raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
 
 
 def parse_eps(raw: Any, path: str, key: str) -> float:
     """eps: a finite number > 0 (numeric strings such as YAML's "1e-6" accepted)."""
     value = _number(raw, path, key)
     if not math.isfinite(value) or value <= 0.0:
-        raise InputFileError(path, f"eps must be a finite number > 0, got {raw!r}", key=key)
+        raise InputFileError(path, f"eps must be a finite number > 0, got {brief(raw)}", key=key)
     return value
 
 
@@ -41,20 +44,22 @@ def parse_dim(raw: Any, path: str, key: str) -> int:
     """dim: a positive integer (an integral numeric string is accepted)."""
     value = _number(raw, path, key)
     if not math.isfinite(value) or value != int(value) or value < 1:
-        raise InputFileError(path, f"dim must be a positive integer, got {raw!r}", key=key)
+        raise InputFileError(path, f"dim must be a positive integer, got {brief(raw)}", key=key)
     return int(value)
 
 
 def _choice(raw: Any, choices: tuple[str, ...], path: str, key: str) -> str:
     text = str(raw) if isinstance(raw, str | int) and not isinstance(raw, bool) else None
     if text is None or text not in choices:
-        raise InputFileError(path, f"expected one of {', '.join(choices)}, got {raw!r}", key=key)
+        raise InputFileError(
+            path, f"expected one of {', '.join(choices)}, got {brief(raw)}", key=key
+        )
     return text
 
 
 def _bool(raw: Any, path: str, key: str) -> bool:
     if not isinstance(raw, bool):
-        raise InputFileError(path, f"expected true or false, got {raw!r}", key=key)
+        raise InputFileError(path, f"expected true or false, got {brief(raw)}", key=key)
     return raw
 
 

@@ -1,7 +1,12 @@
-"""Reader for GGUF metadata through the ``gguf`` package (llama.cpp's Python library).
+"""Reader for GGUF metadata (llama.cpp's model format), parsed here in bounded memory.
 
-Only the header is parsed: ``gguf.GGUFReader`` memory-maps the file and the tensor data are
-never touched, so a multi-GB model is not read into memory (benchmarks/gguf_metadata_rss.py).
+Only the header is parsed: the key/value metadata and the tensor descriptions (names, shapes),
+never the tensor data. Arrays in the metadata (a tokenizer's vocabulary and merges) are
+skipped by their declared sizes without building one Python object per element, so the peak
+memory does not grow with the vocabulary (``gguf.GGUFReader`` does build them: a 4 MB file
+holding one array of a million bytes costs it about 740 MB and 10 s). Every length and count
+is checked against the bytes left in the file before it is used, so a header that declares
+more than the file holds is refused at once ("truncated or malformed GGUF file").
 
 GGUF stores eps as float32: 1e-5 reads back as 9.999999747378752e-06. The stored value is kept
 (compare with a relative tolerance, never ==) together with the shortest decimal that reads
@@ -10,6 +15,9 @@ back as the same float32 ("1e-05").
 
 from __future__ import annotations
 
+import mmap
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +29,45 @@ from rmsnorm_eps.config.model import (
     Resolved,
     missing,
 )
-from rmsnorm_eps.errors import InputFileError, MissingExtraError
+from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["GEMMA_ARCHS", "GGUF_MAGIC", "read_gguf_config", "short_float32"]
+__all__ = [
+    "GEMMA_ARCHS",
+    "GGUF_MAGIC",
+    "GgufMetadata",
+    "read_gguf_config",
+    "read_gguf_metadata",
+    "short_float32",
+]
 
 GGUF_MAGIC = b"GGUF"
 #: Architectures whose converter adds the Gemma +1 into the stored norm weights (FACTS.md 3).
 GEMMA_ARCHS = ("gemma", "gemma2", "gemma3", "gemma3n")
 _LLAMA_CPP = "llama.cpp ggml_rms_norm: x / sqrt(mean(x^2) + eps)"
+
+#: GGUF value types (gguf spec): id -> (name, struct code or None for string/array).
+_TYPES: dict[int, tuple[str, str | None]] = {
+    0: ("uint8", "B"),
+    1: ("int8", "b"),
+    2: ("uint16", "H"),
+    3: ("int16", "h"),
+    4: ("uint32", "I"),
+    5: ("int32", "i"),
+    6: ("float32", "f"),
+    7: ("bool", "?"),
+    8: ("string", None),
+    9: ("array", None),
+    10: ("uint64", "Q"),
+    11: ("int64", "q"),
+    12: ("float64", "d"),
+}
+_STRING, _ARRAY = 8, 9
+#: Limits that no real model file comes near (Llama 3: 128256 tokens, 280147 merges).
+MAX_KEY_BYTES = 1 << 16
+MAX_STRING_BYTES = 1 << 26
+MAX_ARRAY_ELEMENTS = 1 << 24  # in all arrays of the file together
+MAX_DIMS = 8
+MAX_ARRAY_DEPTH = 4
 
 
 def short_float32(value: float) -> str:
@@ -38,46 +77,242 @@ def short_float32(value: float) -> str:
     return str(np.float32(value))
 
 
-def _open(path: Path) -> Any:
+@dataclass(frozen=True)
+class GgufValue:
+    """One metadata value: its GGUF type name and, for scalars and strings, the value.
+
+    Arrays are not materialized: ``value`` is ``None`` and ``count`` their length.
+    """
+
+    type: str
+    value: Any
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class GgufMetadata:
+    """The header of a GGUF file: metadata by key and every tensor's shape (ggml order)."""
+
+    version: int
+    fields: dict[str, GgufValue]
+    tensor_shapes: dict[str, tuple[int, ...]]
+
+
+class _Cursor:
+    """Reads little- or big-endian values from a memory map, checking every length first."""
+
+    def __init__(self, buf: Any, path: Path) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.pos = 0
+        self.path = path
+        self.order = "<"
+        self.elements = 0
+
+    def fail(self, problem: str) -> InputFileError:
+        return InputFileError(self.path, f"truncated or malformed GGUF file ({problem})")
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or n > self.size - self.pos:
+            raise self.fail(
+                f"{what} at offset {self.pos} needs {n} bytes, {self.size - self.pos} are left"
+            )
+
+    def scalar(self, code: str, what: str) -> Any:
+        n = struct.calcsize(code)
+        self.need(n, what)
+        (value,) = struct.unpack_from(self.order + code, self.buf, self.pos)
+        self.pos += n
+        return value
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        n = self.scalar("Q", f"{what} length")
+        if n > limit:
+            raise self.fail(f"{what} declares {n} bytes (limit {limit})")
+        self.need(n, what)
+        raw = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} is not UTF-8") from None
+
+    def skip_string(self, what: str) -> None:
+        n = self.scalar("Q", f"{what} length")
+        self.need(n, what)
+        self.pos += n
+
+    def value_type(self, what: str) -> int:
+        t = self.scalar("I", what)
+        if t not in _TYPES:
+            raise self.fail(f"{what}: unknown value type {t}")
+        return t
+
+    def skip_array(self, key: str, depth: int) -> tuple[str, int]:
+        """Skip an array value (type, count, elements); return (element type name, count)."""
+        if depth > MAX_ARRAY_DEPTH:
+            raise self.fail(f"{key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
+        etype = self.value_type(f"{key}: array element type")
+        count = self.scalar("Q", f"{key}: array length")
+        self.elements += count
+        if self.elements > MAX_ARRAY_ELEMENTS:
+            raise self.fail(f"{key}: arrays hold over {MAX_ARRAY_ELEMENTS} elements")
+        name, code = _TYPES[etype]
+        if code is not None:  # fixed size: one bounds check for the whole array
+            self.need(count * struct.calcsize(code), f"{key}: array of {count} {name}")
+            self.pos += count * struct.calcsize(code)
+            return name, count
+        # strings need 8 bytes each at least, arrays 12: refuse an absurd count at once
+        self.need(count * (8 if etype == _STRING else 12), f"{key}: array of {count} {name}")
+        for _ in range(count):
+            if etype == _STRING:
+                self.skip_string(f"{key}: string in array")
+            else:
+                self.skip_array(key, depth + 1)
+        return name, count
+
+
+def read_gguf_metadata(path: Path) -> GgufMetadata:
+    """Parse a GGUF header (versions 2 and 3, either byte order) without reading tensor data."""
     try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise MissingExtraError("gguf", "gguf", "reading GGUF files") from None
-    try:
-        return GGUFReader(path, "r")
+        with open(path, "rb") as fh:
+            if fh.seek(0, 2) == 0:
+                raise InputFileError(path, "truncated or malformed GGUF file (empty)")
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _parse(mm, path)
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    except (ValueError, IndexError, KeyError, OverflowError, TypeError, EOFError) as exc:
-        raise InputFileError(path, f"truncated or malformed GGUF file ({exc})") from None
 
 
-def _field(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
+def _parse(buf: Any, path: Path) -> GgufMetadata:
+    cur = _Cursor(buf, path)
+    cur.need(4, "magic")
+    if bytes(buf[:4]) != GGUF_MAGIC:
+        raise cur.fail("bad magic bytes, expected GGUF")
+    cur.pos = 4
+    version = cur.scalar("I", "version")
+    if version & 0xFFFF == 0:  # written on a big-endian machine
+        cur.order = ">"
+        version = struct.unpack(">I", struct.pack("<I", version))[0]
+    if version not in (2, 3):
+        raise cur.fail(f"unsupported GGUF version {version}")
+    n_tensors = cur.scalar("Q", "tensor count")
+    n_kv = cur.scalar("Q", "key/value count")
+    # a key/value needs 8 (key length) + 4 (type) + 1 bytes at least; a tensor 8 + 4 + 4 + 8
+    cur.need(n_kv * 13, f"{n_kv} key/value pairs")
+    fields: dict[str, GgufValue] = {}
+    for _ in range(n_kv):
+        key = cur.string("key", MAX_KEY_BYTES)
+        if key in fields:
+            raise cur.fail(f"duplicate key {brief(key)}")
+        t = cur.value_type(f"{key}: value type")
+        name, code = _TYPES[t]
+        if t == _STRING:
+            fields[key] = GgufValue(name, cur.string(f"{key}: string"))
+        elif t == _ARRAY:
+            etype, count = cur.skip_array(key, 1)
+            fields[key] = GgufValue(f"array of {etype}", None, count)
+        else:
+            assert code is not None
+            fields[key] = GgufValue(name, cur.scalar(code, key))
+    cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")
+    shapes: dict[str, tuple[int, ...]] = {}
+    extents: list[tuple[str, int, int, tuple[int, ...]]] = []
+    for _ in range(n_tensors):
+        tname = cur.string("tensor name", MAX_KEY_BYTES)
+        n_dims = cur.scalar("I", f"tensor {brief(tname)}: dimension count")
+        if n_dims > MAX_DIMS:
+            raise cur.fail(f"tensor {brief(tname)} declares {n_dims} dimensions")
+        dims = tuple(cur.scalar("Q", f"tensor {brief(tname)}: dimension") for _ in range(n_dims))
+        ttype = cur.scalar("I", f"tensor {brief(tname)}: type")
+        offset = cur.scalar("Q", f"tensor {brief(tname)}: offset")
+        if tname in shapes:
+            raise cur.fail(f"duplicate tensor {brief(tname)}")
+        shapes[tname] = dims
+        extents.append((tname, ttype, offset, dims))
+    _check_tensor_extents(cur, fields, extents)
+    return GgufMetadata(version, fields, shapes)
+
+
+def _check_tensor_extents(
+    cur: _Cursor, fields: dict[str, GgufValue], extents: list[tuple[str, int, int, tuple[int, ...]]]
+) -> None:
+    """Refuse a file whose tensor data would run past its end (a truncated download).
+
+    Sizes come from the gguf package's table of ggml types when it is installed (block size,
+    bytes per block); without it only the offsets are checked.
+    """
+    align_field = fields.get("general.alignment")
+    align = 32
+    if align_field is not None:
+        if (
+            align_field.type != "uint32"
+            or align_field.value < 1
+            or (align_field.value & (align_field.value - 1))
+        ):
+            raise cur.fail(f"general.alignment must be a uint32 power of two, got {align_field}")
+        align = align_field.value
+    start = -(-cur.pos // align) * align
+    try:
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    except ImportError:  # pragma: no cover - the gguf package is optional
+        sizes: dict[int, tuple[int, int]] = {}
+    else:
+        sizes = {int(GGMLQuantizationType(k)): v for k, v in GGML_QUANT_SIZES.items()}
+    for tname, ttype, offset, dims in extents:
+        n = 1
+        for d in dims:
+            n *= d
+        block, type_size = sizes.get(ttype, (1, 0))
+        if sizes and ttype not in sizes:
+            raise cur.fail(f"tensor {brief(tname)} has unknown ggml type {ttype}")
+        end = start + offset + n * type_size // block
+        if end > cur.size:
+            raise cur.fail(
+                f"tensor {brief(tname)} data end at byte {end}, the file has {cur.size} bytes"
+            )
+
+
+def _field(meta: GgufMetadata, key: str) -> GgufValue | None:
+    return meta.fields.get(key)
+
+
+def _eps_field(meta: GgufMetadata, key: str, path: Path) -> float | None:
+    field = meta.fields.get(key)
     if field is None:
         return None
-    return field.contents()
+    if field.type not in ("float32", "float64"):
+        raise InputFileError(
+            path, f"eps must be stored as float32, got a GGUF {field.type}", key=key
+        )
+    value = float(field.value)
+    if not value > 0.0 or value == float("inf"):
+        raise InputFileError(path, f"eps must be a finite number > 0, got {value!r}", key=key)
+    return value
+
+
+_INT_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
 
 
 def read_gguf_config(path: Path) -> NormConfig:
     """Read the norm-relevant GGUF metadata into a :class:`NormConfig` (never tensor data)."""
     p = str(path)
-    reader = _open(path)
-    arch = _field(reader, "general.architecture")
-    name = _field(reader, "general.name")
-    if not isinstance(arch, str):
+    meta = read_gguf_metadata(path)
+    arch_field = _field(meta, "general.architecture")
+    arch = arch_field.value if arch_field is not None and arch_field.type == "string" else None
+    if not isinstance(arch, str) or not arch:
         raise InputFileError(path, "no general.architecture string", key="general.architecture")
+    name_field = _field(meta, "general.name")
+    name = name_field.value if name_field is not None and name_field.type == "string" else None
     notes: list[str] = []
     settings: dict[str, Resolved] = {}
     rms_key = f"{arch}.attention.layer_norm_rms_epsilon"
     ln_key = f"{arch}.attention.layer_norm_epsilon"
     found = [
-        (key, norm, float(v))
+        (key, norm, v)
         for key, norm in ((rms_key, "rms"), (ln_key, "layer"))
-        if (v := _field(reader, key)) is not None
+        if (v := _eps_field(meta, key, path)) is not None
     ]
-    for key, _, v in found:
-        if not v > 0.0 or v == float("inf"):
-            raise InputFileError(path, f"eps must be a finite number > 0, got {v!r}", key=key)
     if not found:
         settings["eps"] = missing(f"no {rms_key} or {ln_key}; llama.cpp has no default eps")
         settings["norm"] = missing("no eps key tells the norm type")
@@ -112,11 +347,17 @@ def read_gguf_config(path: Path) -> NormConfig:
         "float64", Provenance("framework", "llama.cpp ggml CPU backend sums squares in double")
     )
     emb_key = f"{arch}.embedding_length"
-    emb = _field(reader, emb_key)
+    emb = _field(meta, emb_key)
     if emb is not None:
-        settings["dim"] = Resolved(int(emb), Provenance("file", p, emb_key))
+        if emb.type not in _INT_TYPES or emb.value < 1:
+            raise InputFileError(
+                path,
+                f"expected a positive integer, got a GGUF {emb.type} {emb.value!r}",
+                key=emb_key,
+            )
+        settings["dim"] = Resolved(int(emb.value), Provenance("file", p, emb_key))
     entries = [ConfigEntry("*", ())]
-    entries += _per_head_entries(reader, p, arch)
+    entries += _per_head_entries(meta, p, arch)
     model = name if isinstance(name, str) else arch
     return NormConfig(
         path=p,
@@ -128,20 +369,23 @@ def read_gguf_config(path: Path) -> NormConfig:
     )
 
 
-def _per_head_entries(reader: Any, p: str, arch: str) -> list[ConfigEntry]:
+def _per_head_entries(meta: GgufMetadata, p: str, arch: str) -> list[ConfigEntry]:
     """q_norm/k_norm entries when the file has attn_q_norm / attn_k_norm tensors (metadata only).
 
     The dim is the stored weight's length; the patterns use the Hugging Face module names the
     llama.cpp converter maps from (``*.self_attn.q_norm``).
     """
     entries = []
-    names = {t.name: t for t in reader.tensors}
     for hf, gg in (("q_norm", "attn_q_norm"), ("k_norm", "attn_k_norm")):
-        tensor = names.get(f"blk.0.{gg}.weight")
-        if tensor is None:
+        shape = meta.tensor_shapes.get(f"blk.0.{gg}.weight")
+        if shape is None:
             continue
+        if not shape or shape[0] < 1:
+            raise InputFileError(
+                p, f"tensor blk.0.{gg}.weight has shape {list(shape)}", key=f"blk.0.{gg}.weight"
+            )
         dim = Resolved(
-            int(tensor.shape[0]),
+            int(shape[0]),
             Provenance("file", p, f"tensor blk.0.{gg}.weight shape"),
         )
         entries.append(ConfigEntry(f"*.self_attn.{hf}", (("dim", dim),)))

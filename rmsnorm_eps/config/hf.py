@@ -25,7 +25,7 @@ from rmsnorm_eps.config.model import (
     Resolved,
     missing,
 )
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.errors import InputFileError, brief
 
 __all__ = ["EPS_KEYS", "HF_FAMILIES", "read_hf_config"]
 
@@ -110,6 +110,8 @@ def load_json(path: Path) -> Any:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
     try:
         return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InputFileError(path, "invalid JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:
@@ -118,16 +120,19 @@ def load_json(path: Path) -> Any:
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise InputFileError(path, f"expected a number, got {raw!r}", key=key)
-    value = float(raw)
+        raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
+    try:
+        value = float(raw)
+    except OverflowError:  # an integer literal beyond the float range
+        value = math.inf
     if not math.isfinite(value) or value <= 0.0:
-        raise InputFileError(path, f"eps must be a finite number > 0, got {raw!r}", key=key)
+        raise InputFileError(path, f"eps must be a finite number > 0, got {brief(raw)}", key=key)
     return value
 
 
 def _positive_int(raw: Any, path: Path, key: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise InputFileError(path, f"expected a positive integer, got {raw!r}", key=key)
+        raise InputFileError(path, f"expected a positive integer, got {brief(raw)}", key=key)
     return raw
 
 
@@ -189,7 +194,7 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
     hit = _find(scopes, "model_type")
     mtype_key, mtype = hit if hit is not None else ("model_type", None)
     if mtype is not None and not isinstance(mtype, str):
-        raise InputFileError(path, f"expected a string, got {mtype!r}", key=mtype_key)
+        raise InputFileError(path, f"expected a string, got {brief(mtype)}", key=mtype_key)
     meta_params = mtype is None and "norm_eps" in data and "n_heads" in data
     family = HF_FAMILIES.get(mtype) if mtype else None
     if meta_params:
@@ -200,19 +205,19 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
 
     settings: dict[str, Resolved] = {"eps": eps}
     if family is None:
-        why = f"model_type {mtype!r} is not in the table" if mtype else "no model_type key"
+        why = f"model_type {brief(mtype)} is not in the table" if mtype else "no model_type key"
         notes.append(f"{why}: norm type, placement and gain are missing")
         for name in ("norm", "placement", "gain"):
             settings[name] = missing(why)
     if "rmsnorm" in data:  # ChatGLM: "rmsnorm": true selects RMSNorm over LayerNorm
         flag = data["rmsnorm"]
         if not isinstance(flag, bool):
-            raise InputFileError(path, f"expected true or false, got {flag!r}", key="rmsnorm")
+            raise InputFileError(path, f"expected true or false, got {brief(flag)}", key="rmsnorm")
         family = _rms("ChatGLM RMSNorm") if flag else _layer("ChatGLM LayerNorm")
         settings["norm"] = Resolved("rms" if flag else "layer", Provenance("file", p, "rmsnorm"))
     if family is not None:
         impl = Provenance("framework", f"{family.impl}; {_TRANSFORMERS}")
-        how = Provenance("derived", p, note=f"{mtype_key}={mtype!r} -> {family.impl}")
+        how = Provenance("derived", p, note=f"{mtype_key}={brief(mtype)} -> {family.impl}")
         settings.setdefault("norm", Resolved(family.norm, how))
         settings["placement"] = Resolved("inside", impl)
         settings["gain"] = Resolved(family.gain, how)

@@ -29,7 +29,7 @@ from rmsnorm_eps.config.model import (
     Provenance,
     Resolved,
 )
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.errors import InputFileError, brief
 
 __all__ = ["TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
 
@@ -37,23 +37,35 @@ YAML_SCHEMA_VERSION = 1
 TOP_KEYS = ("schema_version", "model", "source", "defaults", "layers")
 
 
-def _check_duplicates(node: Any, path: str, where: str = "") -> None:
+def _check_duplicates(
+    node: Any, path: str, where: str = "", visited: set[int] | None = None
+) -> None:
+    """Refuse duplicate keys in every mapping. Each node is visited once: an alias is the same
+    node object as its anchor, so an alias bomb ("billion laughs") costs its size in the file,
+    not the size of its expansion."""
     import yaml
 
+    visited = set() if visited is None else visited
+    if id(node) in visited:
+        return
+    visited.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
-            key = str(key_node.value)
-            sub = f"{where}.{key}" if where else key
-            if key in seen:
-                raise InputFileError(
-                    path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
-                )
-            seen.add(key)
-            _check_duplicates(value_node, path, sub)
+            if isinstance(key_node, yaml.ScalarNode):
+                key = str(key_node.value)
+                sub = f"{where}.{key}" if where else key
+                if key in seen:
+                    raise InputFileError(
+                        path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
+                    )
+                seen.add(key)
+            else:
+                sub = f"{where}.?" if where else "?"
+            _check_duplicates(value_node, path, sub, visited)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicates(item, path, f"{where}[{i}]")
+            _check_duplicates(item, path, f"{where}[{i}]", visited)
 
 
 def _load(path: Path) -> Any:
@@ -69,6 +81,10 @@ def _load(path: Path) -> Any:
         # compose builds nodes only (tags are not resolved to objects), then safe_load.
         _check_duplicates(yaml.compose(text, Loader=yaml.SafeLoader), str(path))
         return yaml.safe_load(text)
+    except RecursionError:
+        raise InputFileError(path, "invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
+        raise InputFileError(path, f"invalid YAML: {' '.join(str(exc).split())}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
@@ -82,13 +98,13 @@ def _settings(raw: Any, path: str, where: str) -> dict[str, Resolved]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise InputFileError(path, f"expected a mapping of settings, got {raw!r}", key=where)
+        raise InputFileError(path, f"expected a mapping of settings, got {brief(raw)}", key=where)
     out: dict[str, Resolved] = {}
     for name, value in raw.items():
         key = f"{where}.{name}"
         if name not in FIELDS:
             raise InputFileError(
-                path, f"unknown key {name!r} (allowed: {', '.join(FIELDS)})", key=key
+                path, f"unknown key {brief(name)} (allowed: {', '.join(FIELDS)})", key=key
             )
         out[name] = Resolved(parse_setting(name, value, path, key), Provenance("file", path, key))
     return out
@@ -105,21 +121,21 @@ def read_yaml_config(path: Path) -> NormConfig:
     for key in data:
         if key not in TOP_KEYS:
             raise InputFileError(
-                path, f"unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})", key=str(key)
+                path, f"unknown key {brief(key)} (allowed: {', '.join(TOP_KEYS)})", key=brief(key)
             )
     version = data.get("schema_version")
     if version != YAML_SCHEMA_VERSION or isinstance(version, bool):
         raise InputFileError(
             path,
-            f"schema_version must be {YAML_SCHEMA_VERSION}, got {version!r}",
+            f"schema_version must be {YAML_SCHEMA_VERSION}, got {brief(version)}",
             key="schema_version",
         )
     model = data.get("model")
     if model is not None and not isinstance(model, str):
-        raise InputFileError(path, f"expected a string, got {model!r}", key="model")
+        raise InputFileError(path, f"expected a string, got {brief(model)}", key="model")
     source = data.get("source")
     if source is not None and not isinstance(source, str):
-        raise InputFileError(path, f"expected a string, got {source!r}", key="source")
+        raise InputFileError(path, f"expected a string, got {brief(source)}", key="source")
     defaults = NormSettings().overlay(_settings(data.get("defaults"), p, "defaults"))
     raw_layers = data.get("layers")
     entries: list[ConfigEntry] = []
@@ -130,7 +146,7 @@ def read_yaml_config(path: Path) -> NormConfig:
             if not isinstance(pattern, str) or not pattern:
                 raise InputFileError(
                     path,
-                    f"layer pattern must be a non-empty string, got {pattern!r}",
+                    f"layer pattern must be a non-empty string, got {brief(pattern)}",
                     key="layers",
                 )
             where = f'layers["{pattern}"]'

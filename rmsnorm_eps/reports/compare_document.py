@@ -110,6 +110,9 @@ def compare_document(
                 "layers": [_layer(layer, jnum) for layer in result.layers],
             }
         )
+        from rmsnorm_eps.reports.document import skipped_document
+
+        doc.update(skipped_document(result.skipped))
         return doc
     assert isinstance(result, PrecisionReport)
     doc = head("precision")

@@ -137,6 +137,8 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
     )
     if options.gate is not None:
         parts.append(Text(("PASS: " if options.gate.passed else "FAIL: ") + options.gate.reason))
+    for u in report.skipped:
+        parts.append(Text(f"SKIPPED (unreadable, not analysed): {u.name}: {u.problem}"))
     return parts
 
 

@@ -97,6 +97,14 @@ def _gate(gate: GateResult | None) -> dict[str, Any] | None:
             "reason": gate.reason}
 
 
+def skipped_document(skipped: tuple[Any, ...]) -> dict[str, Any]:
+    """``{"skipped": [{"name", "problem"}]}`` for layers left out by --skip-unreadable; an
+    empty dict when none was (the key is absent from reports where nothing was skipped)."""
+    if not skipped:
+        return {}
+    return {"skipped": [{"name": u.name, "problem": u.problem} for u in skipped]}
+
+
 def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     """The canonical dict for ``result``."""
     analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
@@ -124,6 +132,7 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
         if result.shards:
             doc["command"] = "merge"
             doc["shards"] = list(result.shards)
+        doc.update(skipped_document(result.skipped))
         return doc
     if isinstance(result, BoundResult):
         doc = _head("bound")

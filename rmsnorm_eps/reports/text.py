@@ -248,6 +248,8 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     )
     if options.gate is not None:
         parts.append(Text(("PASS: " if options.gate.passed else "FAIL: ") + options.gate.reason))
+    for u in report.skipped:
+        parts.append(Text(f"SKIPPED (unreadable, not analysed): {u.name}: {u.problem}"))
     return parts
 
 

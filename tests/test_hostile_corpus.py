@@ -1,0 +1,235 @@
+"""Every hostile corpus file through the real command line, in a fresh process each.
+
+Per case: the documented exit code; on exit 2 exactly one stderr line, ``rmsnorm-eps: error:``,
+naming the file and the problem; never a traceback or a warning; no code from the file runs
+(the pickle and YAML payloads would create a marker file); at most 256 MiB peak resident
+memory (VmHWM of the child's own address space: ru_maxrss of children would include this
+test process's peak, which survives fork and exec) and 10 s of CPU time (CPU, not wall clock:
+the machine running the suite may be busy; a hang is caught by a generous wall timeout).
+An address-space limit (RLIMIT_AS, 2 GiB) turns a runaway allocation into a clean failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from corpus.make_corpus import Case, all_cases, build, zip_bomb
+
+ROOT = Path(__file__).resolve().parents[1]
+PEAK_LIMIT_KIB = 256 * 1024
+CPU_LIMIT_S = 10.0
+WALL_TIMEOUT_S = 120.0
+AS_LIMIT = 2 << 30
+
+#: Runs ``python -m rmsnorm_eps ARGS`` (runpy, exactly as ``-m`` does) after setting the
+#: address-space limit, and records the process's own peak RSS and CPU time at exit.
+_LAUNCHER = r"""
+import atexit, json, os, resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (int(os.environ["HOSTILE_AS"]),) * 2)
+def _record():
+    with open("/proc/self/status") as fh:
+        hwm = next(int(x.split()[1]) for x in fh if x.startswith("VmHWM:"))
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    with open(os.environ["HOSTILE_STATS"], "w") as fh:
+        json.dump({"peak_kib": hwm, "cpu_s": ru.ru_utime + ru.ru_stime}, fh)
+atexit.register(_record)
+sys.argv[0] = "rmsnorm-eps"
+runpy.run_module("rmsnorm_eps", run_name="__main__", alter_sys=True)
+"""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int | None  # None: killed by the wall timeout (a hang)
+    stdout: str
+    stderr: str
+    peak_kib: int | None
+    cpu_s: float | None
+
+
+def _expand(text: str, case: Case, corpus: Path) -> str:
+    return text.replace("{file}", str(corpus / case.file)).replace("{dir}", str(corpus))
+
+
+def _run(case: Case, corpus: Path, stats_dir: Path) -> Outcome:
+    stats = stats_dir / (hashlib.sha1(case.name.encode()).hexdigest() + ".json")
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        HOSTILE_AS=str(AS_LIMIT),
+        HOSTILE_STATS=str(stats),
+        OPENBLAS_NUM_THREADS="1",
+        NO_COLOR="1",
+        COLUMNS="120",
+    )
+    env.pop("RMSNORM_EPS_DEBUG", None)
+    args = [_expand(a, case, corpus) for a in case.argv]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=corpus,
+            timeout=WALL_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return Outcome(None, str(exc.stdout), str(exc.stderr), None, None)
+    data = json.loads(stats.read_text()) if stats.exists() else {}
+    return Outcome(
+        proc.returncode, proc.stdout, proc.stderr, data.get("peak_kib"), data.get("cpu_s")
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hostile corpus ü")  # a space and non-ASCII in every path
+
+
+@pytest.fixture(scope="module")
+def outcomes(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Build the corpus and run every case (two at a time: CPU time is what is limited)."""
+    cases = build(corpus)
+    stats_dir = tmp_path_factory.mktemp("stats")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda c: (c.name, _run(c, corpus, stats_dir)), cases)
+        return dict(results)
+
+
+CASES = all_cases()
+
+
+def _json_path(doc: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]  # type: ignore[index]
+    return doc
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_case(case: Case, corpus: Path, outcomes: dict[str, Outcome]) -> None:
+    if case.root_skips and os.geteuid() == 0:
+        pytest.skip("running as root: permission bits do not stop root from reading")
+    out = outcomes[case.name]
+    where = f"{case.name}: exit {out.exit_code}\nstdout: {out.stdout[-2000:]}\nstderr: {out.stderr}"
+    assert out.exit_code is not None, f"hung (killed after {WALL_TIMEOUT_S} s): {where}"
+    assert "Traceback" not in out.stderr + out.stdout, where
+    assert "Warning" not in out.stderr, where
+    assert "internal error" not in out.stderr, where
+    assert out.exit_code == case.exit_code, where
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, where
+    if case.exit_code == 2:
+        assert lines[0].startswith("rmsnorm-eps: error: "), where
+        assert case.message in lines[0], where
+        target = _expand("{file}", case, corpus)
+        named = target if "{file}" in " ".join(case.argv) else case.file
+        assert named in lines[0] or case.file in lines[0], where
+    else:
+        assert case.message in out.stderr + out.stdout, where
+    if case.json_checks:
+        doc = json.loads(out.stdout)
+        for dotted, expected in case.json_checks:
+            exp = _expand(expected, case, corpus) if isinstance(expected, str) else expected
+            assert _json_path(doc, dotted) == exp, (dotted, where)
+    if case.marker is not None:
+        assert not (corpus / case.marker).exists(), f"payload ran: {case.marker}"
+    assert out.peak_kib is not None and out.peak_kib <= PEAK_LIMIT_KIB, (out.peak_kib, where)
+    assert out.cpu_s is not None and out.cpu_s <= CPU_LIMIT_S, (out.cpu_s, where)
+
+
+def test_corpus_size_and_coverage() -> None:
+    """At least 40 hostile files, covering every reader."""
+    files = {(c.category, c.file) for c in CASES if c.category != "valid"}
+    assert len(files) >= 40
+    categories = {c.category for c in CASES}
+    assert {"npy", "npz", "yaml", "json", "gguf", "filesystem"} <= categories
+    commands = {c.argv[0] if c.argv[0] != "config" else "config show" for c in CASES}
+    assert {"ratio", "compare", "config show"} <= commands
+    assert any("--config" in c.argv for c in CASES)
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.iterdir())
+        if p.is_file() and os.access(p, os.R_OK) and p.stat().st_mode & 0o444
+    }
+
+
+def test_corpus_is_deterministic(tmp_path: Path) -> None:
+    build(tmp_path / "a")
+    build(tmp_path / "b")
+    a, b = _digest(tmp_path / "a"), _digest(tmp_path / "b")
+    assert len(a) >= 40 and a == b
+
+
+def test_payloads_would_run_if_unpickled(tmp_path: Path) -> None:
+    """Control: the pickle payloads are real (np.load with allow_pickle=True creates the
+    marker), so the "marker does not appear" assertions above can fail."""
+    build(tmp_path)
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        np.load("pickle_object.npy", allow_pickle=True)
+        with np.load("pickled_member.npz", allow_pickle=True) as npz:
+            npz["evil"]
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "PWNED_npy").exists() and (tmp_path / "PWNED_npz").exists()
+
+
+def test_memory_measure_sees_real_allocations(tmp_path: Path) -> None:
+    """Control: the VmHWM measure of the launcher does see memory that is really used (the
+    zip bomb loaded whole by numpy), so the 256 MiB assertion above can fail."""
+    script = tmp_path / "load_all.py"
+    script.write_text(
+        "import numpy as np, sys\n"
+        "with np.load(sys.argv[-1]) as z: a = z['bomb']; print(a.nbytes)\n",
+        encoding="utf-8",
+    )
+    zip_bomb(tmp_path / "zip_bomb.npz")
+    stats = tmp_path / "stats.json"
+    launcher = _LAUNCHER.replace(
+        'runpy.run_module("rmsnorm_eps", run_name="__main__", alter_sys=True)',
+        "runpy.run_path(sys.argv[1], run_name='__main__')",
+    )
+    env = dict(os.environ, HOSTILE_AS=str(AS_LIMIT), HOSTILE_STATS=str(stats))
+    subprocess.run(
+        [sys.executable, "-c", launcher, str(script), str(tmp_path / "zip_bomb.npz")],
+        check=True,
+        env=env,
+        timeout=WALL_TIMEOUT_S,
+        capture_output=True,
+    )
+    assert json.loads(stats.read_text())["peak_kib"] > PEAK_LIMIT_KIB
+
+
+def _peaks(outcomes: dict[str, Outcome]) -> Iterator[tuple[str, int, float]]:
+    for name, o in outcomes.items():
+        if o.peak_kib is not None and o.cpu_s is not None:
+            yield name, o.peak_kib, o.cpu_s
+
+
+def test_report_worst_case(
+    outcomes: dict[str, Outcome], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Prints the worst peak memory and CPU time (for the closing note); -s to see it."""
+    rows = list(_peaks(outcomes))
+    assert rows
+    worst_mem = max(rows, key=lambda r: r[1])
+    worst_cpu = max(rows, key=lambda r: r[2])
+    with capsys.disabled():
+        print(
+            f"\nworst peak RSS: {worst_mem[1] / 1024:.1f} MiB ({worst_mem[0]}); "
+            f"worst CPU: {worst_cpu[2]:.2f} s ({worst_cpu[0]}); {len(rows)} runs"
+        )
