@@ -59,7 +59,7 @@ def capture(
         ...,
         "--out",
         help="Dump (.npz: q per module, with ::position and ::batch), or with "
-        "--summary-only the summary (JSON).",
+        "--summary-only the mergeable summary (JSON, read by `rmsnorm-eps merge`).",
         dir_okay=False,
     ),
     config_out: Path = typer.Option(
@@ -90,8 +90,9 @@ def capture(
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.hooks import QCapture
     from rmsnorm_eps.capture.loading import load_model, run_texts
-    from rmsnorm_eps.capture.output import write_config, write_dump, write_summary
+    from rmsnorm_eps.capture.output import write_config, write_dump
     from rmsnorm_eps.capture.report import capture_document, render_capture_text, summary_report
+    from rmsnorm_eps.merge import write_summary
 
     check_format(fmt)
     if dtype not in ("float32", "bfloat16"):
@@ -109,8 +110,9 @@ def capture(
     ) as cap:
         _run(loaded, texts, max_tokens, batch_size, run_texts)
     result = cap.result()
-    if summary_only:
-        write_summary(result, out)
+    report = summary_report(result, d_value, str(out)) if summary_only else None
+    if report is not None:
+        write_summary(report, out)  # the summary `rmsnorm-eps merge` reads
     else:
         write_dump(result, out)
     if config_out is not None:
@@ -119,10 +121,10 @@ def capture(
         "dump" if not summary_only else "summary": str(out),
         "config": str(config_out) if config_out else None,
     }
-    if summary_only:
+    if report is not None:
         from rmsnorm_eps.cli._output import emit
 
-        emit(summary_report(result, d_value, str(out)), fmt, output)
+        emit(report, fmt, output)
     else:
         doc = capture_document(result, loaded.name, outputs)
         rendered = (
