@@ -47,13 +47,24 @@ def _moved(m: MovedInput, jnum: Any) -> dict[str, Any]:
 
 
 def _layer(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
-    return {
+    doc = {
         "name": layer.name,
         "from": _spec(layer.spec_from),
         "to": _spec(layer.spec_to),
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
+        **_figures(layer, jnum),
+    }
+    if layer.first_token is not None and layer.other_tokens is not None:
+        # dumps with token positions: position 0 and the others (indices of the whole layer)
+        doc["first_token"] = _figures(layer.first_token, jnum)
+        doc["other_tokens"] = _figures(layer.other_tokens, jnum)
+    return doc
+
+
+def _figures(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
+    return {
         "count": layer.count,
         "nan": layer.nan_count,
         "inf": layer.inf_count,
