@@ -41,6 +41,7 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
         "--config-out smollm2.yaml\n\n"
         "  rmsnorm-eps capture --model DIR --gguf model.gguf --text-file texts.txt --out q.npz\n\n"
         "  rmsnorm-eps capture --model DIR --text-file big.txt --summary-only --out s.json\n\n"
+        "  rmsnorm-eps merge s.json s2.json   (summaries of capture runs merge exactly)\n\n"
         "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text)."
     ),
 )
