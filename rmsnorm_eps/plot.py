@@ -1,10 +1,17 @@
-"""Pictures of a ratio report: where the inputs sit on the attenuation curve (extra ``[plot]``).
+"""Pictures of reports (extra ``[plot]``): ratio, compare and parity.
+
+``ratio``: where the inputs sit on the attenuation curve.
 
 One panel per layer (the worst ``max_layers`` when there are more): the curve
 ``A(r) = sqrt(r/(r+1))`` against ``r = q/eps`` on a log axis, the data's distribution under it
 as one bar per decade ``10**k <= r < 10**(k+1)`` (``LayerResult.decades``), the bound
 ``r = min_ratio`` as a vertical line and ``A = 1 - delta`` as a horizontal one. NaN, inf and
 ``q = 0`` cannot sit on a log axis: they are counted in the panel's legend, not plotted.
+
+``compare`` (:func:`plot_compare`): per layer, the largest ``|change| = |y_to/y_from - 1|``
+in each decade of ``q/eps_from`` as bars over the exact ``|factor - 1|`` curve, with the
+tolerance as a horizontal line. ``parity`` (:func:`plot_parity`): per probe category, the
+largest absolute and relative error against atol and rtol.
 
 matplotlib is imported lazily, with the non-interactive Agg canvas (no display needed, no
 pyplot global state). Output is deterministic: no date in SVG metadata, fixed SVG id salt.
@@ -14,19 +21,26 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport
+    from rmsnorm_eps.parity.api import ParityResult
 
 __all__ = [
     "PANEL_HEIGHT_IN",
     "PLOT_DPI",
     "PLOT_WIDTH_IN",
     "Plot",
+    "plot_compare",
     "plot_format",
+    "plot_parity",
     "plot_ratio",
     "require_matplotlib",
+    "worst_compare_layers",
     "worst_layers",
 ]
 
@@ -188,4 +202,225 @@ def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Pl
         layers=tuple(layer.name for layer in layers),
         width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
         height_px=round(PANEL_HEIGHT_IN * n * PLOT_DPI),
+    )
+
+
+# ----------------------------------------------------------------------------- compare
+def _save(fig: Any, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+    fig.savefig(buf, format=fmt, dpi=PLOT_DPI, metadata=metadata)
+    return buf.getvalue()
+
+
+def _log_floor(values: list[float], anchor: float) -> float:
+    """A lower y limit for a log axis: one decade below the smallest positive value shown."""
+    import math
+
+    positive = [v for v in values if v > 0 and math.isfinite(v)] + ([anchor] if anchor > 0 else [])
+    low = min(positive) if positive else 1e-16
+    return float(10.0 ** (math.floor(math.log10(low)) - 1))
+
+
+def worst_compare_layers(report: CompareReport, max_layers: int) -> tuple[CompareLayer, ...]:
+    """The ``max_layers`` worst layers of a compare report, in report order: most violations
+    first, then the largest max |change| (layers without a finite factor last)."""
+    if max_layers < 1:
+        raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
+    layers = report.layers
+    if len(layers) <= max_layers:
+        return layers
+    ranked = sorted(
+        range(len(layers)),
+        key=lambda i: (
+            -layers[i].violations,
+            layers[i].max_abs_change is None,
+            -(layers[i].max_abs_change or 0.0),
+            i,
+        ),
+    )
+    return tuple(layers[i] for i in sorted(ranked[:max_layers]))
+
+
+def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any) -> None:
+    from rmsnorm_eps.compare.factor import factor as compute_factor
+
+    tol = report.tolerance
+    # each layer's own settings (they differ per layer with --from/--to config)
+    spec_from, spec_to = layer.spec_from, layer.spec_to
+    ks = [d.decade for d in layer.decades]
+    lo = (min(ks) - 1) if ks else -2
+    hi = (max(ks) + 2) if ks else 4
+    r = np.logspace(lo, hi, 400, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        curve = np.abs(compute_factor(r * spec_from.eps, spec_from, spec_to, report.scale) - 1.0)
+    heights = [d.max_abs_change for d in layer.decades]
+    floor = _log_floor([*heights, *curve[np.isfinite(curve)].tolist()], tol)
+    ax.plot(
+        r,
+        np.where(np.isfinite(curve) & (curve > floor), curve, np.nan),
+        color="#1f77b4",
+        linewidth=1.4,
+        label="|y_to/y_from - 1| at q = r eps_from",
+    )
+    if layer.decades:
+        left = np.array([10.0**k for k in ks], dtype=np.float64)
+        tops = np.array([max(h, floor) for h in heights], dtype=np.float64)
+        colors = ["#d62728" if d.moved else "#9e9e9e" for d in layer.decades]
+        ax.bar(
+            left,
+            tops - floor,
+            bottom=floor,
+            width=left * 9.0,
+            align="edge",
+            color=colors,
+            alpha=0.45,
+            edgecolor="#555555",
+            linewidth=0.5,
+            label="max |change| per decade (red: some moved)",
+        )
+        for x0, top, d in zip(left, tops, layer.decades, strict=True):
+            ax.annotate(
+                f"{d.moved}/{d.count}",
+                (x0 * 3.0, top),
+                textcoords="offset points",
+                xytext=(0, 2),
+                ha="center",
+                fontsize=6,
+            )
+    ax.axhline(tol, color="#d62728", linestyle="--", linewidth=1.0, label=f"tolerance {tol:.6g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(10.0**lo, 10.0**hi)
+    top = max([tol, *[h for h in heights if np.isfinite(h)]])
+    ax.set_ylim(floor, top * 20.0)
+    ax.set_ylabel("|change|", fontsize=8)
+    ax.tick_params(labelsize=7)
+    status = f"{layer.violations} violation(s)" if layer.violations else "no violation"
+    worst = "-" if layer.max_abs_change is None else f"{layer.max_abs_change:.4g}"
+    ax.set_title(
+        f"{layer.name}: {layer.count} inputs, {status}; moved {layer.moved}, max |change| "
+        f"{worst}\nNaN {layer.nan_count}, inf {layer.inf_count}, nonfinite factor "
+        f"{layer.nonfinite_factor}, q=0 {layer.zero_count} (counted, not plotted); "
+        "bars: moved/count",
+        fontsize=8,
+        loc="left",
+    )
+    ax.legend(loc="upper right", fontsize=6, framealpha=0.8)
+
+
+def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -> Plot:
+    """Draw a compare report: per layer, the largest |change| per decade of q/eps_from as
+    bars, the exact |factor - 1| curve of the two settings and the tolerance line."""
+    if fmt not in FORMATS:
+        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
+    layers = worst_compare_layers(report, max_layers)
+    matplotlib = _import_matplotlib()
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = max(1, len(layers))
+    with matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
+        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(n, 1, squeeze=False)[:, 0]
+        for ax, layer in zip(axes, layers, strict=True):
+            _compare_panel(ax, layer, report, np)
+        axes[-1].set_xlabel("q/eps_from (log scale)", fontsize=8)
+        shown = (
+            f"{len(layers)} of {len(report.layers)} layers"
+            if len(layers) < len(report.layers)
+            else f"{len(layers)} layer(s)"
+        )
+        fig.suptitle(
+            f"{report.source}: {report.spec_from.describe()} -> "
+            f"{report.spec_to.describe()}, {shown}",
+            fontsize=9,
+        )
+        fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
+        data = _save(fig, fmt)
+    return Plot(
+        data=data,
+        fmt=fmt,
+        layers=tuple(layer.name for layer in layers),
+        width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
+        height_px=round(PANEL_HEIGHT_IN * n * PLOT_DPI),
+    )
+
+
+# ----------------------------------------------------------------------------- parity
+def _short(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
+    """Draw a parity result: two panels, the max absolute and the max relative error per
+    probe category (log axis; red bars for failing categories) with atol and rtol marked."""
+    if fmt not in FORMATS:
+        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
+    matplotlib = _import_matplotlib()
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cats = result.categories
+    tol = result.tolerance
+    names = [c.name for c in cats]
+    x = np.arange(len(cats), dtype=np.float64)
+    colors = ["#9e9e9e" if c.passed else "#d62728" for c in cats]
+    panels = (
+        ("max |a - r|", [c.max_abs_error for c in cats], tol.atol, "atol"),
+        ("max |a - r|/|r|", [c.max_rel_error for c in cats], tol.rtol, "rtol"),
+    )
+    with matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
+        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * 2), dpi=PLOT_DPI)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(2, 1, squeeze=False)[:, 0]
+        for ax, (label, values, limit, limit_name) in zip(axes, panels, strict=True):
+            floor = _log_floor([v for v in values if v is not None], limit)
+            tops = np.array([floor if v is None else max(v, floor) for v in values], np.float64)
+            ax.bar(x, tops - floor, bottom=floor, color=colors, alpha=0.6, edgecolor="#555555")
+            for i, (c, v) in enumerate(zip(cats, values, strict=True)):
+                note = "no finite" if v is None else ("0" if v == 0 else "")
+                if c.nan or c.inf:
+                    note = (note + f" NaN {c.nan} inf {c.inf}").strip()
+                if note:
+                    ax.annotate(
+                        note,
+                        (float(x[i]), float(tops[i])),
+                        textcoords="offset points",
+                        xytext=(0, 2),
+                        ha="center",
+                        fontsize=6,
+                    )
+            ax.axhline(
+                limit,
+                color="#d62728",
+                linestyle="--",
+                linewidth=1.0,
+                label=f"{limit_name} {limit:.3g}",
+            )
+            ax.set_yscale("log")
+            ax.set_ylim(floor, max([limit, *[v for v in values if v is not None]]) * 20.0)
+            ax.set_ylabel(label, fontsize=8)
+            ax.set_xticks(x)
+            ax.set_xticklabels(names, fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+        axes[0].set_title(
+            f"{result.actual_source} vs float64 reference, rule {tol.rule}: {tol.formula()}\n"
+            f"red: failing category ({len(result.failing_categories)} of {len(cats)}); "
+            f"inferred eps {_short(result.inference.eps)} (configured {result.probes.eps:.4g})",
+            fontsize=8,
+            loc="left",
+        )
+        fig.tight_layout(h_pad=0.6)
+        data = _save(fig, fmt)
+    return Plot(
+        data=data,
+        fmt=fmt,
+        layers=tuple(names),
+        width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
+        height_px=round(PANEL_HEIGHT_IN * 2 * PLOT_DPI),
     )

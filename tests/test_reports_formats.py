@@ -257,7 +257,15 @@ def test_sarif_schema_rejects_a_broken_log(example: RatioReport) -> None:
 
 # ----------------------------------------------------------------------------- json schema
 def test_json_schema_is_shipped_and_exact(example: RatioReport) -> None:
-    assert set(SCHEMA_COMMANDS) == {"ratio", "bound"}
+    assert set(SCHEMA_COMMANDS) == {
+        "ratio",
+        "bound",
+        "compare",
+        "precision",
+        "parity",
+        "config-diff",
+        "merge",
+    }
     for command in SCHEMA_COMMANDS:
         jsonschema.Draft202012Validator.check_schema(load_schema(command))
         assert (ROOT / f"rmsnorm_eps/data/{command}.schema.json").is_file()

@@ -1,4 +1,5 @@
-"""Golden files: the exact output of every format for ratio and bound on the shipped example.
+"""Golden files: the exact output of every format for every command that reports findings
+(ratio, bound, compare, precision, parity, config diff, merge) on the shipped examples.
 
 Regenerate after an intended change with ``RMSNORM_EPS_REGEN_GOLDEN=1 python -m pytest
 tests/test_reports_golden.py`` and review the diff (docs/DEVELOPING.md).
@@ -27,6 +28,18 @@ EXT = {
     "sarif": "sarif",
 }
 
+COMPARE = (
+    "compare",
+    "--q-file",
+    "examples/q_dump.npz",
+    "--from",
+    "eps=1e-6",
+    "--to",
+    "eps=1e-5",
+    "--top",
+    "3",
+)
+PARITY = ("parity", "--probes", "examples/parity/probes.npz", "--actual")
 CASES: dict[str, tuple[tuple[str, ...], int]] = {
     # name: (arguments, expected exit code)
     "ratio": (("ratio", "--eps", "1e-5", "--q-file", "examples/ci/q_dump.npz", "--top", "3"), 1),
@@ -45,6 +58,23 @@ CASES: dict[str, tuple[tuple[str, ...], int]] = {
         0,
     ),
     "bound": (("bound", "--delta", "0.01", "--eps", "1e-5"), 0),
+    "compare": (COMPARE, 1),
+    "compare-budget": ((*COMPARE, "--max-violations", "2"), 0),
+    "precision": (("precision", "--eps", "1e-8"), 1),
+    "parity": ((*PARITY, "examples/parity/torch_eps_none.npy"), 1),
+    "parity-pass": ((*PARITY, "examples/parity/torch_eps_1e-6.npy"), 0),
+    "config-diff": (("config", "diff", "configs/llama-3-8b.yaml", "configs/qwen3-8b.yaml"), 1),
+    # examples/ci/q_dump.npz in two shards (tests/data/merge/make_shards.py)
+    "merge": (
+        (
+            "merge",
+            "tests/data/merge/shard0.summary.json",
+            "tests/data/merge/shard1.summary.json",
+            "--top",
+            "3",
+        ),
+        1,
+    ),
 }
 
 

@@ -48,8 +48,10 @@ def test_help_imports_no_numpy_yaml_or_rich_table() -> None:
 
 @pytest.mark.parametrize("command", ["ratio", "merge", "bound"])
 def test_command_help_is_light(command: str) -> None:
+    # typer < 0.20 renders each option's "[default: ...]" through rich (rich.table comes with
+    # it), so a command's own help may load rich; it must never load numpy, yaml or torch.
     code, mods = _imports(command, "--help")
-    assert code == "0" and mods == set()
+    assert code == "0" and mods <= {"rich.table"}
 
 
 def test_bound_does_not_import_numpy() -> None:

@@ -44,7 +44,12 @@ def usage_error(message: str) -> Exception:
     return _cx.UsageError(message)
 
 
-_PASS_THROUGH = (_cx.ClickException, typer.Exit, typer.Abort, typer.TyperException)
+_PASS_THROUGH = (
+    _cx.ClickException,
+    typer.Exit,
+    typer.Abort,
+    getattr(typer, "TyperException", _cx.ClickException),  # typer < 0.20 has none
+)
 
 
 def _debug_enabled(ctx: typer.Context) -> bool:

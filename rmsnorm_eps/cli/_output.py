@@ -106,11 +106,36 @@ def append_step_summary(result: object, gate: Any = None) -> Path | None:
     return path
 
 
-def plot_option() -> Any:
+def plot_option(
+    what: str = "A against q/eps with the data's distribution, per layer",
+) -> Any:
     return typer.Option(
-        None, "--plot", help="Also draw A against q/eps with the data's distribution, per "
-        "layer, to FILE.png or FILE.svg (needs the [plot] extra).", dir_okay=False,
+        None, "--plot", help=f"Also draw {what}, to FILE.png or FILE.svg (needs the [plot] "
+        "extra).", dir_okay=False,
     )
+
+
+def prepare_plot(plot: Path | None) -> str | None:
+    """Check a ``--plot`` FILE before any work: its format (png/svg, else a usage error) and
+    that matplotlib is installed (else exit 2 naming the extra). None without ``--plot``."""
+    if plot is None:
+        return None
+    from rmsnorm_eps.cli._app import usage_error
+    from rmsnorm_eps.plot import plot_format, require_matplotlib
+
+    try:
+        fmt = plot_format(str(plot))
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
+    require_matplotlib()
+    return fmt
+
+
+def write_plot(plot: Path, data: bytes) -> None:
+    """Write the plot's bytes atomically."""
+    from rmsnorm_eps.atomic import atomic_write_bytes
+
+    atomic_write_bytes(plot, data)
 
 
 def summary_line(text: str) -> None:

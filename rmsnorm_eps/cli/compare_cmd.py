@@ -9,11 +9,16 @@ import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
 from rmsnorm_eps.cli._output import (
+    append_step_summary,
     check_format,
     emit,
     format_option,
     output_option,
+    plot_option,
+    prepare_plot,
     summary_line,
+    summary_option,
+    write_plot,
 )
 
 
@@ -88,6 +93,13 @@ def compare(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
+    plot: Path = plot_option(
+        "the largest |change| per decade of q/eps_from, per layer, with the tolerance marked"
+    ),
+    plot_layers: int = typer.Option(
+        6, "--plot-layers", min=1, help="Panels in --plot: the worst N layers."
+    ),
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
@@ -105,6 +117,7 @@ def compare(
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     check_format(fmt)
+    plot_fmt = prepare_plot(plot)
     wants_config = [o for o, t in (("--from", spec_from), ("--to", spec_to)) if is_config_spec(t)]
     if wants_config and config is None:
         raise usage_error(f"{wants_config[0]} config needs --config FILE (the model config)")
@@ -136,6 +149,12 @@ def compare(
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate)
+    if summary:
+        append_step_summary(report, gate)
+    if plot is not None and plot_fmt is not None:
+        from rmsnorm_eps.plot import plot_compare
+
+        write_plot(plot, plot_compare(report, plot_fmt, plot_layers).data)
     verdict = "PASS" if gate.passed else "FAIL"
     worst = report.max_abs_change
     summary_line(

@@ -7,7 +7,15 @@ from pathlib import Path
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
-from rmsnorm_eps.cli._output import check_format, emit, format_option, output_option, summary_line
+from rmsnorm_eps.cli._output import (
+    append_step_summary,
+    check_format,
+    emit,
+    format_option,
+    output_option,
+    summary_line,
+    summary_option,
+)
 
 config_app = typer.Typer(
     help="Model normalization configs (our YAML, Hugging Face config.json, GGUF metadata): "
@@ -69,6 +77,7 @@ def diff(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
 ) -> None:
     """Compare two configs norm by norm; one line per difference.
 
@@ -80,6 +89,8 @@ def diff(
     check_format(fmt)
     result = diff_configs(load_config(a), load_config(b))
     emit(result, fmt, output)
+    if summary:
+        append_step_summary(result)
     n = len(result.significant)
     notes = len(result.differences) - n
     summary_line(

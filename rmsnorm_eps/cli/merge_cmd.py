@@ -8,11 +8,16 @@ import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
 from rmsnorm_eps.cli._output import (
+    append_step_summary,
     check_format,
     emit,
     format_option,
     output_option,
+    plot_option,
+    prepare_plot,
     summary_line,
+    summary_option,
+    write_plot,
 )
 
 
@@ -64,6 +69,11 @@ def merge(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
+    plot: Path = plot_option(),
+    plot_layers: int = typer.Option(
+        6, "--plot-layers", min=1, help="Panels in --plot: the worst N layers."
+    ),
 ) -> None:
     """Merge per-shard summaries into exactly the report of the shards concatenated along axis 0.
 
@@ -75,11 +85,18 @@ def merge(
     from rmsnorm_eps.merge import merge_summaries
 
     check_format(fmt)
+    plot_fmt = prepare_plot(plot)
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
     report = merge_summaries(list(summaries), delta=delta, min_ratio=min_ratio, top_k=top)
     gate = evaluate_gate(report, max_violations, max_fraction)
     emit(report, fmt, output, gate)
+    if summary:
+        append_step_summary(report, gate)
+    if plot is not None and plot_fmt is not None:
+        from rmsnorm_eps.plot import plot_ratio
+
+        write_plot(plot, plot_ratio(report, plot_fmt, plot_layers).data)
     verdict = "PASS" if gate.passed else "FAIL"
     summary_line(
         f"{verdict}: {report.violations} violation(s) ({report.below_bound} below q/eps "

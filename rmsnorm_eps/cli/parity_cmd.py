@@ -7,7 +7,18 @@ from pathlib import Path
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
-from rmsnorm_eps.cli._output import check_format, emit, format_option, output_option, summary_line
+from rmsnorm_eps.cli._output import (
+    append_step_summary,
+    check_format,
+    emit,
+    format_option,
+    output_option,
+    plot_option,
+    prepare_plot,
+    summary_line,
+    summary_option,
+    write_plot,
+)
 
 
 def _sha256(path: Path) -> str:
@@ -68,6 +79,8 @@ def parity(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
+    plot: Path = plot_option("the max abs and rel error per probe category against the tolerance"),
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -82,6 +95,7 @@ def parity(
     from rmsnorm_eps.parity.record import record_format, write_record
 
     check_format(fmt)
+    plot_fmt = prepare_plot(plot)
     if rule not in ("torch", "polygraphy"):
         raise usage_error(f"--rule must be torch or polygraphy, got {rule!r}")
     if record is not None:
@@ -111,6 +125,12 @@ def parity(
             stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         write_record(result, record, stamp)
     emit(result, fmt, output)
+    if summary:
+        append_step_summary(result)
+    if plot is not None and plot_fmt is not None:
+        from rmsnorm_eps.plot import plot_parity
+
+        write_plot(plot, plot_parity(result, plot_fmt).data)
     summary_line(result.diagnosis)
     if not result.passed and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)

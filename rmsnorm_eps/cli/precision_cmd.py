@@ -8,11 +8,13 @@ import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
 from rmsnorm_eps.cli._output import (
+    append_step_summary,
     check_format,
     emit,
     format_option,
     output_option,
     summary_line,
+    summary_option,
 )
 
 _DTYPES = ("float16", "bfloat16", "float32")
@@ -38,6 +40,7 @@ def precision(
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
+    summary: bool = summary_option(),
 ) -> None:
     """eps rounded to each dtype; the q above which fl(q + eps) == q; the range of q.
 
@@ -57,6 +60,8 @@ def precision(
             names.append(d)
     report = precision_report(eps, tuple(names) or None)
     emit(report, fmt, output)
+    if summary:
+        append_step_summary(report)
     gone = report.vanishing
     if gone:
         summary_line(f"FAIL: eps {eps:g} vanishes (rounds to 0 or inf) in {', '.join(gone)}")

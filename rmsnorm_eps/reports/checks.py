@@ -36,11 +36,14 @@ Number = float | int | str | None
 
 @dataclass(frozen=True)
 class Rule:
-    """A kind of check: ``id`` is stable (SARIF ruleId, JUnit classname), ``name`` short."""
+    """A kind of check: ``id`` is stable (SARIF ruleId, JUnit classname), ``name`` short;
+    ``level`` is the level of a failure that fails the gate (SARIF defaultConfiguration):
+    ``warning`` for rules whose failures are notes that never fail it."""
 
     id: str
     name: str
     description: str
+    level: Level = "error"
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class Check:
     """One check of one subject (``name``: a layer, a module, a config key) against a rule.
 
     ``numbers`` holds the unrounded figures behind the verdict (None for "not defined",
-    e.g. the minimum q/eps of a layer without a finite value).
+    e.g. the minimum q/eps of a layer without a finite value). ``source`` is the file this
+    check points at when it is not the report's (a merged report: the shard of the worst input).
     """
 
     rule: str
@@ -57,6 +61,7 @@ class Check:
     level: Level
     message: str
     numbers: Mapping[str, Number] = field(default_factory=dict)
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,19 @@ class CheckReport:
             out[c.level] += 1
         return out
 
+    def source_of(self, check: Check) -> str | None:
+        """The file a check points at: its own source, else the report's."""
+        return check.source if check.source is not None else self.source
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every file the report points at, the report's first, each once."""
+        out = [self.source] if self.source is not None else []
+        for c in self.checks:
+            if c.source is not None and c.source not in out:
+                out.append(c.source)
+        return tuple(out)
+
     def rule(self, rule_id: str) -> Rule:
         for r in self.rules:
             if r.id == rule_id:
@@ -110,6 +128,16 @@ class CheckReport:
 ADAPTERS: dict[str, str] = {
     "rmsnorm_eps.analysis.RatioReport": "rmsnorm_eps.reports.checks:ratio_checks",
     "rmsnorm_eps.bound.BoundResult": "rmsnorm_eps.reports.checks:bound_checks",
+    "rmsnorm_eps.compare.analysis.CompareReport": (
+        "rmsnorm_eps.reports.command_checks:compare_checks"
+    ),
+    "rmsnorm_eps.compare.precision.PrecisionReport": (
+        "rmsnorm_eps.reports.command_checks:precision_checks"
+    ),
+    "rmsnorm_eps.parity.api.ParityResult": "rmsnorm_eps.reports.command_checks:parity_checks",
+    "rmsnorm_eps.config.resolve.ConfigDiff": (
+        "rmsnorm_eps.reports.command_checks:config_diff_checks"
+    ),
 }
 
 
@@ -164,6 +192,17 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
     passed = report.violations == 0 if gate is None else bool(gate.passed)
     bad: Level = "warning" if passed else "error"
     bound = report.min_ratio
+    # `merge` reports are ratio reports of shards concatenated along axis 0: a check points at
+    # the shard holding its worst input, and the report has no single file
+    shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
+
+    def shard_of(item: Any) -> tuple[str, str | None]:
+        s = getattr(item, "shard", None)
+        if not shards or s is None:
+            return "", None
+        inner = list(item.shard_index or ())
+        return f" (shard {s} {shards[s]} at {inner})", shards[s]
+
     checks: list[Check] = []
     for layer in report.layers:
         finite = layer.count - layer.nonfinite
@@ -179,9 +218,13 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
             "bound_min_ratio": bound,
             "delta": report.delta,
         }
+        loc: str | None = None
         if below:
             w = layer.worst[0] if layer.worst else None
             where = f" at index {list(w.index)}" if w is not None else ""
+            if w is not None:
+                in_shard, loc = shard_of(w)
+                where += in_shard
             msg = (
                 f"{layer.name}: {below} of {layer.count} inputs "
                 f"({_g(100.0 * below / layer.count, 3)}%) have q/eps below {_g(bound, 12)} "
@@ -203,6 +246,7 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
                 "note" if below == 0 else bad,
                 msg,
                 nums,
+                loc,
             )
         )
         nf = layer.nonfinite
@@ -212,9 +256,13 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
             "nan": layer.nan_count,
             "inf": layer.inf_count,
         }
+        loc = None
         if nf:
             first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
             where = f", first at index {list(first.index)}" if first is not None else ""
+            if first is not None:
+                in_shard, loc = shard_of(first)
+                where += in_shard
             msg = (
                 f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
                 f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
@@ -222,7 +270,15 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
         else:
             msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
         checks.append(
-            Check("ratio/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
+            Check(
+                "ratio/nonfinite",
+                layer.name,
+                nf == 0,
+                "note" if nf == 0 else bad,
+                msg,
+                nf_nums,
+                loc,
+            )
         )
     verdict = (
         gate.reason
@@ -230,7 +286,7 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
         else ("no violations" if passed else f"{report.violations} violation(s)")
     )
     kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
-    facts = (
+    facts: tuple[tuple[str, str], ...] = (
         ("source", f"{report.source} ({kind})"),
         (
             "bound",
@@ -246,10 +302,13 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
         ),
         ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
     )
+    command = "merge" if shards else "ratio"
+    if shards:
+        facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
     return CheckReport(
-        command="ratio",
-        title=f"rmsnorm-eps ratio: {report.source}",
-        source=report.source,
+        command=command,
+        title=f"rmsnorm-eps {command}: {report.source}",
+        source=None if shards else report.source,
         subject="layer",
         rules=RATIO_RULES,
         checks=tuple(checks),

@@ -32,8 +32,9 @@ def render_checks(report: CheckReport) -> str:
         command = "error" if chk.level == "error" else "warning"
         rule = report.rule(chk.rule)
         props = [f"title={escape_property(f'rmsnorm-eps {rule.id}: {chk.name}')}"]
-        if report.source:
-            props.append(f"file={escape_property(report.source)}")
+        source = report.source_of(chk)
+        if source:
+            props.append(f"file={escape_property(source)}")
         lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
     return "".join(line + "\n" for line in lines)
 

@@ -39,8 +39,9 @@ def render_checks(report: CheckReport) -> str:
     )
     for chk in report.checks:
         attrs = {"classname": f"rmsnorm_eps.{chk.rule.replace('/', '.')}", "name": chk.name}
-        if report.source is not None:
-            attrs["file"] = report.source
+        source = report.source_of(chk)
+        if source is not None:
+            attrs["file"] = source
         case = ET.SubElement(suite, "testcase", attrs)
         if chk.passed:
             continue

@@ -49,21 +49,18 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
     rule_index = {r.id: i for i, r in enumerate(report.rules)}
     results = []
     for chk in report.failed:
+        source = report.source_of(chk)
         location: dict[str, Any] = {
             "logicalLocations": [
                 {
                     "name": chk.name,
-                    "fullyQualifiedName": f"{report.source}/{chk.name}"
-                    if report.source
-                    else chk.name,
+                    "fullyQualifiedName": f"{source}/{chk.name}" if source else chk.name,
                     "kind": "object",
                 }
             ],
         }
-        if report.source is not None:
-            location["physicalLocation"] = {
-                "artifactLocation": {"uri": artifact_uri(report.source)}
-            }
+        if source is not None:
+            location["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri(source)}}
         results.append(
             {
                 "ruleId": chk.rule,
@@ -87,7 +84,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
                         "id": r.id,
                         "name": r.name,
                         "shortDescription": {"text": r.description},
-                        "defaultConfiguration": {"level": "error"},
+                        "defaultConfiguration": {"level": r.level},
                     }
                     for r in report.rules
                 ],
@@ -106,8 +103,8 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         ],
         "results": results,
     }
-    if report.source is not None:
-        run["artifacts"] = [{"location": {"uri": artifact_uri(report.source)}}]
+    if report.sources:
+        run["artifacts"] = [{"location": {"uri": artifact_uri(s)}} for s in report.sources]
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 

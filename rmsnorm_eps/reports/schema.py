@@ -1,6 +1,7 @@
 """The JSON Schemas of the ``--format json`` documents, shipped in ``rmsnorm_eps/data``.
 
-One file per command, ``<command>.schema.json`` (JSON Schema draft 2020-12). They describe
+One file per command, ``<command>.schema.json`` (JSON Schema draft 2020-12; ``config diff``
+is ``config-diff.schema.json``). They describe
 ``schema_version`` 1 exactly (``additionalProperties: false``), so a test fails whenever a
 document gains a key the schema does not name. See docs/json-schema.md.
 """
@@ -13,11 +14,13 @@ from typing import Any
 
 __all__ = ["SCHEMA_COMMANDS", "load_schema", "schema_text"]
 
-SCHEMA_COMMANDS = ("ratio", "bound")
+SCHEMA_COMMANDS = ("ratio", "bound", "compare", "precision", "parity", "config-diff", "merge")
 
 
 def schema_text(command: str) -> str:
-    """The schema file's text for ``command`` (a name in :data:`SCHEMA_COMMANDS`)."""
+    """The schema file's text for ``command`` (a name in :data:`SCHEMA_COMMANDS`, or a
+    document's ``command`` value: ``"config diff"`` names ``config-diff``)."""
+    command = command.replace(" ", "-")
     if command not in SCHEMA_COMMANDS:
         raise KeyError(f"no JSON schema for {command!r}; known: {', '.join(SCHEMA_COMMANDS)}")
     return (resources.files("rmsnorm_eps") / "data" / f"{command}.schema.json").read_text(
