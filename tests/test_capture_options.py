@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -18,6 +19,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from rmsnorm_eps.capture import loading  # noqa: E402
+from rmsnorm_eps.reports.schema import load_schema  # noqa: E402
 from tests.test_capture_hooks import tiny_llama  # noqa: E402
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello"]
@@ -167,10 +169,12 @@ def test_summary_only_cli_writes_what_merge_reads(
     )
     assert r.exit_code == 0, r.stderr
     shown = json.loads(r.stdout)
+    jsonschema.Draft202012Validator(load_schema(shown["command"])).validate(shown)
     assert json.loads(s.read_text())["schema"] == "rmsnorm-eps-summary"
     m = cli("merge", str(s), "--format", "json")
     assert m.exit_code in (0, 1), m.stderr
     merged = json.loads(m.stdout)
+    jsonschema.Draft202012Validator(load_schema("merge")).validate(merged)
     assert [ly["count"] for ly in merged["layers"]] == [ly["count"] for ly in shown["layers"]]
     assert merged["layers"][0]["first_token"]["count"] == 2
     assert merged["layers"][0]["min_q"] == shown["layers"][0]["min_q"]

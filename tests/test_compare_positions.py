@@ -7,10 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 
 from rmsnorm_eps.compare.analysis import compare_dump
 from rmsnorm_eps.compare.spec import parse_spec
+from rmsnorm_eps.reports.schema import load_schema
 
 
 def _dump(tmp: Path) -> tuple[Path, np.ndarray, np.ndarray]:
@@ -56,7 +58,9 @@ def test_compare_cli_text_and_json(tmp_path: Path, cli: Callable[..., Any]) -> N
     # the layer row, then its split: |change| at q = 8e-5 (first) and q = 1e-2 (others)
     assert rows[1] == ["L", "3", "0.05132", "2", "2", "9", "0.0004497", "0", "0"]
     r = cli(*args, "--format", "json")
-    doc = json.loads(r.stdout)["layers"][0]
+    full = json.loads(r.stdout)
+    jsonschema.Draft202012Validator(load_schema("compare")).validate(full)
+    doc = full["layers"][0]
     assert doc["first_token"]["count"] == 3 and doc["first_token"]["moved"] == 2
     assert doc["other_tokens"]["worst"][0]["index"] == [9]
     # without positions (or with --raw) there is no split

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from rmsnorm_eps.analysis import RatioReport, analyze_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.merge import load_summary, merge_summaries, summary_document, write_summary
 from rmsnorm_eps.reports.document import document
+from rmsnorm_eps.reports.schema import load_schema
 
 
 def _plain(report: RatioReport, names: bool = True) -> dict[str, Any]:
@@ -292,6 +294,10 @@ def test_merge_keeps_the_first_token_split(tmp_path: Path, cli: Callable[..., An
         paths.append(out)
     merged = merge_summaries(paths)
     assert _plain(merged) == _plain(whole)
+    res = cli("merge", *map(str, paths), "--format", "json")
+    doc = json.loads(res.stdout)
+    jsonschema.Draft202012Validator(load_schema("merge")).validate(doc)
+    assert doc["layers"][0]["first_token"]["worst"][0]["shard_index"] == [0]
     ft = merged.layers[0].first_token
     assert ft is not None and ft.count == 5 and ft.min_q == q[pos == 0].min()
     assert [w.index for w in ft.worst] == [

@@ -54,17 +54,6 @@ def _layer(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
-        **_figures(layer, jnum),
-    }
-    if layer.first_token is not None and layer.other_tokens is not None:
-        # dumps with token positions: position 0 and the others (indices of the whole layer)
-        doc["first_token"] = _figures(layer.first_token, jnum)
-        doc["other_tokens"] = _figures(layer.other_tokens, jnum)
-    return doc
-
-
-def _figures(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
-    return {
         "count": layer.count,
         "nan": layer.nan_count,
         "inf": layer.inf_count,
@@ -88,6 +77,12 @@ def _figures(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
             for d in layer.decades
         ],
     }
+    if layer.first_token is not None and layer.other_tokens is not None:
+        # dumps with token positions: position 0 and the others, with the same keys as the
+        # layer (their indices are indices of the whole layer)
+        doc["first_token"] = _layer(layer.first_token, jnum)
+        doc["other_tokens"] = _layer(layer.other_tokens, jnum)
+    return doc
 
 
 def compare_document(
