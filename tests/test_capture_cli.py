@@ -15,6 +15,26 @@ TEXTS = [
 ]
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# docs/capture.md's ratio excerpt: first token (n, min q/eps, max q) | other tokens (same)
+DOC_POSITION_ROWS = {
+    "model.layers.0.input_layernorm": (3, 695.1, 0.01227, 23, 713.7, 0.0161),
+    "model.layers.0.post_attention_layernorm": (3, 1729, 0.01893, 23, 1298, 0.02568),
+    "model.layers.1.input_layernorm": (3, 3.944e05, 6.851, 23, 1.805e05, 9.183),
+    "model.layers.1.post_attention_layernorm": (3, 7.199e05, 13.68, 23, 3.089e05, 14.31),
+    "model.layers.2.input_layernorm": (3, 6.221e06, 162, 23, 5.371e05, 35.75),
+    "model.layers.2.post_attention_layernorm": (3, 5.751e06, 154.3, 23, 5.829e05, 36.52),
+    "model.layers.3.input_layernorm": (3, 7.966e07, 1100, 23, 7.965e05, 680.5),
+    "model.layers.3.post_attention_layernorm": (3, 7.923e07, 1095, 23, 8.56e05, 676.5),
+    "model.layers.15.input_layernorm": (3, 8.931e10, 9.025e05, 23, 3.347e06, 85.46),
+}
+# docs/capture.md's capture excerpt: min q/eps per module
+DOC_MIN_RATIO = {
+    "model.layers.0.input_layernorm": 695.112,
+    "model.layers.0.post_attention_layernorm": 1298.11,
+    "model.layers.29.post_attention_layernorm": 6.05986e07,
+    "model.norm": 4.29387e07,
+}
+
 
 def test_needs_text(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     r = cli("capture", "--model", str(tmp_path), "--out", str(tmp_path / "d.npz"))
@@ -120,6 +140,13 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
     assert mid["first_token"]["max_q"] == pytest.approx(9.025e5, rel=2e-3)
     assert mid["other_tokens"]["max_q"] == pytest.approx(85.46, rel=2e-3)
     assert mid["first_token"]["min_q"] > 100 * mid["other_tokens"]["max_q"]
+    for name, (n1, r1, q1, n2, r2, q2) in DOC_POSITION_ROWS.items():
+        f, o = layers[name]["first_token"], layers[name]["other_tokens"]
+        assert (f["count"], o["count"], f["violations"], o["violations"]) == (n1, n2, 0, 0)
+        got = (f["min_ratio"], f["max_q"], o["min_ratio"], o["max_q"])
+        assert got == pytest.approx((r1, q1, r2, q2), rel=2e-3), name
+    for name, ratio in DOC_MIN_RATIO.items():
+        assert layers[name]["min_ratio"] == pytest.approx(ratio, rel=2e-3), name
     # --summary-only on the same texts: `merge` reports from it what ratio found in the dump
     summ = tmp_path / "s.json"
     r = cli("capture", "--model", d, "--gguf", GGUF, *args, "--out", str(summ), "--summary-only")
