@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -39,12 +39,14 @@ __all__ = [
     "GateResult",
     "GateSubject",
     "LayerResult",
+    "PositionSplit",
     "RatioReport",
     "WorstInput",
     "analyze_dump",
     "evaluate_gate",
     "iter_q_chunks",
     "layer_result",
+    "ratio_position_split",
     "resolve_bound",
 ]
 
@@ -296,45 +298,83 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     yield 0, q
 
 
-class _PositionSplit:
-    """Two more accumulators for a layer with positions: position 0 and positions > 0.
+class _Folding(Protocol):
+    """What :class:`PositionSplit` needs from an accumulator."""
 
-    Each sees only its own values, so its indices count within its subset; the global index
-    (in the layer's array) of every value it still reports is remembered as it is folded, and
-    put back by :meth:`_finish`. Positions are read alongside q, chunk by chunk, in order.
+    count: int
+
+    def update(self, values: np.ndarray, start: int) -> None: ...
+
+
+F = TypeVar("F", bound=_Folding)
+
+
+class PositionSplit(Generic[F]):
+    """Position 0 and positions > 0 of one layer, each folded into its own accumulator.
+
+    Each accumulator sees only its subset, so its flat indices count within that subset; the
+    layer index of every value it still keeps (``kept(acc)``: the worst, the minimum, the
+    nonfinite examples) is remembered as it is folded, and :meth:`results` returns copies with
+    those indices put back (``remap(acc, subset_index -> layer_index)``). Memory stays bounded
+    by what the accumulators keep. Used by ``ratio`` (:class:`LayerAccumulator`), ``compare``
+    and ``capture --summary-only``.
     """
 
-    def __init__(self, pos_src: ArraySource, eps: float, ratio: float, top_k: int) -> None:
-        self.first = LayerAccumulator(eps, ratio, top_k)
-        self.other = LayerAccumulator(eps, ratio, top_k)
+    def __init__(
+        self,
+        make: Callable[[], F],
+        kept: Callable[[F], set[int]],
+        remap: Callable[[F, Mapping[int, int]], F],
+    ) -> None:
+        self.first = make()
+        self.other = make()
+        self._kept = kept
+        self._remap = remap
         self._maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
-        self._pos = _SequentialReader(pos_src)
 
-    def update(self, q: np.ndarray, start: int) -> None:
-        is_first = self._pos.read(start, q.size) == 0
-        for acc, where, sel in ((self.first, self._maps[0], is_first),
-                                (self.other, self._maps[1], ~is_first)):
+    def update(self, values: np.ndarray, start: int, is_first: np.ndarray) -> None:
+        """Fold a chunk whose first value has layer index ``start``; ``is_first`` marks the
+        values at position 0."""
+        for acc, where, sel in (
+            (self.first, self._maps[0], is_first),
+            (self.other, self._maps[1], ~is_first),
+        ):
             idx = np.flatnonzero(sel)
             sub_start = acc.count
-            acc.update(q[idx], sub_start)
-            kept = _kept_indices(acc)
+            acc.update(values[idx], sub_start)
+            kept = self._kept(acc)
             for i in kept:
                 if i >= sub_start and i not in where:
                     where[i] = start + int(idx[i - sub_start])
             for i in [i for i in where if i not in kept]:
                 del where[i]
-        if self._pos.done(start + q.size):
-            self._finish()
 
-    def _finish(self) -> None:
-        for acc, where in ((self.first, self._maps[0]), (self.other, self._maps[1])):
-            acc.worst_index = np.array([where[int(i)] for i in acc.worst_index], np.int64)
-            acc.nonfinite_index = [where[i] for i in acc.nonfinite_index]
-            acc.min_index = where.get(acc.min_index, -1)
+    def results(self) -> tuple[F, F]:
+        """Copies of the (first, other) accumulators with layer indices."""
+        return self._remap(self.first, self._maps[0]), self._remap(self.other, self._maps[1])
 
 
 def _kept_indices(acc: LayerAccumulator) -> set[int]:
     return {int(i) for i in acc.worst_index} | set(acc.nonfinite_index) | {acc.min_index}
+
+
+def _remap_accumulator(acc: LayerAccumulator, where: Mapping[int, int]) -> LayerAccumulator:
+    return replace(
+        acc,
+        worst_q=acc.worst_q.copy(),
+        worst_index=np.array([where[int(i)] for i in acc.worst_index], np.int64),
+        nonfinite_index=[where[i] for i in acc.nonfinite_index],
+        nonfinite_value=list(acc.nonfinite_value),
+        min_index=where.get(acc.min_index, -1),
+        decades=dict(acc.decades),
+    )
+
+
+def ratio_position_split(eps: float, ratio: float, top_k: int) -> PositionSplit[LayerAccumulator]:
+    """A :class:`PositionSplit` of :class:`LayerAccumulator` (the ``ratio`` figures)."""
+    return PositionSplit(
+        lambda: LayerAccumulator(eps, ratio, top_k), _kept_indices, _remap_accumulator
+    )
 
 
 class _SequentialReader:
@@ -359,9 +399,6 @@ class _SequentialReader:
         self._buf = data[n:]
         self._next += n
         return data[:n]
-
-    def done(self, end: int) -> bool:
-        return end >= self._src.header.size
 
 
 def layer_result(
@@ -509,12 +546,13 @@ def _analyze_layer(
     q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
     acc = LayerAccumulator(layer_eps, ratio, top_k)
     pos_src = None if raw else src.companion("position")
-    split = _PositionSplit(pos_src, acc.eps, ratio, top_k) if pos_src is not None else None
+    split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
+    positions = _SequentialReader(pos_src) if pos_src is not None else None
     try:
         for start, q in chunks:
             acc.update(q, start)
-            if split is not None:
-                split.update(q, start)
+            if split is not None and positions is not None:
+                split.update(q, start, positions.read(start, q.size) == 0)
     except NegativeValue as exc:
         where = _unravel(exc.index, q_shape, order)
         raise InputFileError(
@@ -530,7 +568,7 @@ def _analyze_layer(
         first, other = (
             layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
                          dtype=result.dtype, raw_dim=None)
-            for a, label in ((split.first, "first token"), (split.other, "other tokens"))
+            for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
         result = replace(result, first_token=first, other_tokens=other)
     if eps_sources is not None:

@@ -22,6 +22,13 @@ shard with the new bound. Nothing is ever estimated.
 
 Layers are matched by name; when every summary has exactly one layer (one ``.npy`` file per
 shard, named after the file) they are merged as one layer named after the first shard's.
+
+A layer whose dump carries token positions (a ``<layer>::position`` companion, as ``capture``
+writes) also holds ``first_token`` and ``other_tokens``: the same figures for position 0 and for
+the other positions, their indices being indices of the whole layer. They merge like the layer
+itself; the merged layer keeps the split when every shard has it. ``capture --summary-only``
+writes this same format (one layer per norm module, shape ``(N,)``), so capture runs, and the
+ranks of a distributed capture, merge exactly like shards of a dump.
 """
 
 from __future__ import annotations
@@ -55,8 +62,11 @@ __all__ = [
     "ShardLayer",
     "ShardSummary",
     "load_summary",
+    "merge_reports",
     "merge_summaries",
     "summary_document",
+    "summary_from_document",
+    "write_summary",
 ]
 
 SUMMARY_SCHEMA = "rmsnorm-eps-summary"
@@ -87,30 +97,42 @@ def summary_document(report: RatioReport) -> dict[str, Any]:
         "min_ratio": report.min_ratio,
         "top_k": report.top_k,
         "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
-        "layers": [
-            {
-                "name": layer.name,
-                "eps": layer.eps,
-                "shape": list(layer.shape),
-                "dtype": layer.dtype,
-                "raw_dim": layer.raw_dim,
-                "count": layer.count,
-                "nan": layer.nan_count,
-                "inf": layer.inf_count,
-                "zero": layer.zero_count,
-                "below_bound": layer.below_bound,
-                "min_q": layer.min_q,
-                "max_q": layer.max_q,
-                "worst": [{"index": list(w.index), "q": w.q} for w in layer.worst],
-                "nonfinite_examples": [
-                    {"index": list(n.index), "value": _jnum(n.value)}
-                    for n in layer.nonfinite_examples
-                ],
-                "decades": [[k, c] for k, c in layer.decades],
-            }
-            for layer in report.layers
-        ],
+        "layers": [_layer_document(layer) for layer in report.layers],
     }
+
+
+def _figures(layer: LayerResult) -> dict[str, Any]:
+    """The mergeable figures of a layer (or of its first-token / other-token part)."""
+    return {
+        "count": layer.count,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "zero": layer.zero_count,
+        "below_bound": layer.below_bound,
+        "min_q": layer.min_q,
+        "max_q": layer.max_q,
+        "worst": [{"index": list(w.index), "q": w.q} for w in layer.worst],
+        "nonfinite_examples": [
+            {"index": list(n.index), "value": _jnum(n.value)} for n in layer.nonfinite_examples
+        ],
+        "decades": [[k, c] for k, c in layer.decades],
+    }
+
+
+def _layer_document(layer: LayerResult) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": layer.name,
+        "eps": layer.eps,
+        "shape": list(layer.shape),
+        "dtype": layer.dtype,
+        "raw_dim": layer.raw_dim,
+        **_figures(layer),
+    }
+    if layer.first_token is not None and layer.other_tokens is not None:
+        # indices inside are indices of the whole layer's array, as in the report
+        doc["first_token"] = _figures(layer.first_token)
+        doc["other_tokens"] = _figures(layer.other_tokens)
+    return doc
 
 
 def write_summary(report: RatioReport, path: str | os.PathLike[str]) -> None:
@@ -140,6 +162,10 @@ class ShardLayer:
     worst: tuple[tuple[tuple[int, ...], float], ...]
     nonfinite: tuple[tuple[tuple[int, ...], float], ...]
     decades: tuple[tuple[int, int], ...]
+    # Optional position split (dumps with a ::position companion, capture summaries): the same
+    # figures for position 0 and for the other positions; their indices index the whole layer.
+    first_token: ShardLayer | None = None
+    other_tokens: ShardLayer | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +225,8 @@ class _Reader:
 
 
 def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
-    """Read and validate a summary written by ``ratio --save-summary``."""
+    """Read and validate a summary written by ``ratio --save-summary`` or
+    ``capture --summary-only``."""
     p = Path(path)
     from rmsnorm_eps.dumps import check_regular_file
 
@@ -210,6 +237,13 @@ def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputFileError(p, f"not a JSON summary ({exc})") from None
+    return summary_from_document(doc, p)
+
+
+def summary_from_document(doc: Any, path: str | os.PathLike[str]) -> ShardSummary:
+    """Validate a parsed summary document; ``path`` names it in errors and in merged reports
+    (a file, or a label such as ``rank1`` for summaries gathered in memory)."""
+    p = Path(path)
     r = _Reader(p)
     if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA:
         raise r.fail("schema", f"not an rmsnorm-eps summary (expected {SUMMARY_SCHEMA!r})")
@@ -243,74 +277,44 @@ def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
         ):
             raise r.fail(f"{w}shape", f"expected a list of sizes, got {shape_v!r}")
         shape = tuple(shape_v)
-        nd = len(shape)
         raw_dim = r.get(ld, "raw_dim", w)
         if raw_dim is not None and (isinstance(raw_dim, bool) or not isinstance(raw_dim, int)):
             raise r.fail(f"{w}raw_dim", f"expected an integer or null, got {raw_dim!r}")
         dtype = r.get(ld, "dtype", w)
         if not isinstance(dtype, str):
             raise r.fail(f"{w}dtype", f"expected a string, got {dtype!r}")
-        worst_v = r.get(ld, "worst", w)
-        nonf_v = r.get(ld, "nonfinite_examples", w)
-        dec_v = r.get(ld, "decades", w)
-        if (
-            not isinstance(worst_v, list)
-            or not isinstance(nonf_v, list)
-            or not isinstance(dec_v, list)
-        ):
-            raise r.fail(f"{w}worst", "worst, nonfinite_examples and decades must be lists")
-        worst = tuple(
-            (
-                r.index(r.get(e, "index", f"{w}worst[{j}]."), f"{w}worst[{j}].index", nd),
-                r.number(r.get(e, "q", f"{w}worst[{j}]."), f"{w}worst[{j}].q"),
-            )
-            for j, e in enumerate(worst_v)
-        )
-        nonfinite = tuple(
-            (
-                r.index(
-                    r.get(e, "index", f"{w}nonfinite_examples[{j}]."),
-                    f"{w}nonfinite_examples[{j}].index",
-                    nd,
-                ),
-                r.number(
-                    r.get(e, "value", f"{w}nonfinite_examples[{j}]."),
-                    f"{w}nonfinite_examples[{j}].value",
-                    nonfinite=True,
-                ),
-            )
-            for j, e in enumerate(nonf_v)
-        )
-        decades = []
-        for j, e in enumerate(dec_v):
-            if (
-                not isinstance(e, list)
-                or len(e) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in e)
-                or not DECADE_MIN <= e[0] <= DECADE_MAX
-                or e[1] < 0
-            ):
-                raise r.fail(f"{w}decades[{j}]", f"expected [decade, count], got {e!r}")
-            decades.append((e[0], e[1]))
         layer = ShardLayer(
             name=name,
             eps=r.float_(ld, "eps", w),
             shape=shape,
             dtype=dtype,
             raw_dim=raw_dim,
-            count=r.int_(ld, "count", w),
-            nan=r.int_(ld, "nan", w),
-            inf=r.int_(ld, "inf", w),
-            zero=r.int_(ld, "zero", w),
-            below_bound=r.int_(ld, "below_bound", w),
-            min_q=r.float_(ld, "min_q", w, allow_none=True),
-            max_q=r.float_(ld, "max_q", w, allow_none=True),
-            worst=worst,
-            nonfinite=nonfinite,
-            decades=tuple(sorted(decades)),
+            **_parse_figures(r, ld, w, len(shape)),
         )
         if layer.count != math.prod(shape) or layer.nan + layer.inf > layer.count:
             raise r.fail(f"{w}count", f"count {layer.count} does not match shape {list(shape)}")
+        has_split = [key in ld for key in ("first_token", "other_tokens")]
+        if any(has_split):
+            if not all(has_split):
+                raise r.fail(f"{w}first_token", "first_token and other_tokens come together")
+            first, other = (
+                replace(
+                    layer,
+                    name=f"{name} ({label})",
+                    **_parse_figures(r, ld[key], w + key + ".", len(shape)),
+                )
+                for key, label in (("first_token", "first token"), ("other_tokens", "other tokens"))
+            )
+            for part, key in ((first, "first_token"), (other, "other_tokens")):
+                if part.nan + part.inf > part.count:
+                    raise r.fail(f"{w}{key}.count", f"count {part.count} < nonfinite count")
+            if first.count + other.count != layer.count:
+                raise r.fail(
+                    f"{w}first_token.count",
+                    f"first_token {first.count} + other_tokens {other.count} != count "
+                    f"{layer.count}",
+                )
+            layer = replace(layer, first_token=first, other_tokens=other)
         layers.append(layer)
     return ShardSummary(
         path=p,
@@ -321,6 +325,60 @@ def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
         top_k=r.int_(doc, "top_k"),
         layers=tuple(layers),
     )
+
+
+def _parse_figures(r: _Reader, ld: Any, w: str, nd: int) -> dict[str, Any]:
+    """The figures of :func:`_figures`, validated (``w``: the key prefix for errors)."""
+    worst_v = r.get(ld, "worst", w)
+    nonf_v = r.get(ld, "nonfinite_examples", w)
+    dec_v = r.get(ld, "decades", w)
+    if not isinstance(worst_v, list) or not isinstance(nonf_v, list) or not isinstance(dec_v, list):
+        raise r.fail(f"{w}worst", "worst, nonfinite_examples and decades must be lists")
+    worst = tuple(
+        (
+            r.index(r.get(e, "index", f"{w}worst[{j}]."), f"{w}worst[{j}].index", nd),
+            r.number(r.get(e, "q", f"{w}worst[{j}]."), f"{w}worst[{j}].q"),
+        )
+        for j, e in enumerate(worst_v)
+    )
+    nonfinite = tuple(
+        (
+            r.index(
+                r.get(e, "index", f"{w}nonfinite_examples[{j}]."),
+                f"{w}nonfinite_examples[{j}].index",
+                nd,
+            ),
+            r.number(
+                r.get(e, "value", f"{w}nonfinite_examples[{j}]."),
+                f"{w}nonfinite_examples[{j}].value",
+                nonfinite=True,
+            ),
+        )
+        for j, e in enumerate(nonf_v)
+    )
+    decades = []
+    for j, e in enumerate(dec_v):
+        if (
+            not isinstance(e, list)
+            or len(e) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in e)
+            or not DECADE_MIN <= e[0] <= DECADE_MAX
+            or e[1] < 0
+        ):
+            raise r.fail(f"{w}decades[{j}]", f"expected [decade, count], got {e!r}")
+        decades.append((e[0], e[1]))
+    return {
+        "count": r.int_(ld, "count", w),
+        "nan": r.int_(ld, "nan", w),
+        "inf": r.int_(ld, "inf", w),
+        "zero": r.int_(ld, "zero", w),
+        "below_bound": r.int_(ld, "below_bound", w),
+        "min_q": r.float_(ld, "min_q", w, allow_none=True),
+        "max_q": r.float_(ld, "max_q", w, allow_none=True),
+        "worst": worst,
+        "nonfinite": nonfinite,
+        "decades": tuple(sorted(decades)),
+    }
 
 
 def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | None:
@@ -440,6 +498,22 @@ def merge_summaries(
     )
 
 
+def merge_reports(
+    reports: list[RatioReport], labels: list[str] | None = None, **kw: Any
+) -> RatioReport:
+    """Merge in-memory reports (e.g. gathered from the ranks of a distributed job) exactly as
+    :func:`merge_summaries` merges their summary files; ``labels`` name them (default
+    ``part0``, ``part1``, ...)."""
+    names = labels if labels is not None else [f"part{i}" for i in range(len(reports))]
+    if len(names) != len(reports):
+        raise InvalidParameterError("give one label per report")
+    shards = [
+        summary_from_document(json.loads(json.dumps(summary_document(r), allow_nan=False)), n)
+        for r, n in zip(reports, names, strict=True)
+    ]
+    return merge_summaries(shards, **kw)
+
+
 def _merge_layer(
     name: str, shards: list[ShardSummary], layers: list[ShardLayer], ratio: float, k: int
 ) -> LayerResult:
@@ -459,6 +533,30 @@ def _merge_layer(
                 key=name,
             )
     shape, offsets = _concat_shape(name, shards, layers)
+    result = _merge_parts(name, shards, layers, ratio, k, shape, offsets)
+    firsts = [ly.first_token for ly in layers if ly.first_token is not None]
+    others = [ly.other_tokens for ly in layers if ly.other_tokens is not None]
+    if len(firsts) == len(others) == len(layers):
+        # the split survives only when every shard has it (a shard without positions has none)
+        first, other = (
+            _merge_parts(f"{name} ({label})", shards, parts, ratio, k, shape, offsets)
+            for parts, label in ((firsts, "first token"), (others, "other tokens"))
+        )
+        result = replace(result, first_token=first, other_tokens=other)
+    return result
+
+
+def _merge_parts(
+    name: str,
+    shards: list[ShardSummary],
+    layers: list[ShardLayer],
+    ratio: float,
+    k: int,
+    shape: tuple[int, ...],
+    offsets: list[int],
+) -> LayerResult:
+    """Merge one set of figures (a whole layer, or its first-token or other-token part)."""
+    eps = layers[0].eps
 
     def flat(index: tuple[int, ...], offset: int) -> int:
         idx = (index[0] + offset, *index[1:]) if index else (offset,)

@@ -15,14 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rmsnorm_eps.analysis import analyze_dump  # noqa: E402
-from rmsnorm_eps.capture.distributed import merge_results  # noqa: E402
+from rmsnorm_eps.analysis import RatioReport, analyze_dump  # noqa: E402
+from rmsnorm_eps.capture.distributed import reduce_across_ranks  # noqa: E402
 from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
 from rmsnorm_eps.capture.output import config_document, write_dump  # noqa: E402
-from rmsnorm_eps.capture.summaries import summary_from_dict, summary_to_dict  # noqa: E402
+from rmsnorm_eps.capture.report import summary_report  # noqa: E402
 from rmsnorm_eps.errors import InputFileError  # noqa: E402
-from rmsnorm_eps.summary import LayerAccumulator  # noqa: E402
-from tests.test_capture_hooks import tiny_llama  # noqa: E402
+from rmsnorm_eps.merge import merge_reports, write_summary  # noqa: E402
+from rmsnorm_eps.reports.document import document  # noqa: E402
+from tests.test_capture_hooks import tiny_llama, tiny_qwen3  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIO = 49.25125628140703
@@ -47,43 +48,88 @@ def _capture(model: object, batches: list, summary_only: bool) -> object:
     return cap.result()
 
 
-def _stats(acc: LayerAccumulator) -> tuple:
-    return (
-        acc.count,
-        acc.below,
-        acc.min_q,
-        acc.min_index,
-        acc.max_q,
-        sorted(acc.decades.items()),
-        acc.worst_q.tolist(),
-        acc.worst_index.tolist(),
-    )
+def _figures(report: RatioReport) -> list[dict]:
+    """Every per-layer figure of a report's JSON document (counts, min/max, worst inputs with
+    their indices, nonfinite examples, decade histogram, the first/other split), without what
+    differs by construction (the shard fields of a merged report)."""
+    return _strip_shards(json.loads(json.dumps(document(report)["layers"])))
 
 
-def test_summary_equals_statistics_of_full_dump_and_merge_of_halves() -> None:
+def _strip_shards(layers: list[dict]) -> list[dict]:
+    for layer in layers:
+        for part in (layer, layer.get("first_token", {}), layer.get("other_tokens", {})):
+            for item in part.get("worst", []) + part.get("nonfinite_examples", []):
+                item.pop("shard", None)
+                item.pop("shard_index", None)
+    return layers
+
+
+def _summary_file(tmp: Path, name: str, batches: list, model: object | None = None) -> Path:
+    res = _capture(model or tiny_llama(), batches, True)
+    path = tmp / name
+    write_summary(summary_report(res, 0.01, str(path)), path)
+    return path
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen3], ids=["llama", "qwen3-per-head"])
+def test_summary_only_then_merge_equals_ratio_on_the_full_dump(
+    tmp_path: Path, cli: object, make: object
+) -> None:
+    model = make()  # type: ignore[operator]
+    dump = tmp_path / "q.npz"
+    full = _capture(model, _batches(), False)
+    write_dump(full, dump)
+    eps = {m.name: m.eps for m in full.modules}
+    whole = analyze_dump(dump, eps, top_k=3)
+    summ = _summary_file(tmp_path, "s.json", _batches(), model)
+    assert json.loads(summ.read_text())["schema"] == "rmsnorm-eps-summary"
+    r = cli("merge", str(summ), "--format", "json")  # type: ignore[operator]
+    assert r.exit_code == (1 if whole.violations else 0), r.stderr
+    expected = _figures(whole)
+    assert _strip_shards(json.loads(r.stdout)["layers"]) == expected
+    # the figures are not vacuous: 4 first tokens and 14 others (times the heads of q/k norms)
+    assert {ly["count"] for ly in expected} == ({18, 72, 36} if make is tiny_qwen3 else {18})
+    for ly in expected:
+        assert ly["first_token"]["count"] * 14 == ly["other_tokens"]["count"] * 4
+        assert sum(d["count"] for d in ly["decades"]) == ly["count"] and len(ly["worst"]) == 3
+
+
+def test_merge_of_two_capture_runs_equals_one_run(tmp_path: Path, cli: object) -> None:
+    """Two summary-only runs over consecutive batches merge into the report of one run (and of
+    ratio on its full dump): q arrays concatenate along axis 0, call after call."""
+    model = tiny_llama()
+    parts = [_summary_file(tmp_path, f"s{i}.json", [b], model) for i, b in enumerate(_batches())]
+    one = _summary_file(tmp_path, "one.json", _batches(), model)
+    r2 = cli("merge", str(parts[0]), str(parts[1]), "--format", "json")  # type: ignore[operator]
+    r1 = cli("merge", str(one), "--format", "json")  # type: ignore[operator]
+    assert r1.exit_code == r2.exit_code == 1, r2.stderr  # random weights: violations
+    two = _strip_shards(json.loads(r2.stdout)["layers"])
+    assert two == _strip_shards(json.loads(r1.stdout)["layers"])
+    assert two[0]["count"] == 18 and two[0]["first_token"]["count"] == 4
+    # in memory (what reduce_across_ranks does after gathering): the same report
+    reports = [
+        summary_report(_capture(model, [b], True), 0.01, f"part{i}")
+        for i, b in enumerate(_batches())
+    ]
+    merged = merge_reports(reports, ["rank0", "rank1"])
+    assert merged.shards == ("part0", "part1")
+    whole = summary_report(_capture(model, _batches(), True), 0.01, "whole")
+    assert _figures(merged) == _figures(whole)
+    assert reduce_across_ranks(whole) is whole  # no process group: unchanged
+
+
+def test_summary_only_holds_what_the_dump_would(tmp_path: Path) -> None:
+    """The summary folds q as the dump stores it (float32), so its minimum is bit-equal."""
     model = tiny_llama()
     full = _capture(model, _batches(), False)
-    summ = _capture(model, _batches(), True)
-    halves = [_capture(model, [b], True) for b in _batches()]
-    merged = merge_results(halves)
-    for f, s, mm in zip(full.modules, summ.modules, merged.modules, strict=True):
-        ref = LayerAccumulator(f.eps, RATIO, 3)
-        ref.update(f.q, 0)
-        assert _stats(s.summaries["all"].acc) == _stats(ref)
-        assert _stats(mm.summaries["all"].acc) == _stats(ref)
-        first = f.position == 0
-        ref_first = LayerAccumulator(f.eps, RATIO, 3)
-        ref_first.update(f.q[first], 0)
-        assert _stats(mm.summaries["first"].acc) == _stats(ref_first)
-        # the origin of the minimum is remembered: (batch, position, head) of the full dump
-        i = ref.min_index
-        assert s.summaries["all"].where[i] == (int(f.batch[i]), int(f.position[i]), 0)
-        assert mm.summaries["all"].where == s.summaries["all"].where
-    assert merged.sequences == 4 and merged.tokens == 18
-    rt = summary_from_dict(
-        json.loads(json.dumps(summary_to_dict(summ.modules[0].summaries["all"])))
-    )
-    assert _stats(rt.acc) == _stats(summ.modules[0].summaries["all"].acc)
+    rep = summary_report(_capture(model, _batches(), True), 0.01, "s")
+    for m, layer in zip(full.modules, rep.layers, strict=True):
+        q32 = m.q.astype(np.float32).astype(np.float64)
+        assert layer.name == m.name and layer.dtype == "float32" and layer.shape == (18,)
+        assert layer.min_q == q32.min() and layer.max_q == q32.max()
+        assert layer.first_token.min_q == q32[m.position == 0].min()
+        w = layer.worst[0]
+        assert q32[w.index[0]] == w.q and w.q == q32.min()
 
 
 def test_dump_with_positions_and_ratio_split(tmp_path: Path) -> None:
@@ -149,19 +195,20 @@ sys.path.insert(0, os.environ["ROOT"])
 from tests.test_capture_hooks import tiny_llama
 from tests.test_capture_summary import _batches, _capture
 from rmsnorm_eps.capture.distributed import reduce_across_ranks
-from rmsnorm_eps.capture.summaries import summary_to_dict
+from rmsnorm_eps.capture.report import summary_report
+from rmsnorm_eps.merge import write_summary
 dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2,
                         init_method="tcp://127.0.0.1:" + sys.argv[2])
 rank = dist.get_rank()
-res = reduce_across_ranks(_capture(tiny_llama(), [_batches()[rank]], True))
+mine = summary_report(_capture(tiny_llama(), [_batches()[rank]], True), 0.01, f"part{rank}")
+res = reduce_across_ranks(mine)
 if rank == 0:
-    json.dump({m.name: summary_to_dict(m.summaries["all"]) for m in res.modules},
-              open(sys.argv[3], "w"))
+    write_summary(res, sys.argv[3])
 dist.destroy_process_group()
 """
 
 
-def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path) -> None:
+def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path, cli: object) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
@@ -179,7 +226,10 @@ def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path) -> No
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    reduced = json.loads(out.read_text())
-    single = _capture(tiny_llama(), _batches(), True)
-    for m in single.modules:
-        assert reduced[m.name] == json.loads(json.dumps(summary_to_dict(m.summaries["all"])))
+    single = _summary_file(tmp_path, "single.json", _batches())
+    docs = []
+    for path in (out, single):
+        r = cli("merge", str(path), "--format", "json")  # type: ignore[operator]
+        assert r.exit_code == 1, r.stderr  # random weights: violations
+        docs.append(_strip_shards(json.loads(r.stdout)["layers"]))
+    assert docs[0] == docs[1] and docs[0][0]["count"] == 18

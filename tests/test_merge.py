@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from rmsnorm_eps.analysis import RatioReport, analyze_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.merge import load_summary, merge_summaries, summary_document, write_summary
 from rmsnorm_eps.reports.document import document
+from rmsnorm_eps.reports.schema import load_schema
 
 
 def _plain(report: RatioReport, names: bool = True) -> dict[str, Any]:
@@ -30,9 +32,10 @@ def _plain(report: RatioReport, names: bool = True) -> dict[str, Any]:
     for layer in doc["layers"]:
         if not names:
             layer.pop("name")
-        for item in layer["worst"] + layer["nonfinite_examples"]:
-            item.pop("shard", None)
-            item.pop("shard_index", None)
+        for part in (layer, layer.get("first_token", {}), layer.get("other_tokens", {})):
+            for item in part.get("worst", []) + part.get("nonfinite_examples", []):
+                item.pop("shard", None)
+                item.pop("shard_index", None)
     return doc
 
 
@@ -261,3 +264,68 @@ def test_readme_example(tmp_path: Path, cli: Callable[..., Any]) -> None:
     assert "(1 below q/eps 0.333333333333, 1 nonfinite)" in res.stderr
     res = cli("merge", s0, s1, "--delta", "0.001")
     assert res.exit_code == 2 and "q/eps >= 499.25012506253125" in res.stderr
+
+
+def _with_positions(tmp: Path, name: str, q: np.ndarray, pos: np.ndarray) -> Path:
+    path = tmp / name
+    np.savez(path, L=q, **{"L::position": pos})
+    return path
+
+
+def test_merge_keeps_the_first_token_split(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """ratio --save-summary on a dump with positions keeps first_token/other_tokens; merging
+    shards gives the split of the whole dump (indices of the whole layer)."""
+    rng = np.random.default_rng(3)
+    q = (10 ** rng.uniform(-6, -2, 40)).astype(np.float32)
+    pos = np.tile(np.arange(8, dtype=np.int64), 5)  # 5 sequences of 8 tokens
+    q[pos == 0] *= 1e-3  # first tokens: the smallest q
+    whole = analyze_dump(_with_positions(tmp_path, "all.npz", q, pos), 1e-5, top_k=3)
+    paths = []
+    for i, (a, b) in enumerate([(0, 13), (13, 40)]):
+        shard = _with_positions(tmp_path, f"r{i}.npz", q[a:b], pos[a:b])
+        out = tmp_path / f"s{i}.json"
+        res = cli(
+            "ratio", "--eps", "1e-5", "-q", str(shard), "--top", "3", "--save-summary", str(out)
+        )
+        assert res.exit_code == 1, res.stderr
+        assert json.loads(out.read_text())["layers"][0]["first_token"]["count"] == (
+            2 if i == 0 else 3
+        )
+        paths.append(out)
+    merged = merge_summaries(paths)
+    assert _plain(merged) == _plain(whole)
+    res = cli("merge", *map(str, paths), "--format", "json")
+    doc = json.loads(res.stdout)
+    jsonschema.Draft202012Validator(load_schema("merge")).validate(doc)
+    assert doc["layers"][0]["first_token"]["worst"][0]["shard_index"] == [0]
+    ft = merged.layers[0].first_token
+    assert ft is not None and ft.count == 5 and ft.min_q == q[pos == 0].min()
+    assert [w.index for w in ft.worst] == [
+        (int(i),) for i in np.flatnonzero(pos == 0)[np.argsort(q[pos == 0], kind="stable")][:3]
+    ]
+    # a shard without positions: the merged layer has no split
+    np.save(tmp_path / "plain.npy", q[:13])
+    write_summary(analyze_dump(tmp_path / "plain.npy", 1e-5, top_k=3), tmp_path / "p.json")
+    merged = merge_summaries([tmp_path / "p.json", paths[1]])
+    assert merged.layers[0].first_token is None and merged.layers[0].count == 40
+
+
+def test_split_fields_are_validated(tmp_path: Path) -> None:
+    q = np.array([1e-3, 2e-3, 3e-3], np.float32)
+    rep = analyze_dump(_with_positions(tmp_path, "a.npz", q, np.array([0, 1, 0])), 1e-5)
+    doc = summary_document(rep)
+    bad = json.loads(json.dumps(doc))
+    del bad["layers"][0]["other_tokens"]
+    (tmp_path / "b.json").write_text(json.dumps(bad))
+    with pytest.raises(InputFileError, match=r"layers\[0\]\.first_token.*come together"):
+        load_summary(tmp_path / "b.json")
+    bad = json.loads(json.dumps(doc))
+    bad["layers"][0]["first_token"]["count"] = 1
+    (tmp_path / "c.json").write_text(json.dumps(bad))
+    with pytest.raises(InputFileError, match=r"first_token 1 \+ other_tokens 1 != count 3"):
+        load_summary(tmp_path / "c.json")
+    bad = json.loads(json.dumps(doc))
+    bad["layers"][0]["other_tokens"]["worst"][0]["q"] = "x"
+    (tmp_path / "d.json").write_text(json.dumps(bad))
+    with pytest.raises(InputFileError, match=r"layers\[0\]\.other_tokens\.worst\[0\]\.q"):
+        load_summary(tmp_path / "d.json")

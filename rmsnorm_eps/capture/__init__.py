@@ -2,10 +2,13 @@
 
 * :class:`QCapture` (hooks): a context manager that records q per token (and per head), with
   position and batch index, plus each module's live eps, dim, gain convention and weight stats.
-* Summary-only mode keeps bounded-memory :class:`rmsnorm_eps.summary.LayerAccumulator` streams
-  (all tokens, first token, other tokens) instead of every q.
-* :func:`reduce_across_ranks` merges summary-only captures over torch.distributed ranks.
-* :func:`write_dump`, :func:`write_summary`, :func:`write_config` write the results.
+* Summary-only mode keeps the analyzer's bounded-memory
+  :class:`rmsnorm_eps.summary.LayerAccumulator`
+  per module (all tokens, first token, other tokens) instead of every q; :func:`summary_report`
+  turns it into the ``ratio`` report, which :func:`write_summary` writes as the mergeable
+  summary that ``rmsnorm-eps merge`` reads.
+* :func:`reduce_across_ranks` merges summary reports over torch.distributed ranks.
+* :func:`write_dump`, :func:`write_config` write a full capture.
 
 Importing this package imports neither torch nor transformers; the functions do.
 """
@@ -39,7 +42,7 @@ _WHERE = {
     "summary_report": "rmsnorm_eps.capture.report",
     "write_config": "rmsnorm_eps.capture.output",
     "write_dump": "rmsnorm_eps.capture.output",
-    "write_summary": "rmsnorm_eps.capture.output",
+    "write_summary": "rmsnorm_eps.merge",
 }
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rmsnorm_eps.analysis import PositionSplit, ratio_position_split
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.modules import (
     NormModule,
@@ -39,7 +40,6 @@ from rmsnorm_eps.capture.modules import (
     resolve_eps,
     weight_stats,
 )
-from rmsnorm_eps.capture.summaries import STREAMS, TrackedSummary
 from rmsnorm_eps.summary import LayerAccumulator
 
 __all__ = ["CaptureResult", "ModuleRecord", "QCapture"]
@@ -52,7 +52,9 @@ class ModuleRecord:
     ``eps`` is the live epsilon (None if the module never ran); ``dim`` the number of elements
     each q averages; ``heads`` the number of q values per token (1 for token norms).
     Full mode: ``q`` (float64), ``position``, ``batch``, ``head`` (int64), all of length
-    ``count``. Summary mode: ``summaries`` maps "all", "first", "other" to the streams' summaries.
+    ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
+    (positions > 0) to the analyzer's :class:`LayerAccumulator` over the q values the dump would
+    store (float32); every index in them is the value's index in the dump's array.
     """
 
     name: str
@@ -73,12 +75,13 @@ class ModuleRecord:
     position: np.ndarray | None = None
     batch: np.ndarray | None = None
     head: np.ndarray | None = None
-    summaries: dict[str, TrackedSummary] | None = None
+    summaries: dict[str, LayerAccumulator] | None = None
 
 
 @dataclass(frozen=True)
 class CaptureResult:
-    """All modules' records, in the model's module order."""
+    """All modules' records, in the model's module order (``top_k``: worst inputs kept per
+    summary)."""
 
     modules: tuple[ModuleRecord, ...]
     sequences: int
@@ -86,6 +89,7 @@ class CaptureResult:
     summary_only: bool
     q_dtype: str
     min_ratio: float | None
+    top_k: int = 5
 
 
 @dataclass
@@ -104,7 +108,8 @@ class _State:
     position: list[np.ndarray] = field(default_factory=list)
     batch: list[np.ndarray] = field(default_factory=list)
     head: list[np.ndarray] = field(default_factory=list)
-    summaries: dict[str, TrackedSummary] | None = None
+    summary: LayerAccumulator | None = None
+    split: PositionSplit[LayerAccumulator] | None = None
 
 
 class QCapture:
@@ -246,26 +251,24 @@ class QCapture:
         st.calls += 1
         st.count += int(qv.size)
         if self.summary_only:
-            self._fold(st, qv, batch, position, head)
+            self._fold(st, qv, position)
         else:
             st.q.append(qv)
             st.batch.append(batch)
             st.position.append(position)
             st.head.append(head)
 
-    def _fold(
-        self, st: _State, q: np.ndarray, batch: np.ndarray, position: np.ndarray, head: np.ndarray
-    ) -> None:
+    def _fold(self, st: _State, q: np.ndarray, position: np.ndarray) -> None:
+        """Fold the q values exactly as the dump stores them (float32), so that a summary equals
+        ``ratio`` on the dump; the first/other split is ``ratio``'s own."""
         assert st.eps is not None and self.min_ratio is not None
-        if st.summaries is None:
-            st.summaries = {
-                s: TrackedSummary(LayerAccumulator(st.eps, self.min_ratio, self.top_k))
-                for s in STREAMS
-            }
-        st.summaries["all"].update(q, batch, position, head)
-        first = position == 0
-        for name, sel in (("first", first), ("other", ~first)):
-            st.summaries[name].update(q[sel], batch[sel], position[sel], head[sel])
+        if st.summary is None or st.split is None:
+            st.summary = LayerAccumulator(st.eps, self.min_ratio, self.top_k)
+            st.split = ratio_position_split(st.eps, self.min_ratio, self.top_k)
+        stored = q.astype(np.float32)
+        start = st.summary.count
+        st.summary.update(stored, start)
+        st.split.update(stored, start, position == 0)
 
     def _arrange(self, q: Any, spec: NormModule) -> tuple[Any, str]:
         """Reshape the per-vector q to [B, T, H] and name the layout found."""
@@ -330,7 +333,7 @@ class QCapture:
                     position=_cat(st.position, np.int64) if full else None,
                     batch=_cat(st.batch, np.int64) if full else None,
                     head=_cat(st.head, np.int64) if full else None,
-                    summaries=dict(st.summaries) if st.summaries is not None else None,
+                    summaries=_summaries(st),
                 )
             )
         return CaptureResult(
@@ -340,7 +343,18 @@ class QCapture:
             summary_only=self.summary_only,
             q_dtype=self.q_dtype,
             min_ratio=self.min_ratio,
+            top_k=self.top_k,
         )
+
+
+def _summaries(st: _State) -> dict[str, LayerAccumulator] | None:
+    """Copies of a module's accumulators (capturing may go on after :meth:`QCapture.result`)."""
+    if st.summary is None or st.split is None:
+        return None
+    from copy import deepcopy
+
+    first, other = st.split.results()
+    return {"all": deepcopy(st.summary), "first": first, "other": other}
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""Writing a capture: the q dump (.npz with positions), the summary (JSON) and the YAML config.
+"""Writing a capture: the q dump (.npz with positions) and the YAML config. (A summary-only
+capture is written by :func:`rmsnorm_eps.merge.write_summary` of
+:func:`rmsnorm_eps.capture.report.summary_report`: the format ``rmsnorm-eps merge`` reads.)
 
 Dump format (read by ``ratio``): one member per module that ran, named by the module name,
 holding its q values as float32, shape (N,); beside it the int64 companions
@@ -9,7 +11,6 @@ holding its q values as float32, shape (N,); beside it the int64 companions
 from __future__ import annotations
 
 import io
-import json
 import os
 import zipfile
 from collections import Counter
@@ -20,19 +21,15 @@ import numpy as np
 from rmsnorm_eps.atomic import atomic_write_bytes, atomic_write_text
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
-from rmsnorm_eps.capture.summaries import summary_to_dict
 from rmsnorm_eps.dumps import npy_bytes
 
 __all__ = [
     "config_document",
     "dump_bytes",
-    "summary_document",
+    "module_facts",
     "write_config",
     "write_dump",
-    "write_summary",
 ]
-
-SUMMARY_FORMAT = "rmsnorm-eps capture summary"
 
 
 def _ran(result: CaptureResult) -> list[ModuleRecord]:
@@ -67,32 +64,8 @@ def write_dump(result: CaptureResult, path: str | os.PathLike[str]) -> None:
     atomic_write_bytes(path, dump_bytes(result))
 
 
-def summary_document(result: CaptureResult) -> dict[str, Any]:
-    """The JSON document of a summary-only capture: per module its facts and three summaries."""
-    if not result.summary_only:
-        raise CaptureError("not a summary-only capture")
-    return {
-        "format": SUMMARY_FORMAT,
-        "schema_version": 1,
-        "sequences": result.sequences,
-        "tokens": result.tokens,
-        "min_ratio": result.min_ratio,
-        "modules": [
-            {
-                **module_facts(m),
-                "summaries": {k: summary_to_dict(s) for k, s in (m.summaries or {}).items()},
-            }
-            for m in _ran(result)
-        ],
-    }
-
-
-def write_summary(result: CaptureResult, path: str | os.PathLike[str]) -> None:
-    atomic_write_text(path, json.dumps(summary_document(result), indent=1) + "\n")
-
-
 def module_facts(m: ModuleRecord) -> dict[str, Any]:
-    """One module's capture facts as a plain dict (for JSON reports and the summary)."""
+    """One module's capture facts as a plain dict (for the JSON report)."""
     return {
         "name": m.name,
         "class": m.class_name,

@@ -7,56 +7,53 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from rmsnorm_eps.analysis import LayerResult, NonfiniteInput, RatioReport, layer_result
+from rmsnorm_eps.analysis import RatioReport, layer_result
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.output import module_facts
-from rmsnorm_eps.capture.summaries import TrackedSummary
 
 __all__ = ["capture_document", "render_capture_text", "summary_report"]
 
 
-def _layer(name: str, s: TrackedSummary, dtype: str, heads: int) -> LayerResult:
-    """A LayerResult from a stream summary; indices are [sequence, position(, head)]."""
-    res = layer_result(s.acc, name=name, shape=(s.acc.count,), order="C", dtype=dtype, raw_dim=None)
-
-    def origin(i: int) -> tuple[int, ...]:
-        b, p, h = s.where[i]
-        return (b, p, h) if heads > 1 else (b, p)
-
-    worst = tuple(
-        replace(w, index=origin(int(i)))
-        for w, i in zip(res.worst, s.acc.worst_index.tolist(), strict=True)
-    )
-    nonfinite = tuple(
-        NonfiniteInput(origin(i), v)
-        for i, v in zip(s.acc.nonfinite_index, s.acc.nonfinite_value, strict=True)
-    )
-    return replace(res, worst=worst, nonfinite_examples=nonfinite)
-
-
 def summary_report(result: CaptureResult, delta: float, source: str) -> RatioReport:
-    """The ``ratio`` report of a summary-only capture (first token and other tokens split)."""
+    """The ``ratio`` report of a summary-only capture: one layer per module that ran, shape
+    (N,), the float32 q values the dump would hold, with its first-token / other-token split.
+
+    It is what ``ratio`` reports on the full dump (same counts, minima, worst inputs with the
+    same indices, histograms), and :func:`rmsnorm_eps.merge.write_summary` writes it in the
+    mergeable summary format that ``rmsnorm-eps merge`` reads.
+    """
     if not result.summary_only or result.min_ratio is None:
         raise CaptureError("not a summary-only capture")
     layers = []
     for m in result.modules:
-        if not m.summaries or m.summaries["all"].acc.count == 0:
-            continue
         s = m.summaries
-        first = _layer(f"{m.name} (first token)", s["first"], result.q_dtype, m.heads)
-        other = _layer(f"{m.name} (other tokens)", s["other"], result.q_dtype, m.heads)
-        whole = _layer(m.name, s["all"], result.q_dtype, m.heads)
+        if not s or s["all"].count == 0:
+            continue
+        first, other, whole = (
+            layer_result(
+                s[stream],
+                name=name,
+                shape=(s["all"].count,),
+                order="C",
+                dtype="float32",
+                raw_dim=None,
+            )
+            for stream, name in (
+                ("first", f"{m.name} (first token)"),
+                ("other", f"{m.name} (other tokens)"),
+                ("all", m.name),
+            )
+        )
         layers.append(replace(whole, first_token=first, other_tokens=other))
     if not layers:
         raise CaptureError("no norm module saw a token: nothing was captured")
-    top_k = max((len(ly.worst) for ly in layers), default=0)
     return RatioReport(
         source=source,
         raw=False,
         delta=delta,
         min_ratio=result.min_ratio,
-        top_k=top_k,
+        top_k=result.top_k,
         layers=tuple(layers),
     )
 
@@ -68,7 +65,7 @@ def _min_ratio(m: ModuleRecord) -> float | None:
         finite = m.q[~(m.q != m.q)]  # drop NaN
         return float(finite.min()) / m.eps if finite.size else None
     if m.summaries:
-        acc = m.summaries["all"].acc
+        acc = m.summaries["all"]
         return acc.min_q / m.eps if math.isfinite(acc.min_q) else None
     return None
 

@@ -41,6 +41,7 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
         "--config-out smollm2.yaml\n\n"
         "  rmsnorm-eps capture --model DIR --gguf model.gguf --text-file texts.txt --out q.npz\n\n"
         "  rmsnorm-eps capture --model DIR --text-file big.txt --summary-only --out s.json\n\n"
+        "  rmsnorm-eps merge s.json s2.json   (summaries of capture runs merge exactly)\n\n"
         "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text)."
     ),
 )
@@ -59,7 +60,7 @@ def capture(
         ...,
         "--out",
         help="Dump (.npz: q per module, with ::position and ::batch), or with "
-        "--summary-only the summary (JSON).",
+        "--summary-only the mergeable summary (JSON, read by `rmsnorm-eps merge`).",
         dir_okay=False,
     ),
     config_out: Path = typer.Option(
@@ -90,8 +91,9 @@ def capture(
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.hooks import QCapture
     from rmsnorm_eps.capture.loading import load_model, run_texts
-    from rmsnorm_eps.capture.output import write_config, write_dump, write_summary
+    from rmsnorm_eps.capture.output import write_config, write_dump
     from rmsnorm_eps.capture.report import capture_document, render_capture_text, summary_report
+    from rmsnorm_eps.merge import write_summary
 
     check_format(fmt)
     if dtype not in ("float32", "bfloat16"):
@@ -109,8 +111,9 @@ def capture(
     ) as cap:
         _run(loaded, texts, max_tokens, batch_size, run_texts)
     result = cap.result()
-    if summary_only:
-        write_summary(result, out)
+    report = summary_report(result, d_value, str(out)) if summary_only else None
+    if report is not None:
+        write_summary(report, out)  # the summary `rmsnorm-eps merge` reads
     else:
         write_dump(result, out)
     if config_out is not None:
@@ -119,10 +122,10 @@ def capture(
         "dump" if not summary_only else "summary": str(out),
         "config": str(config_out) if config_out else None,
     }
-    if summary_only:
+    if report is not None:
         from rmsnorm_eps.cli._output import emit
 
-        emit(summary_report(result, d_value, str(out)), fmt, output)
+        emit(report, fmt, output)
     else:
         doc = capture_document(result, loaded.name, outputs)
         rendered = (

@@ -37,7 +37,8 @@ from rmsnorm_eps.cli._output import (
 def merge(
     summaries: list[Path] = typer.Argument(
         ...,
-        help="Summaries written by `ratio --save-summary`, in shard order (axis 0).",
+        help="Summaries written by `ratio --save-summary` or `capture --summary-only`, in "
+        "shard order (axis 0).",
         dir_okay=False,
     ),
     delta: float = typer.Option(

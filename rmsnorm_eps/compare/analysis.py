@@ -13,18 +13,26 @@ Decision rules:
   denominator that overflowed or vanished, e.g. eps rounded to 0 in float16 at q = 0).
 * ``q == 0`` (x == 0): both outputs are 0, factor 1, unless a denominator is 0 (then NaN).
 * A negative q raises :class:`~rmsnorm_eps.errors.InputFileError`.
+
+A layer whose dump carries token positions (a ``<layer>::position`` companion, as ``capture``
+writes; not with ``raw``) also gets the same figures for the first token of each sequence
+(position 0) and for the other tokens, split exactly as ``ratio`` splits them
+(:class:`rmsnorm_eps.analysis.PositionSplit`).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from rmsnorm_eps.analysis import _unravel, iter_q_chunks
+from rmsnorm_eps.analysis import PositionSplit, _SequentialReader, _unravel, iter_q_chunks
 from rmsnorm_eps.compare.factor import factor as compute_factor
 from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 from rmsnorm_eps.dumps import (
@@ -91,6 +99,10 @@ class CompareLayer:
     decades: tuple[DecadeRow, ...]
     spec_from: EpsSpec  # this layer's settings (differ per layer with --from config)
     spec_to: EpsSpec
+    # Dumps with token positions: the same figures for position 0 and for the other positions
+    # (their worst and nonfinite indices are indices of the whole layer's array).
+    first_token: CompareLayer | None = None
+    other_tokens: CompareLayer | None = None
 
     @property
     def nonfinite_q(self) -> int:
@@ -323,6 +335,22 @@ class CompareAccumulator:
         )
 
 
+def _kept(acc: CompareAccumulator) -> set[int]:
+    return {int(i) for i in acc.worst_index} | {i for i, _, _ in acc.bad}
+
+
+def _remap(acc: CompareAccumulator, where: Mapping[int, int]) -> CompareAccumulator:
+    return replace(
+        acc,
+        worst_abs=acc.worst_abs.copy(),
+        worst_index=np.array([where[int(i)] for i in acc.worst_index], np.int64),
+        worst_q=acc.worst_q.copy(),
+        worst_factor=acc.worst_factor.copy(),
+        bad=[(where[i], q, f) for i, q, f in acc.bad],
+        decades=deepcopy(acc.decades),
+    )
+
+
 def compare_dump(
     path: str | os.PathLike[str],
     spec_from: EpsSpec | LayerSpecs,
@@ -409,9 +437,17 @@ def _compare_layer(
                 key=src.key,
             )
     acc = CompareAccumulator(spec_from, spec_to, tol, c, top_k)
+    pos_src = None if raw else src.companion("position")
+    split = positions = None
+    if pos_src is not None:
+        make = partial(CompareAccumulator, spec_from, spec_to, tol, c, top_k)
+        split = PositionSplit(make, _kept, _remap)
+        positions = _SequentialReader(pos_src)
     try:
         for start, q in chunks:
             acc.update(q, start)
+            if split is not None and positions is not None:
+                split.update(q, start, positions.read(start, q.size) == 0)
     except NegativeQ as exc:
         where = _unravel(exc.index, q_shape, order)
         raise InputFileError(
@@ -419,10 +455,18 @@ def _compare_layer(
             f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
             key=src.key,
         ) from None
-    return acc.result(
-        name=src.name,
-        shape=q_shape,
-        order=order,
-        dtype=str(src.dtype.newbyteorder("=")),
-        raw_dim=dim,
-    )
+    dtype = str(src.dtype.newbyteorder("="))
+    layer = acc.result(name=src.name, shape=q_shape, order=order, dtype=dtype, raw_dim=dim)
+    if split is not None:
+        first, other = (
+            a.result(
+                name=f"{src.name} ({label})",
+                shape=q_shape,
+                order=order,
+                dtype=dtype,
+                raw_dim=None,
+            )
+            for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
+        )
+        layer = replace(layer, first_token=first, other_tokens=other)
+    return layer

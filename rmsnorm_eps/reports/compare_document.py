@@ -47,7 +47,7 @@ def _moved(m: MovedInput, jnum: Any) -> dict[str, Any]:
 
 
 def _layer(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
-    return {
+    doc = {
         "name": layer.name,
         "from": _spec(layer.spec_from),
         "to": _spec(layer.spec_to),
@@ -77,6 +77,12 @@ def _layer(layer: CompareLayer, jnum: Any) -> dict[str, Any]:
             for d in layer.decades
         ],
     }
+    if layer.first_token is not None and layer.other_tokens is not None:
+        # dumps with token positions: position 0 and the others, with the same keys as the
+        # layer (their indices are indices of the whole layer)
+        doc["first_token"] = _layer(layer.first_token, jnum)
+        doc["other_tokens"] = _layer(layer.other_tokens, jnum)
+    return doc
 
 
 def compare_document(

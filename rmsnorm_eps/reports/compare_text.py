@@ -71,6 +71,35 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     return out
 
 
+def _position_table(report: CompareReport) -> list[RenderableType]:
+    """For dumps with token positions: first token (position 0) next to the other tokens."""
+    split = [ly for ly in report.layers if ly.first_token is not None]
+    if not split:
+        return []
+    table = Table(
+        title="By token position: first token (position 0) | other tokens",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("layer", overflow="fold")
+    for side in ("first", "other"):
+        for name in ("n", "max |change|", "moved", "viol"):
+            table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
+    for ly in split:
+        cells = [ly.name]
+        for part in (ly.first_token, ly.other_tokens):
+            assert part is not None
+            cells += [
+                str(part.count),
+                _f(part.max_abs_change, 4),
+                str(part.moved),
+                str(part.violations),
+            ]
+        table.add_row(*cells)
+    return [table]
+
+
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
     layers that use it (dump order)."""
@@ -124,6 +153,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
             style="bold" if layer.violations else None,
         )
     parts.append(table)
+    parts.extend(_position_table(report))
     for layer in report.layers:
         if layer.violations:
             parts.extend(_layer_details(layer))
