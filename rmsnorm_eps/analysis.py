@@ -245,7 +245,8 @@ def iter_q_chunks(
         return shape, order, None, source.iter_mapped(per, as_q, threads)
     if len(shape) == 0:
         raise InputFileError(
-            source.path, "--raw needs activations of shape (..., d), got a 0-d array",
+            source.path,
+            "--raw needs activations of shape (..., d), got a 0-d array",
             key=source.key,
         )
     d = shape[-1]
@@ -264,8 +265,7 @@ def iter_q_chunks(
             return exact_rows(x)
         q, rel = fast
         assert decisions is not None
-        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds,
-                    decisions.top_k)
+        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds, decisions.top_k)
         return q
 
     chunks = source.iter_mapped(rows * d, q_rows, threads)
@@ -511,8 +511,15 @@ def analyze_dump(
         try:
             layers.append(
                 _analyze_layer(
-                    src, eps_by_layer[src.name], ratio, raw, top_k, chunk_bytes, n_threads,
-                    fast, eps_sources,
+                    src,
+                    eps_by_layer[src.name],
+                    ratio,
+                    raw,
+                    top_k,
+                    chunk_bytes,
+                    n_threads,
+                    fast,
+                    eps_sources,
                 )
             )
         except InputFileError as exc:
@@ -561,13 +568,23 @@ def _analyze_layer(
             key=src.key,
         ) from None
     result = layer_result(
-        acc, name=src.name, shape=q_shape, order=order, dtype=src.dtype_name,
+        acc,
+        name=src.name,
+        shape=q_shape,
+        order=order,
+        dtype=src.dtype_name,
         raw_dim=dim,
     )
     if split is not None:
         first, other = (
-            layer_result(a, name=f"{src.name} ({label})", shape=q_shape, order=order,
-                         dtype=result.dtype, raw_dim=None)
+            layer_result(
+                a,
+                name=f"{src.name} ({label})",
+                shape=q_shape,
+                order=order,
+                dtype=result.dtype,
+                raw_dim=None,
+            )
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
         result = replace(result, first_token=first, other_tokens=other)

@@ -59,8 +59,16 @@ _FLOAT_KINDS = {"float16", "float32", "float64"}
 #: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
 #: (RuntimeError), an unsupported compression method (NotImplementedError).
 _ZIP_ERRORS: tuple[type[Exception], ...] = (
-    zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError,
-    zlib.error, lzma.LZMAError, IndexError, KeyError,  # zipfile on mangled names and extras
+    zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    zlib.error,
+    lzma.LZMAError,
+    IndexError,
+    KeyError,  # zipfile on mangled names and extras
 )
 
 
@@ -430,9 +438,7 @@ def _open_npy(path: Path, size: int, stored_as: str | None = None) -> list[Array
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
     check_float_dtype(header.dtype, path, None, stored_as)
     _check_declared_size(path, None, header, size)
-    return [
-        ArraySource(path, None, header, None, header.header_len, _stored(header, stored_as))
-    ]
+    return [ArraySource(path, None, header, None, header.header_len, _stored(header, stored_as))]
 
 
 _LOCAL_HEADER = 30  # fixed part of a zip local file header
@@ -487,7 +493,10 @@ def _open_member(
         )
     start = _member_data_offset(zf.fp, info) if zf.fp is not None else None
     return ArraySource(
-        path, key, header, name,
+        path,
+        key,
+        header,
+        name,
         None if start is None else start + header.header_len,
         None if COMPANION_SEP in key else _stored(header, stored_as),
         member_crc=info.CRC,
@@ -541,7 +550,8 @@ COMPANION_SEP = "::"
 def _check_companion_dtype(dtype: np.dtype[Any], path: Path, key: str) -> None:
     if dtype.hasobject or dtype.fields is not None or dtype.kind not in "iu":
         raise InputFileError(
-            path, f"companion array has dtype {_describe_dtype(dtype)}: expected an integer dtype",
+            path,
+            f"companion array has dtype {_describe_dtype(dtype)}: expected an integer dtype",
             key=key,
         )
 
@@ -559,8 +569,9 @@ def _attach_companions(
             raise InputFileError(path, f"companion array without its layer {base!r}", key=comp.key)
         if comp.shape != layer.shape or comp.header.fortran_order != layer.header.fortran_order:
             raise InputFileError(
-                path, f"companion array has shape {comp.shape}, its layer {base!r} has "
-                f"{layer.shape}", key=comp.key,
+                path,
+                f"companion array has shape {comp.shape}, its layer {base!r} has {layer.shape}",
+                key=comp.key,
             )
         attached.setdefault(base, []).append((what, comp))
     return [replace(src, companions=tuple(attached.get(str(src.key), ()))) for src in layers]
@@ -575,9 +586,7 @@ def open_dump(path: str | os.PathLike[str], dtype: str | None = None) -> list[Ar
     same dump are read as what they are.
     """
     if dtype is not None and dtype not in STORED_AS:
-        raise InvalidParameterError(
-            f"dtype must be one of {', '.join(STORED_AS)}, got {dtype!r}"
-        )
+        raise InvalidParameterError(f"dtype must be one of {', '.join(STORED_AS)}, got {dtype!r}")
     p = Path(path)
     size = check_regular_file(p)
     try:

@@ -19,14 +19,21 @@ FORMAT_HELP = (
 def format_option(default: str = "text") -> Any:
     """The ``--format`` option; RMSNORM_EPS_FORMAT sets its default."""
     return typer.Option(
-        default, "--format", "-f", envvar="RMSNORM_EPS_FORMAT", help=FORMAT_HELP,
+        default,
+        "--format",
+        "-f",
+        envvar="RMSNORM_EPS_FORMAT",
+        help=FORMAT_HELP,
         show_default=True,
     )
 
 
 def output_option() -> Any:
     return typer.Option(
-        None, "--output", "-o", help="Write the report to FILE (atomically) instead of stdout.",
+        None,
+        "--output",
+        "-o",
+        help="Write the report to FILE (atomically) instead of stdout.",
         dir_okay=False,
     )
 
@@ -76,7 +83,9 @@ def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
 
 def summary_option() -> Any:
     return typer.Option(
-        False, "--summary", help="Also append a Markdown report to the file named by "
+        False,
+        "--summary",
+        help="Also append a Markdown report to the file named by "
         "GITHUB_STEP_SUMMARY (GitHub Actions job summary); ignored with a note when unset.",
     )
 
@@ -101,8 +110,9 @@ def append_step_summary(result: object, gate: Any = None) -> Path | None:
         with path.open("a", encoding="utf-8") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
     except OSError as exc:
-        raise InputFileError(path, f"cannot append the job summary: {exc.strerror or exc}",
-                             key=None) from None
+        raise InputFileError(
+            path, f"cannot append the job summary: {exc.strerror or exc}", key=None
+        ) from None
     return path
 
 
@@ -110,8 +120,10 @@ def plot_option(
     what: str = "A against q/eps with the data's distribution, per layer",
 ) -> Any:
     return typer.Option(
-        None, "--plot", help=f"Also draw {what}, to FILE.png or FILE.svg (needs the [plot] "
-        "extra).", dir_okay=False,
+        None,
+        "--plot",
+        help=f"Also draw {what}, to FILE.png or FILE.svg (needs the [plot] extra).",
+        dir_okay=False,
     )
 
 

@@ -35,8 +35,9 @@ def _parse_ratios(text: str) -> list[float]:
 )
 def bound(
     delta: float = typer.Option(
-        None, "--delta", help="Tolerated attenuation loss: A >= 1 - delta (0 < delta < 1). "
-        "Default 0.01.",
+        None,
+        "--delta",
+        help="Tolerated attenuation loss: A >= 1 - delta (0 < delta < 1). Default 0.01.",
     ),
     eps: float = typer.Option(
         None, "--eps", help="Epsilon: also print the minimum q and input RMS (or q for ratios)."

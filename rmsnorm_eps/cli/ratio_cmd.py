@@ -40,23 +40,37 @@ from rmsnorm_eps.cli._output import (
 )
 def ratio(
     q_file: Path = typer.Option(
-        ..., "--q-file", "-q", help=".npy (one layer) or .npz (one array per layer) of q values, "
-        "or of activations with --raw.", dir_okay=True,
+        ...,
+        "--q-file",
+        "-q",
+        help=".npy (one layer) or .npz (one array per layer) of q values, "
+        "or of activations with --raw.",
+        dir_okay=True,
     ),
     eps: float = typer.Option(
-        None, "--eps", help="Epsilon used by the model (every layer); with --config, the "
+        None,
+        "--eps",
+        help="Epsilon used by the model (every layer); with --config, the "
         "explicit fallback for layers the config does not cover or whose eps is missing.",
     ),
     config: Path = typer.Option(
-        None, "--config", "-c", help="Model config (YAML, HF config.json or GGUF): eps per "
-        "layer by matching dump layer names to its layer globs.", dir_okay=False,
+        None,
+        "--config",
+        "-c",
+        help="Model config (YAML, HF config.json or GGUF): eps per "
+        "layer by matching dump layer names to its layer globs.",
+        dir_okay=False,
     ),
     raw: bool = typer.Option(
-        False, "--raw", help="Arrays hold activations x of shape (..., d); q = mean(x^2) over "
+        False,
+        "--raw",
+        help="Arrays hold activations x of shape (..., d); q = mean(x^2) over "
         "the last axis is computed here.",
     ),
     delta: float = typer.Option(
-        None, "--delta", help="Tolerated attenuation loss: violation when A < 1 - delta. "
+        None,
+        "--delta",
+        help="Tolerated attenuation loss: violation when A < 1 - delta. "
         "Default 0.01 (q/eps >= 49.2512562814).",
     ),
     min_ratio: float = typer.Option(
@@ -67,7 +81,10 @@ def ratio(
         None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
     ),
     max_fraction: float = typer.Option(
-        None, "--max-fraction", min=0.0, max=1.0,
+        None,
+        "--max-fraction",
+        min=0.0,
+        max=1.0,
         help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
     ),
     exit_zero: bool = typer.Option(
@@ -78,26 +95,36 @@ def ratio(
     summary: bool = summary_option(),
     plot: Path = plot_option(),
     plot_layers: int = typer.Option(
-        6, "--plot-layers", min=1, help="Panels in --plot: the worst N layers (by violations, "
+        6,
+        "--plot-layers",
+        min=1,
+        help="Panels in --plot: the worst N layers (by violations, "
         "then smallest q/eps), shown in dump order.",
     ),
     histogram: str = typer.Option(
-        "auto", "--histogram", help="Text format: per-layer histograms of q/eps decades for "
+        "auto",
+        "--histogram",
+        help="Text format: per-layer histograms of q/eps decades for "
         "all, violating or none of the layers; auto = all up to 8 layers, else violating.",
     ),
     chunk_bytes: int = typer.Option(
         None, "--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."
     ),
     save_summary: Path = typer.Option(
-        None, "--save-summary", dir_okay=False,
+        None,
+        "--save-summary",
+        dir_okay=False,
         help="Also write a mergeable JSON summary of this dump (see `rmsnorm-eps merge`).",
     ),
     threads: int = typer.Option(
-        None, "--threads", min=1,
+        None,
+        "--threads",
+        min=1,
         help="Threads reading and computing chunks (default 1; 2 can help on an idle machine).",
     ),
     dtype: str = typer.Option(
-        None, "--dtype",
+        None,
+        "--dtype",
         help="Read uint16 (or V2) arrays as the bit patterns of this dtype: bfloat16.",
     ),
     skip_unreadable: bool = skip_unreadable_option(),

@@ -35,8 +35,12 @@ def jnum(value: float | None) -> float | str | None:
 
 
 def _head(command: str) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "tool": "rmsnorm-eps", "version": __version__,
-            "command": command}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "rmsnorm-eps",
+        "version": __version__,
+        "command": command,
+    }
 
 
 def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
@@ -77,8 +81,14 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "min_ratio": jnum(layer.min_ratio),
         "min_attenuation": jnum(layer.min_attenuation),
         "worst": [
-            {"index": list(w.index), "q": w.q, "ratio": w.ratio, "attenuation": w.attenuation,
-             "loss": w.loss, **_shard(w.shard, w.shard_index)}
+            {
+                "index": list(w.index),
+                "q": w.q,
+                "ratio": w.ratio,
+                "attenuation": w.attenuation,
+                "loss": w.loss,
+                **_shard(w.shard, w.shard_index),
+            }
             for w in layer.worst
         ],
         "nonfinite_examples": [
@@ -92,9 +102,14 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
 def _gate(gate: GateResult | None) -> dict[str, Any] | None:
     if gate is None:
         return None
-    return {"passed": gate.passed, "violations": gate.violations, "fraction": gate.fraction,
-            "max_violations": gate.max_violations, "max_fraction": gate.max_fraction,
-            "reason": gate.reason}
+    return {
+        "passed": gate.passed,
+        "violations": gate.violations,
+        "fraction": gate.fraction,
+        "max_violations": gate.max_violations,
+        "max_fraction": gate.max_fraction,
+        "reason": gate.reason,
+    }
 
 
 def skipped_document(skipped: tuple[Any, ...]) -> dict[str, Any]:
@@ -110,25 +125,27 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
     analysis = sys.modules.get("rmsnorm_eps.analysis")  # a RatioReport implies it is loaded
     if analysis is not None and isinstance(result, analysis.RatioReport):
         doc = _head("ratio")
-        doc.update({
-            "source": result.source,
-            "raw": result.raw,
-            "delta": result.delta,
-            "min_ratio": result.min_ratio,
-            "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
-            "top_k": result.top_k,
-            "summary": {
-                "layers": len(result.layers),
-                "count": result.count,
-                "below_bound": result.below_bound,
-                "nonfinite": result.nonfinite,
-                "violations": result.violations,
-                "violation_fraction": result.violation_fraction,
-                "layers_affected": list(result.layers_affected),
-            },
-            "gate": _gate(gate),
-            "layers": [_layer(layer) for layer in result.layers],
-        })
+        doc.update(
+            {
+                "source": result.source,
+                "raw": result.raw,
+                "delta": result.delta,
+                "min_ratio": result.min_ratio,
+                "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+                "top_k": result.top_k,
+                "summary": {
+                    "layers": len(result.layers),
+                    "count": result.count,
+                    "below_bound": result.below_bound,
+                    "nonfinite": result.nonfinite,
+                    "violations": result.violations,
+                    "violation_fraction": result.violation_fraction,
+                    "layers_affected": list(result.layers_affected),
+                },
+                "gate": _gate(gate),
+                "layers": [_layer(layer) for layer in result.layers],
+            }
+        )
         if result.shards:
             doc["command"] = "merge"
             doc["shards"] = list(result.shards)
@@ -136,14 +153,26 @@ def document(result: object, gate: GateResult | None = None) -> dict[str, Any]:
         return doc
     if isinstance(result, BoundResult):
         doc = _head("bound")
-        doc.update({"delta": result.delta, "min_ratio": result.min_ratio, "eps": result.eps,
-                    "min_q": result.min_q, "min_rms": result.min_rms})
+        doc.update(
+            {
+                "delta": result.delta,
+                "min_ratio": result.min_ratio,
+                "eps": result.eps,
+                "min_q": result.min_q,
+                "min_rms": result.min_rms,
+            }
+        )
         return doc
     if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
         doc = _head("bound")
         doc["ratios"] = [
-            {"ratio": jnum(r.ratio), "attenuation": r.attenuation, "loss": r.loss,
-             "eps": r.eps, "q": jnum(r.q)}
+            {
+                "ratio": jnum(r.ratio),
+                "attenuation": r.attenuation,
+                "loss": r.loss,
+                "eps": r.eps,
+                "q": jnum(r.q),
+            }
             for r in result
         ]
         return doc

@@ -151,7 +151,9 @@ def _histogram(layer: LayerResult, bound: float, color: bool) -> RenderableType:
     peak = max((c for _, c, _ in rows), default=0)
     table = Table(
         title=f"{layer.name}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})",
-        title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     table.add_column("r = q/eps")
     table.add_column("count", justify="right")
@@ -176,8 +178,12 @@ def _position_parts(report: RatioReport) -> list[RenderableType]:
     split = [ly for ly in report.layers if ly.first_token is not None]
     if not split:
         return []
-    table = Table(title="By token position: first token (position 0) | other tokens",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title="By token position: first token (position 0) | other tokens",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("layer", overflow="fold")
     for side in ("first", "other"):
         for name in ("n", "min q/eps", "max q", "viol"):
@@ -186,8 +192,12 @@ def _position_parts(report: RatioReport) -> list[RenderableType]:
         cells = [ly.name]
         for part in (ly.first_token, ly.other_tokens):
             assert part is not None
-            cells += [str(part.count), fmt(part.min_ratio, 4), fmt(part.max_q, 4),
-                      str(part.violations)]
+            cells += [
+                str(part.count),
+                fmt(part.min_ratio, 4),
+                fmt(part.max_q, 4),
+                str(part.violations),
+            ]
         table.add_row(*cells)
     return [table]
 
@@ -203,9 +213,15 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, justify in [
-        ("layer", "left"), ("eps", "right"), ("count", "right"), ("nonfinite", "right"),
-        ("min q", "right"), ("min q/eps", "right"), ("min A", "right"),
-        ("below bound", "right"), ("violating", "right"),
+        ("layer", "left"),
+        ("eps", "right"),
+        ("count", "right"),
+        ("nonfinite", "right"),
+        ("min q", "right"),
+        ("min q/eps", "right"),
+        ("min A", "right"),
+        ("below bound", "right"),
+        ("violating", "right"),
     ]:
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for layer in report.layers:
@@ -225,8 +241,13 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             for name in ("index", "q", "q/eps", "A", "1 - A"):
                 worst.add_column(name, justify="left" if name == "index" else "right")
             for w in layer.worst:
-                worst.add_row(_shard_index(w.index, w.shard, w.shard_index), fmt(w.q),
-                              fmt(w.ratio), fmt(w.attenuation), fmt(w.loss))
+                worst.add_row(
+                    _shard_index(w.index, w.shard, w.shard_index),
+                    fmt(w.q),
+                    fmt(w.ratio),
+                    fmt(w.attenuation),
+                    fmt(w.loss),
+                )
             parts.append(worst)
         if layer.nonfinite:
             shown = ", ".join(
@@ -234,8 +255,10 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
                 for n in layer.nonfinite_examples
             )
             parts.append(
-                Text(f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
-                     f"{layer.inf_count} inf), each a violation: {shown}")
+                Text(
+                    f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
+                    f"{layer.inf_count} inf), each a violation: {shown}"
+                )
             )
     affected = report.layers_affected
     parts.append(
