@@ -71,7 +71,11 @@ __all__ = [
 
 SUMMARY_SCHEMA = "rmsnorm-eps-summary"
 SUMMARY_VERSION = 1
-_MAX_SUMMARY_BYTES = 1 << 28
+#: Summaries are small (a few KB per layer at the default --top 5): a larger file is refused
+#: before it is read, so parsing it stays within a bounded amount of memory.
+_MAX_SUMMARY_BYTES = 64 << 20
+#: Counts, sizes and indices must fit in int64 (numpy's index arithmetic).
+_MAX_INT = 2**63 - 1
 
 
 def _jnum(value: float | None) -> float | str | None:
@@ -197,8 +201,8 @@ class _Reader:
 
     def int_(self, obj: Any, key: str, where: str = "", minimum: int = 0) -> int:
         v = self.get(obj, key, where)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise self.fail(f"{where}{key}", f"expected an integer >= {minimum}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= _MAX_INT:
+            raise self.fail(f"{where}{key}", f"expected an integer >= {minimum} (int64), got {v!r}")
         return v
 
     def float_(self, obj: Any, key: str, where: str = "", allow_none: bool = False) -> Any:
@@ -214,13 +218,21 @@ class _Reader:
             raise self.fail(key, f"expected a finite number, got {v!r}")
         return float(v)
 
-    def index(self, v: Any, key: str, ndim: int) -> tuple[int, ...]:
+    def index(self, v: Any, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """An index into ``shape``: one integer ``0 <= i < n`` per axis."""
         if (
             not isinstance(v, list)
-            or len(v) != ndim
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v)
+            or len(v) != len(shape)
+            or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                for i, n in zip(v, shape, strict=True)
+            )
         ):
-            raise self.fail(key, f"expected an index of {ndim} non-negative integers, got {v!r}")
+            raise self.fail(
+                key,
+                f"expected an index of {len(shape)} non-negative integers within shape "
+                f"{list(shape)}, got {v!r}",
+            )
         return tuple(v)
 
 
@@ -232,12 +244,21 @@ def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
 
     size = check_regular_file(p)
     if size > _MAX_SUMMARY_BYTES:
-        raise InputFileError(p, f"summary too large ({size} bytes)")
+        raise InputFileError(
+            p, f"summary too large ({size} bytes; the limit is {_MAX_SUMMARY_BYTES >> 20} MiB)"
+        )
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise InputFileError(p, "not a JSON summary (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputFileError(p, f"not a JSON summary ({exc})") from None
     return summary_from_document(doc, p)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (the summary writes them as strings): refuse them."""
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def summary_from_document(doc: Any, path: str | os.PathLike[str]) -> ShardSummary:
@@ -272,27 +293,38 @@ def summary_from_document(doc: Any, path: str | os.PathLike[str]) -> ShardSummar
             raise r.fail(f"{w}name", f"expected a unique layer name, got {name!r}")
         seen.add(name)
         shape_v = r.get(ld, "shape", w)
-        if not isinstance(shape_v, list) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape_v
+        if (
+            not isinstance(shape_v, list)
+            or len(shape_v) > 32
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape_v)
+            or math.prod(shape_v) > _MAX_INT
         ):
-            raise r.fail(f"{w}shape", f"expected a list of sizes, got {shape_v!r}")
+            raise r.fail(f"{w}shape", f"expected a list of sizes (int64), got {shape_v!r}")
         shape = tuple(shape_v)
         raw_dim = r.get(ld, "raw_dim", w)
-        if raw_dim is not None and (isinstance(raw_dim, bool) or not isinstance(raw_dim, int)):
-            raise r.fail(f"{w}raw_dim", f"expected an integer or null, got {raw_dim!r}")
+        if raw_dim is not None and (
+            isinstance(raw_dim, bool)
+            or not isinstance(raw_dim, int)
+            or not 1 <= raw_dim <= _MAX_INT
+        ):
+            raise r.fail(f"{w}raw_dim", f"expected an integer >= 1 or null, got {raw_dim!r}")
         dtype = r.get(ld, "dtype", w)
         if not isinstance(dtype, str):
             raise r.fail(f"{w}dtype", f"expected a string, got {dtype!r}")
+        eps = r.float_(ld, "eps", w)
+        if eps <= 0.0:
+            raise r.fail(f"{w}eps", f"eps must be a finite number > 0, got {eps!r}")
         layer = ShardLayer(
             name=name,
-            eps=r.float_(ld, "eps", w),
+            eps=eps,
             shape=shape,
             dtype=dtype,
             raw_dim=raw_dim,
-            **_parse_figures(r, ld, w, len(shape)),
+            **_parse_figures(r, ld, w, shape),
         )
-        if layer.count != math.prod(shape) or layer.nan + layer.inf > layer.count:
+        if layer.count != math.prod(shape):
             raise r.fail(f"{w}count", f"count {layer.count} does not match shape {list(shape)}")
+        _check_figures(r, layer, w)
         has_split = [key in ld for key in ("first_token", "other_tokens")]
         if any(has_split):
             if not all(has_split):
@@ -301,33 +333,87 @@ def summary_from_document(doc: Any, path: str | os.PathLike[str]) -> ShardSummar
                 replace(
                     layer,
                     name=f"{name} ({label})",
-                    **_parse_figures(r, ld[key], w + key + ".", len(shape)),
+                    **_parse_figures(r, ld[key], w + key + ".", shape),
                 )
                 for key, label in (("first_token", "first token"), ("other_tokens", "other tokens"))
             )
-            for part, key in ((first, "first_token"), (other, "other_tokens")):
-                if part.nan + part.inf > part.count:
-                    raise r.fail(f"{w}{key}.count", f"count {part.count} < nonfinite count")
             if first.count + other.count != layer.count:
                 raise r.fail(
                     f"{w}first_token.count",
                     f"first_token {first.count} + other_tokens {other.count} != count "
                     f"{layer.count}",
                 )
+            for part, key in ((first, "first_token"), (other, "other_tokens")):
+                _check_figures(r, part, f"{w}{key}.")
             layer = replace(layer, first_token=first, other_tokens=other)
         layers.append(layer)
+    delta = r.float_(doc, "delta")
+    if not 0.0 < delta < 1.0:
+        raise r.fail("delta", f"expected a number in (0, 1), got {delta!r}")
+    min_ratio = r.float_(doc, "min_ratio")
+    if min_ratio <= 0.0:
+        raise r.fail("min_ratio", f"expected a number > 0, got {min_ratio!r}")
     return ShardSummary(
         path=p,
         source=source,
         raw=raw,
-        delta=r.float_(doc, "delta"),
-        min_ratio=r.float_(doc, "min_ratio"),
+        delta=delta,
+        min_ratio=min_ratio,
         top_k=r.int_(doc, "top_k"),
         layers=tuple(layers),
     )
 
 
-def _parse_figures(r: _Reader, ld: Any, w: str, nd: int) -> dict[str, Any]:
+def _check_figures(r: _Reader, layer: ShardLayer, w: str) -> None:
+    """The figures of one layer (or part) must be those of one array: counts that add up, a
+    histogram that covers every finite nonzero q once, minimum and worst list consistent.
+    A summary that breaks these was edited or corrupted; merging it would report wrong
+    counts, so it is refused."""
+    finite = layer.count - layer.nan - layer.inf
+    if finite < 0:
+        raise r.fail(
+            f"{w}count", f"count {layer.count} < nan {layer.nan} + inf {layer.inf} (nonfinite)"
+        )
+    if layer.zero > finite or layer.below_bound > finite:
+        raise r.fail(
+            f"{w}below_bound",
+            f"zero {layer.zero} or below_bound {layer.below_bound} exceeds the {finite} finite "
+            "values",
+        )
+    decades = [k for k, _ in layer.decades]
+    if len(set(decades)) != len(decades):
+        raise r.fail(f"{w}decades", "a decade is listed twice")
+    histogram = layer.zero + sum(c for _, c in layer.decades)
+    if histogram != finite:
+        raise r.fail(
+            f"{w}decades",
+            f"zero + decade counts = {histogram}, but count - nan - inf = {finite}",
+        )
+    if (layer.min_q is None) != (finite == 0) or (layer.max_q is None) != (finite == 0):
+        raise r.fail(f"{w}min_q", "min_q and max_q are null exactly when no q is finite")
+    qs = [q for _, q in layer.worst]
+    if len(qs) > finite or any(q < 0.0 for q in qs) or qs != sorted(qs):
+        raise r.fail(
+            f"{w}worst", f"expected at most {finite} q values >= 0 in ascending order, got {qs!r}"
+        )
+    if (
+        layer.min_q is not None
+        and layer.max_q is not None
+        and (not 0.0 <= layer.min_q <= layer.max_q or (qs and qs[0] != layer.min_q))
+    ):
+        raise r.fail(
+            f"{w}min_q",
+            f"expected 0 <= min_q <= max_q and min_q = the first worst q, got "
+            f"{layer.min_q!r}, {layer.max_q!r}",
+        )
+    if len(layer.nonfinite) > layer.nan + layer.inf:
+        raise r.fail(
+            f"{w}nonfinite_examples",
+            f"{len(layer.nonfinite)} examples for {layer.nan + layer.inf} nonfinite values",
+        )
+
+
+def _parse_figures(r: _Reader, ld: Any, w: str, shape: tuple[int, ...]) -> dict[str, Any]:
     """The figures of :func:`_figures`, validated (``w``: the key prefix for errors)."""
     worst_v = r.get(ld, "worst", w)
     nonf_v = r.get(ld, "nonfinite_examples", w)
@@ -336,7 +422,7 @@ def _parse_figures(r: _Reader, ld: Any, w: str, nd: int) -> dict[str, Any]:
         raise r.fail(f"{w}worst", "worst, nonfinite_examples and decades must be lists")
     worst = tuple(
         (
-            r.index(r.get(e, "index", f"{w}worst[{j}]."), f"{w}worst[{j}].index", nd),
+            r.index(r.get(e, "index", f"{w}worst[{j}]."), f"{w}worst[{j}].index", shape),
             r.number(r.get(e, "q", f"{w}worst[{j}]."), f"{w}worst[{j}].q"),
         )
         for j, e in enumerate(worst_v)
@@ -346,7 +432,7 @@ def _parse_figures(r: _Reader, ld: Any, w: str, nd: int) -> dict[str, Any]:
             r.index(
                 r.get(e, "index", f"{w}nonfinite_examples[{j}]."),
                 f"{w}nonfinite_examples[{j}].index",
-                nd,
+                shape,
             ),
             r.number(
                 r.get(e, "value", f"{w}nonfinite_examples[{j}]."),
@@ -363,7 +449,7 @@ def _parse_figures(r: _Reader, ld: Any, w: str, nd: int) -> dict[str, Any]:
             or len(e) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in e)
             or not DECADE_MIN <= e[0] <= DECADE_MAX
-            or e[1] < 0
+            or not 0 <= e[1] <= _MAX_INT
         ):
             raise r.fail(f"{w}decades[{j}]", f"expected [decade, count], got {e!r}")
         decades.append((e[0], e[1]))
