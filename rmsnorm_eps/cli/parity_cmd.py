@@ -104,7 +104,7 @@ def parity(
         except ValueError as exc:
             raise usage_error(str(exc)) from None
     probes = load_probes(probes_path)
-    outputs = read_actual(actual, key)
+    outputs = read_actual(actual, key, expect_shape=(probes.count, probes.dim))
     where = str(actual) if outputs.key is None else f"{actual} [{outputs.key}]"
     result = compare_outputs(
         probes,

@@ -7,6 +7,7 @@ whose bfloat16 arrays are ml_dtypes arrays, widened here to float64 exactly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,24 @@ from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
 __all__ = ["ActualOutputs", "read_actual"]
 
-_SAFETENSORS_MAGIC_MAX = 100_000_000
+#: Largest safetensors header read (a JSON text; one tensor's is about 80 bytes). The format
+#: allows 100 MB, which the parser would hold several times over.
+SAFETENSORS_HEADER_MAX = 16 << 20
+
+
+_SAFETENSORS_FLOATS = ("F16", "BF16", "F32", "F64")
+_SAFETENSORS_NAMES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+    "C64": "complex64",
+}
 
 
 @dataclass(frozen=True)
@@ -45,7 +63,24 @@ def _pick(keys: list[str], key: str | None, path: Path) -> str:
     )
 
 
-def _read_npy_npz(path: Path, key: str | None) -> ActualOutputs:
+def _check_shape(
+    shape: tuple[int, ...], expect: tuple[int, int] | None, path: Path, key: str | None
+) -> None:
+    """Refuse outputs that cannot be (n, d) before they are read: a mis-shaped (or hostile,
+    huge) array is never loaded. The rule is the one :func:`~rmsnorm_eps.parity.api.
+    compare_outputs` applies: the same size, the last axis d."""
+    if expect is None:
+        return
+    size = 1
+    for n in shape:
+        size *= n
+    if size != expect[0] * expect[1] or not shape or shape[-1] != expect[1]:
+        raise InputFileError(
+            path, f"outputs have shape {tuple(shape)}, the probes need {expect}", key=key
+        )
+
+
+def _read_npy_npz(path: Path, key: str | None, expect: tuple[int, int] | None) -> ActualOutputs:
     from rmsnorm_eps.dumps import open_dump
 
     sources = {s.key if s.key is not None else "": s for s in open_dump(path)}
@@ -55,6 +90,7 @@ def _read_npy_npz(path: Path, key: str | None) -> ActualOutputs:
         src = sources[""]
     else:
         src = sources[_pick(list(sources), key, path)]
+    _check_shape(src.shape, expect, path, src.key)
     out = np.empty(src.header.size, dtype=np.float64)
     for start, chunk in src.iter_elements(1 << 20):
         out[start : start + chunk.size] = chunk
@@ -62,12 +98,16 @@ def _read_npy_npz(path: Path, key: str | None) -> ActualOutputs:
     return ActualOutputs(values, str(src.dtype.newbyteorder("=")), str(path), src.key)
 
 
-def _read_safetensors(path: Path, key: str | None) -> ActualOutputs:
+def _read_safetensors(path: Path, key: str | None, expect: tuple[int, int] | None) -> ActualOutputs:
     try:
         from safetensors import safe_open
     except ImportError:
         raise MissingExtraError("safetensors", "safetensors", "reading .safetensors") from None
     from rmsnorm_eps.parity.dtypes import name_of
+
+    # importing ml_dtypes registers bfloat16 with numpy: safetensors' numpy loader needs it
+    with contextlib.suppress(ImportError):
+        import ml_dtypes  # noqa: F401
 
     try:
         with safe_open(str(path), framework="numpy") as fh:
@@ -75,9 +115,21 @@ def _read_safetensors(path: Path, key: str | None) -> ActualOutputs:
             if not keys:
                 raise InputFileError(path, "holds no tensors")
             chosen = _pick(keys, key, path)
+            view = fh.get_slice(chosen)
+            stored = str(view.get_dtype())
+            if stored not in _SAFETENSORS_FLOATS:
+                raise InputFileError(
+                    path,
+                    f"unsupported dtype {_SAFETENSORS_NAMES.get(stored, stored)}: expected "
+                    "float16, bfloat16, float32 or float64",
+                    key=chosen,
+                )
+            _check_shape(tuple(view.get_shape()), expect, path, chosen)
             try:
                 array = fh.get_tensor(chosen)
             except (TypeError, KeyError, ValueError) as exc:
+                if "bfloat16" in str(exc):
+                    raise MissingExtraError("ml_dtypes", "bf16", "bfloat16 outputs") from None
                 raise InputFileError(path, f"unsupported tensor: {exc}", key=chosen) from None
     except InputFileError:
         raise
@@ -95,21 +147,42 @@ def _read_safetensors(path: Path, key: str | None) -> ActualOutputs:
     return ActualOutputs(np.asarray(array).astype(np.float64), name, str(path), chosen)
 
 
-def read_actual(path: str | os.PathLike[str], key: str | None = None) -> ActualOutputs:
-    """Read the implementation's outputs; the format is decided by the file's first bytes."""
+def read_actual(
+    path: str | os.PathLike[str],
+    key: str | None = None,
+    *,
+    expect_shape: tuple[int, int] | None = None,
+) -> ActualOutputs:
+    """Read the implementation's outputs; the format is decided by the file's first bytes.
+
+    With ``expect_shape`` (the probes' ``(n, d)``), outputs of another size or last axis are
+    refused from their header, before any data is read.
+    """
     from rmsnorm_eps.dumps import check_regular_file
 
     p = Path(path)
     size = check_regular_file(p)
     try:
         with open(p, "rb") as fh:
-            head = fh.read(8)
+            head = fh.read(9)
     except OSError as exc:
         raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
     if head.startswith(b"\x93NUMPY") or head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
-        return _read_npy_npz(p, key)
-    if len(head) == 8 and 0 < int.from_bytes(head, "little") < min(size, _SAFETENSORS_MAGIC_MAX):
-        return _read_safetensors(p, key)
+        return _read_npy_npz(p, key, expect_shape)
+    n = int.from_bytes(head[:8], "little")
+    if len(head) == 9 and (head[8:] == b"{" or 0 < n <= min(size - 8, SAFETENSORS_HEADER_MAX)):
+        # a safetensors file: 8-byte little-endian header length, then a JSON object
+        if n > size - 8:
+            raise InputFileError(
+                p, f"safetensors header declares {n} bytes, but the file holds {size - 8} after it"
+            )
+        if n > SAFETENSORS_HEADER_MAX:
+            raise InputFileError(
+                p,
+                f"safetensors header of {n} bytes is over the {SAFETENSORS_HEADER_MAX >> 20} MiB "
+                "this reader accepts",
+            )
+        return _read_safetensors(p, key, expect_shape)
     if not head:
         raise InputFileError(p, "empty file")
     raise InputFileError(p, "not a .npy, .npz or .safetensors file (unrecognised first bytes)")

@@ -73,6 +73,14 @@ CATEGORIES = (
 SMALL_CATEGORIES = ("tiny", "near-eps", "at-bound")
 GAIN_CONVENTIONS = ("w", "1+w")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+#: Largest probe set read: n * d values per float array (make_probes writes about 35 rows, so
+#: this allows d up to about 479,000). Members are checked against it, and against the shapes
+#: the metadata declares, from the zip directory, before anything is decompressed.
+MAX_PROBE_VALUES = 1 << 24
+#: Largest metadata, category and category-name members (a few hundred bytes when written).
+_MAX_SMALL_MEMBER = 1 << 20
+#: A .npy header is at most 64 KiB (format 1.0) plus its 10-byte prefix.
+_NPY_HEADER_MAX = 65536 + 12
 
 
 @dataclass(frozen=True)
@@ -354,12 +362,31 @@ def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
     p = Path(path)
     check_regular_file(p)
     try:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
+    if head == b"\x93NUM":
+        raise InputFileError(p, "not a probe .npz file (a single .npy array)")
+    if head not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise InputFileError(p, "not a probe .npz file (not a zip archive)")
+    try:
         data = np.load(p, allow_pickle=False)
     except Exception as exc:
         raise InputFileError(p, f"not a probe .npz file ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise InputFileError(p, "not a probe .npz file (a single .npy array)")
     with data:
+        zf = data.zip
+        assert zf is not None  # an NpzFile holds its open archive
+        sizes = {i.filename: i.file_size for i in zf.infolist()}
+        for key in ("metadata", "category", "category_names"):
+            if sizes.get(f"{key}.npy", 0) > _MAX_SMALL_MEMBER:
+                raise InputFileError(
+                    p,
+                    f"member declares {sizes[f'{key}.npy']} bytes (a probe file's is small)",
+                    key=key,
+                )
         raw_meta = _member(data, p, "metadata")
         if raw_meta.dtype.kind != "U" or raw_meta.shape != ():
             raise InputFileError(p, "expected a JSON string", key="metadata")
@@ -367,6 +394,8 @@ def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
             meta = json.loads(str(raw_meta))
         except json.JSONDecodeError as exc:
             raise InputFileError(p, f"invalid JSON: {exc}", key="metadata") from None
+        except RecursionError:
+            raise InputFileError(p, "invalid JSON: nested too deeply", key="metadata") from None
         if not isinstance(meta, dict) or meta.get("format") != PROBE_FORMAT:
             raise InputFileError(p, f"not a {PROBE_FORMAT} file", key="metadata")
         eps = _meta(meta, p, "eps", float)
@@ -386,6 +415,27 @@ def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
         if category.size and (category.min() < 0 or category.max() >= len(CATEGORIES)):
             raise InputFileError(p, "category index out of range", key="category")
         n = int(category.shape[0])
+        if n * dim > MAX_PROBE_VALUES or dim < 1:
+            raise InputFileError(
+                p,
+                f"{n} rows of dimension {dim}: over the {MAX_PROBE_VALUES} values read",
+                key="metadata",
+            )
+        for key, count in (
+            ("inputs", n * dim),
+            ("reference", n * dim),
+            ("weight", dim),
+            ("gain", dim),
+            ("q", n),
+        ):
+            declared = sizes.get(f"{key}.npy", 0)
+            if declared > 8 * count + _NPY_HEADER_MAX:
+                raise InputFileError(
+                    p,
+                    f"member declares {declared} bytes, over the {8 * count} bytes of data the "
+                    f"metadata implies",
+                    key=key,
+                )
         inputs = _float_array(data, p, "inputs", (n, dim))
         reference = _float_array(data, p, "reference", (n, dim))
         weight = _float_array(data, p, "weight", (dim,))

@@ -6,12 +6,14 @@ passed), so a record can be committed and diffed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_eps.errors import InvalidParameterError
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.parity.api import ParityResult
 
 __all__ = ["RECORD_SUFFIXES", "record_format", "render_record", "write_record"]
@@ -135,4 +137,22 @@ def write_record(
     """Write the record atomically, in the format its suffix names."""
     from rmsnorm_eps.atomic import atomic_write_text
 
-    atomic_write_text(path, render_record(result, record_format(path), timestamp))
+    text = render_record(result, record_format(path), timestamp)
+    _check_fifo(Path(path))
+    atomic_write_text(path, text)
+
+
+def _check_fifo(target: Path) -> None:
+    """A FIFO is written in place; without a reader, opening it would wait forever. Open it
+    without blocking first: ENXIO means nobody reads it, which is an error, not a hang."""
+    try:
+        if not stat.S_ISFIFO(os.stat(target).st_mode):
+            return
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise InputFileError(target, "is a FIFO with no reader; not waiting for one") from None
+        raise InputFileError(target, f"cannot write: {exc.strerror or exc}") from None
+    os.close(fd)
