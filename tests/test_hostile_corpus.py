@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus.make_corpus import Case, all_cases, build, zip_bomb
+from corpus.make_corpus import _SPECS, Case, all_cases, build, zip_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_LIMIT_KIB = 256 * 1024
@@ -151,11 +151,14 @@ def test_corpus_size_and_coverage() -> None:
     """At least 40 hostile files, covering every reader."""
     files = {(c.category, c.file) for c in CASES if c.category != "valid"}
     assert len(files) >= 40
+    assert len({c.file for c in CASES}) == len(_SPECS)  # one directory: no name used twice
     categories = {c.category for c in CASES}
     assert {"npy", "npz", "yaml", "json", "gguf", "filesystem"} <= categories
+    assert {"safetensors", "actual", "probes", "gain", "record", "merge"} <= categories
     commands = {c.argv[0] if c.argv[0] != "config" else "config show" for c in CASES}
-    assert {"ratio", "compare", "config show"} <= commands
+    assert {"ratio", "compare", "config show", "parity", "probe", "merge"} <= commands
     assert any("--config" in c.argv for c in CASES)
+    assert any("--record" in c.argv for c in CASES) and any("--gain" in c.argv for c in CASES)
 
 
 def _digest(directory: Path) -> dict[str, str]:

@@ -962,6 +962,11 @@ def missing(path: Path) -> None:
     """Nothing is created: the file does not exist."""
 
 
+# --------------------------------------------------------------------------- more readers
+
+if __name__ != "__main__":  # as a script, main() imports this module properly first
+    from corpus import parity_merge_cases  # noqa: F401  (registers its cases on import)
+
 # --------------------------------------------------------------------------- build
 
 
@@ -992,4 +997,11 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    # run as a script: import the package module (the cases of other files register there)
+    sys.path[:0] = [
+        str(Path(__file__).resolve().parents[1]),
+        str(Path(__file__).resolve().parents[2]),
+    ]
+    from corpus.make_corpus import main as corpus_main
+
+    raise SystemExit(corpus_main(sys.argv[1:]))
