@@ -92,8 +92,9 @@ def _read_npy_npz(path: Path, key: str | None, expect: tuple[int, int] | None) -
         src = sources[_pick(list(sources), key, path)]
     _check_shape(src.shape, expect, path, src.key)
     out = np.empty(src.header.size, dtype=np.float64)
-    for start, chunk in src.iter_elements(1 << 20):
-        out[start : start + chunk.size] = chunk
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to NaN (counted), silently
+        for start, chunk in src.iter_elements(1 << 20):
+            out[start : start + chunk.size] = chunk
     values = out.reshape(src.shape, order="F" if src.header.fortran_order else "C")
     return ActualOutputs(values, str(src.dtype.newbyteorder("=")), str(path), src.key)
 
@@ -144,7 +145,9 @@ def _read_safetensors(path: Path, key: str | None, expect: tuple[int, int] | Non
             f"unsupported dtype {array.dtype}: expected float16, bfloat16, float32 or float64",
             key=chosen,
         )
-    return ActualOutputs(np.asarray(array).astype(np.float64), name, str(path), chosen)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to NaN (counted), silently
+        values = np.asarray(array).astype(np.float64)
+    return ActualOutputs(values, name, str(path), chosen)
 
 
 def read_actual(

@@ -337,6 +337,34 @@ def actual_nan(path: Path) -> None:
     path.write_bytes(npy(out))
 
 
+def signalling_nan_outputs() -> np.ndarray:
+    """float32 outputs with one signalling NaN: widening it raised a RuntimeWarning."""
+    out = reference_outputs()
+    out.view(np.uint32)[5, 1] = 0x7FA00000
+    return out
+
+
+@case(
+    "actual",
+    "signalling_nan.npy",
+    (*PARITY, "--format", "json"),
+    1,
+    "FAIL",
+    json_checks=[("verdict", "fail")],
+)
+def actual_signalling_nan(path: Path) -> None:
+    path.write_bytes(npy(signalling_nan_outputs()))
+
+
+@case("safetensors", "signalling_nan.safetensors", PARITY, 1, "FAIL")
+def st_signalling_nan(path: Path) -> None:
+    data = signalling_nan_outputs().tobytes()
+    shape = [rows(), DIM]
+    path.write_bytes(
+        safetensors({"y": {"dtype": "F32", "shape": shape, "data_offsets": [0, len(data)]}}, data)
+    )
+
+
 @case("actual", "empty.npy", PARITY, 2, "empty file")
 def actual_empty(path: Path) -> None:
     path.write_bytes(b"")
