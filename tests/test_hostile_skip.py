@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,3 +114,102 @@ def test_corrupt_stored_member_fails_with_any_thread_count(tmp_path: Path, threa
     path.write_bytes(bytes(good))
     with pytest.raises(InputFileError, match=r"\[a\]: cannot read data: Bad CRC-32"):
         analyze_dump(path, 1e-5, threads=threads, chunk_bytes=1 << 20)
+
+
+# --------------------------------------------------------------------------- every format
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+REGEN = os.environ.get("RMSNORM_EPS_REGEN_GOLDEN", "") not in ("", "0")
+EXT = {
+    "text": "txt",
+    "json": "json",
+    "markdown": "md",
+    "github": "github.txt",
+    "junit": "junit.xml",
+    "sarif": "sarif",
+}
+MIXED = "tests/data/skip/mixed.npz"  # made by tests/data/skip/make_skip.py
+SKIP_CASES = {
+    "ratio-skipped": ("ratio", "--eps", "1e-5", "--q-file", MIXED, "--skip-unreadable"),
+    "compare-skipped": (
+        "compare",
+        "--from",
+        "eps=1e-5",
+        "--to",
+        "eps=1e-6",
+        "--q-file",
+        MIXED,
+        "--skip-unreadable",
+    ),
+}
+
+
+def test_skip_data_is_what_its_script_makes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_skip", ROOT / "tests/data/skip/make_skip.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / MIXED).read_bytes() == module.mixed_bytes()
+
+
+@pytest.mark.parametrize("fmt", sorted(EXT))
+@pytest.mark.parametrize("case", sorted(SKIP_CASES))
+def test_skipped_layers_in_every_format(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, case: str, fmt: str
+) -> None:
+    """Every format shows the skipped layers b and c (golden files; RMSNORM_EPS_REGEN_GOLDEN=1
+    rewrites them); the run exits 1 even though the readable layer is clean."""
+    monkeypatch.chdir(ROOT)
+    for var in ("RMSNORM_EPS_FORMAT", "GITHUB_STEP_SUMMARY", "NO_COLOR", "COLUMNS"):
+        monkeypatch.delenv(var, raising=False)
+    res = cli(*SKIP_CASES[case], "--format", fmt)
+    assert res.exit_code == 1, res  # type: ignore[attr-defined]
+    out = res.stdout  # type: ignore[attr-defined]
+    assert "Bad CRC-32 for file 'b.npy'" in out and "negative q -1.0" in out
+    path = GOLDEN / f"{case}.{EXT[fmt]}"
+    if REGEN:
+        path.write_text(out, encoding="utf-8")
+    assert path.is_file(), f"missing {path}; run with RMSNORM_EPS_REGEN_GOLDEN=1"
+    assert out == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["ratio", "compare"])
+def test_ci_formats_fail_each_skipped_layer(cli: Cli, command: str) -> None:
+    """One failing ``<command>/unreadable`` check per skipped layer, level error, in the
+    check model every CI format renders; and a failed verdict although nothing violates."""
+    from rmsnorm_eps.reports.checks import check_report
+
+    if command == "ratio":
+        report: object = analyze_dump(ROOT / MIXED, 1e-5, skip_unreadable=True)
+    else:
+        report = compare_dump(
+            ROOT / MIXED,
+            parse_spec("eps=1e-5", "--from"),
+            parse_spec("eps=1e-6", "--to"),
+            skip_unreadable=True,
+        )
+    checks = check_report(report)
+    bad = [(c.rule, c.name, c.level, c.passed) for c in checks.failed]
+    rule = f"{command}/unreadable"
+    assert bad == [(rule, "b", "error", False), (rule, "c", "error", False)]
+    assert not checks.passed and checks.verdict.startswith("incomplete: 2 unreadable layer(s)")
+    assert checks.rule(rule).level == "error"
+    assert ("skipped", "2 unreadable layer(s): b, c") in checks.facts
+
+
+@pytest.mark.parametrize("command", ["ratio", "compare"])
+def test_skipped_report_matches_the_json_schema(cli: Cli, command: str) -> None:
+    args = SKIP_CASES[f"{command}-skipped"]
+    res = cli(*(a if a != MIXED else str(ROOT / MIXED) for a in args), "--format", "json")
+    assert res.exit_code == 1  # type: ignore[attr-defined]
+    doc = json.loads(res.stdout)  # type: ignore[attr-defined]
+    assert [s["name"] for s in doc["skipped"]] == ["b", "c"]
+    jsonschema.validate(doc, load_schema(command))
+    del doc["skipped"][0]["problem"]  # control: the schema does check the entries
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, load_schema(command))

@@ -28,6 +28,7 @@ __all__ = [
     "bound_checks",
     "check_report",
     "ratio_checks",
+    "with_skipped",
 ]
 
 Level = Literal["error", "warning", "note"]
@@ -182,6 +183,49 @@ RATIO_RULES = (
 )
 
 
+def unreadable_rule(command: str) -> Rule:
+    """``<command>/unreadable``: a layer --skip-unreadable left out (always an error)."""
+    return Rule(
+        f"{command}/unreadable",
+        "unreadable",
+        "Layers that could not be read (a bad CRC-32, a truncated member, an unsupported dtype, "
+        "a negative q) and were left out with --skip-unreadable: not analysed, so the run "
+        "never passes.",
+    )
+
+
+def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
+    """``report`` plus one failing ``error`` check per layer skipped as unreadable (rule
+    ``<command>/unreadable``, numbers empty: nothing was measured), a ``skipped`` fact, and a
+    failed verdict: part of the dump was not checked, whatever the gate's budget says (the
+    command's exit code is 1 then, even with --exit-zero). Unchanged when nothing was skipped.
+    """
+    if not skipped:
+        return report
+    from dataclasses import replace
+
+    rule = unreadable_rule(report.command)
+    checks = tuple(
+        Check(rule.id, u.name, False, "error", f"{u.name}: unreadable, not analysed: {u.problem}")
+        for u in skipped
+    )
+    names = ", ".join(u.name for u in skipped)
+    verdict = f"incomplete: {len(skipped)} unreadable layer(s) skipped; {report.verdict}"
+    facts = (
+        *(f for f in report.facts if f[0] != "verdict"),
+        ("skipped", f"{len(skipped)} unreadable layer(s): {names}"),
+        ("verdict", "FAIL: " + verdict),
+    )
+    return replace(
+        report,
+        rules=(*report.rules, rule),
+        checks=report.checks + checks,
+        passed=False,
+        verdict=verdict,
+        facts=facts,
+    )
+
+
 def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
 
@@ -305,7 +349,7 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
     command = "merge" if shards else "ratio"
     if shards:
         facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
-    return CheckReport(
+    checked = CheckReport(
         command=command,
         title=f"rmsnorm-eps {command}: {report.source}",
         source=None if shards else report.source,
@@ -316,6 +360,7 @@ def ratio_checks(report: Any, gate: Any = None) -> CheckReport:
         verdict=verdict,
         facts=facts,
     )
+    return with_skipped(checked, tuple(getattr(report, "skipped", ())))
 
 
 def bound_checks(result: Any, gate: Any = None) -> CheckReport:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule
+from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 
 __all__ = [
     "COMPARE_RULES",
@@ -153,7 +153,7 @@ def compare_checks(report: Any, gate: Any = None) -> CheckReport:
         ),
         _verdict_fact(passed, verdict),
     )
-    return CheckReport(
+    checked = CheckReport(
         command="compare",
         title=f"rmsnorm-eps compare: {report.source}",
         source=report.source,
@@ -164,6 +164,7 @@ def compare_checks(report: Any, gate: Any = None) -> CheckReport:
         verdict=verdict,
         facts=facts,
     )
+    return with_skipped(checked, tuple(report.skipped))
 
 
 # ----------------------------------------------------------------------------- precision
