@@ -236,3 +236,24 @@ def test_report_worst_case(
             f"\nworst peak RSS: {worst_mem[1] / 1024:.1f} MiB ({worst_mem[0]}); "
             f"worst CPU: {worst_cpu[2]:.2f} s ({worst_cpu[0]}); {len(rows)} runs"
         )
+
+
+def test_security_doc_counts_the_corpus() -> None:
+    """docs/security.md's table (files and cases per category) and totals are the corpus's."""
+    import re
+    from collections import Counter
+
+    doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    rows = {
+        m[1]: (int(m[2]), int(m[3]))
+        for m in re.finditer(r"^\| ([a-z]+) \| (\d+) \| (\d+) \|", doc, flags=re.MULTILINE)
+    }
+    files = Counter(spec.category for spec in _SPECS)
+    cases = Counter(c.category for c in CASES)
+    assert rows == {cat: (files[cat], cases[cat]) for cat in files}
+    helpers = files["valid"]
+    assert (
+        f"That makes {len(_SPECS) - helpers} corpus files plus three valid helpers, and "
+        f"{len(CASES)} command runs" in " ".join(doc.split())
+    )
+    assert helpers == 3
