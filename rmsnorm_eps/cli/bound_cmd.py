@@ -24,6 +24,7 @@ def _parse_ratios(text: str) -> list[float]:
 
 @app.command(
     "bound",
+    short_help="Minimum q/eps (q, input RMS) for a tolerated attenuation; A at given q/eps.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps bound --delta 0.01\n\n"

@@ -35,6 +35,7 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
 
 @app.command(
     "capture",
+    short_help="Record q per token at every norm of a local model (offline), with the live eps.",
     epilog=(
         "Examples:\n\n"
         '  rmsnorm-eps capture --model ./SmolLM2 --text "Hello there" --out q.npz '

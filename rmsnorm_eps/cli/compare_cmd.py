@@ -26,6 +26,7 @@ from rmsnorm_eps.cli._output import (
 
 @app.command(
     "compare",
+    short_help="What another eps, placement, precision or input scale does to every input.",
     epilog=(
         "SPEC: eps=E[,placement=inside|outside|clamp|sum][,dim=D][,dtype=float32|float16|"
         "bfloat16], framework=NAME[,dtype=T] (a row of `rmsnorm-eps defaults`: torch, hf-llama, "

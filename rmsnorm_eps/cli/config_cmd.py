@@ -23,7 +23,11 @@ config_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-app.add_typer(config_app, name="config")
+app.add_typer(
+    config_app,
+    name="config",
+    short_help="Show or diff model normalization configs (YAML, HF config.json, GGUF).",
+)
 
 
 @config_app.command(

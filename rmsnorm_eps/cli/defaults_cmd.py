@@ -12,6 +12,7 @@ from rmsnorm_eps.cli._output import check_format, emit, format_option, output_op
 
 @app.command(
     "defaults",
+    short_help="Default eps of each framework's RMSNorm, with its source.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps defaults\n\n"

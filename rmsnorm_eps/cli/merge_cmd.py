@@ -23,6 +23,7 @@ from rmsnorm_eps.cli._output import (
 
 @app.command(
     "merge",
+    short_help="Merge per-shard summaries into exactly the report of the concatenated data.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps ratio --eps 1e-5 -q rank0.npy --raw --save-summary s0.json\n\n"

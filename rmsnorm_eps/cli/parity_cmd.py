@@ -38,6 +38,7 @@ def _sha256(path: Path) -> str:
 
 @app.command(
     "parity",
+    short_help="Check an implementation's outputs on probes; infer its eps; write a record.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npy\n\n"

@@ -22,6 +22,7 @@ _DTYPES = ("float16", "bfloat16", "float32")
 
 @app.command(
     "precision",
+    short_help="eps as stored in float16/bfloat16/float32, absorption, range of q.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps precision --eps 1e-6\n\n"

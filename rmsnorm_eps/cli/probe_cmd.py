@@ -37,6 +37,7 @@ def _read_gain(path: Path, dim: int) -> np.ndarray:
 
 @app.command(
     "probe",
+    short_help="Write probe inputs where eps matters, with float64 reference outputs.",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps probe --dim 64 --eps 1e-6 --out probes.npz\n\n"

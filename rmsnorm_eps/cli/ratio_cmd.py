@@ -23,6 +23,7 @@ from rmsnorm_eps.cli._output import (
 
 @app.command(
     "ratio",
+    short_help="Per layer, the inputs whose q/eps is below the bound (the CI gate).",
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps ratio --eps 1e-6 --q-file acts.npy\n\n"
