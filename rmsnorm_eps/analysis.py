@@ -292,7 +292,8 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
         if source.stored_as == "bfloat16":
             values = bf16_to_float32(values)
         v = values.astype(np.float64) / scale[rows]
-        np.add.at(acc, rows, v * v)
+        with np.errstate(over="ignore"):  # a row holding inf has scale 1: its q is inf (counted)
+            np.add.at(acc, rows, v * v)
     with np.errstate(over="ignore"):
         q = acc / d * scale * scale
     yield 0, q

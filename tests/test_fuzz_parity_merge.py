@@ -67,6 +67,9 @@ def _bf16() -> np.ndarray:
     return _outputs("float32").astype(ml_dtypes.bfloat16)
 
 
+#: A RuntimeWarning from numpy would be a second stderr line on the command line: an error here.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 PROBE_SEED = probe_bytes(probe_set())
 ACTUAL_SEEDS = [
     _npy(_outputs("float32")),

@@ -322,6 +322,22 @@ def fortran_order(path: Path) -> None:
 
 @case(
     "npy",
+    "fortran_inf_raw.npy",
+    (*RATIO_JSON, "--raw"),
+    1,
+    "FAIL: 1 violation(s)",
+    # (1 + 4 + 9) / 3 computed on values scaled by the row maximum 3: one ulp under 14 / 3
+    json_checks=[("layers.0.inf", 1), ("layers.0.count", 2), ("layers.0.min_q", 4.666666666666666)],
+)
+def fortran_inf_raw(path: Path) -> None:
+    """Raw float64 activations in Fortran order, one row holding inf and 1e200: its squares
+    overflow (q = inf, counted); numpy's overflow warning leaked to stderr before."""
+    x = np.array([[1e200, np.inf, 1.0], [1.0, 2.0, 3.0]], np.float64)
+    path.write_bytes(npy(np.asfortranarray(x)))
+
+
+@case(
+    "npy",
     "zero_d.npy",
     RATIO_JSON,
     0,
