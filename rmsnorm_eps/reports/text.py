@@ -269,10 +269,13 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             + (f"; layers affected: {', '.join(affected)}" if affected else "")
         )
     )
-    if options.gate is not None:
-        parts.append(Text(("PASS: " if options.gate.passed else "FAIL: ") + options.gate.reason))
     for u in report.skipped:
         parts.append(Text(f"SKIPPED (unreadable, not analysed): {u.name}: {u.problem}"))
+    if options.gate is not None:
+        verdict = "PASS: " if options.gate.passed else "FAIL: "
+        if report.skipped:  # part of the dump was not checked: never a plain PASS
+            verdict = f"INCOMPLETE ({len(report.skipped)} layer(s) skipped): " + verdict
+        parts.append(Text(verdict + options.gate.reason))
     return parts
 
 
