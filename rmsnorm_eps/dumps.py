@@ -207,15 +207,19 @@ def _readinto_full(stream: IO[bytes], view: memoryview) -> int:
 
 
 def default_threads() -> int:
-    """Worker threads used when none are asked for: 1 (a plain sequential loop).
+    """Worker threads used when none are asked for: 2, or 1 on a single available CPU.
 
-    Measured on the 2-CPU machine this was developed on, while other processes kept both CPUs
-    busy, two reader threads were slower than one (about 9 against 12.5 GB/s on a 4 GiB
-    float32 dump): the work per chunk is dominated by the copy out of the page cache, and the
-    hand-offs of the GIL between the threads cost more than the overlap gained. On an idle
-    machine with free cores ``--threads 2`` may win; benchmarks/bench_stream.py prints both.
+    Measured with benchmarks/bench_stream.py on the idle 2-CPU development machine, whole
+    processes on N x 4096 float32 dumps: 1 GiB in 0.214 s with two threads against 0.264 s
+    with one, 4 GiB in 0.374 s against 0.428 s. More threads do not help: the copy out of the
+    page cache and numpy's kernels already saturate memory bandwidth with two. (On a machine
+    whose CPUs are busy with other work, one thread can be faster: ``--threads 1``.)
     """
-    return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return min(2, max(1, cpus))
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def ratio(
         None,
         "--threads",
         min=1,
-        help="Threads reading and computing chunks (default 1; 2 can help on an idle machine).",
+        help="Threads reading and computing chunks (default 2, or 1 on a single CPU).",
     ),
     dtype: str = typer.Option(
         None,
