@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmsnorm_eps.errors import InvalidParameterError
+from rmsnorm_eps.scalar import validate_delta, validate_eps, validate_ratio  # one copy, no numpy
 
 ArrayLike = npt.ArrayLike
 FloatArray = npt.NDArray[np.float64]
@@ -41,44 +42,11 @@ __all__ = [
     "validate_delta",
     "validate_eps",
     "validate_q",
+    "validate_ratio",
 ]
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _as_float(value: object, name: str) -> float:
-    """Convert a user-supplied scalar to float, raising InvalidParameterError on failure."""
-    if isinstance(value, bool):
-        raise InvalidParameterError(f"{name} must be a number, got {value!r}")
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name} must be a number, got {value!r}") from None
-
-
-def validate_eps(eps: object, name: str = "eps") -> float:
-    """Return ``eps`` as a float after checking ``0 < eps < inf`` (NaN is rejected)."""
-    value = _as_float(eps, name)
-    if not math.isfinite(value) or value <= 0.0:
-        raise InvalidParameterError(f"{name} must be finite and > 0, got {eps!r}")
-    return value
-
-
-def validate_delta(delta: object, name: str = "delta") -> float:
-    """Return ``delta`` as a float after checking ``0 < delta < 1``."""
-    value = _as_float(delta, name)
-    if not (0.0 < value < 1.0):  # also rejects NaN
-        raise InvalidParameterError(f"{name} must be in the open interval (0, 1), got {delta!r}")
-    return value
-
-
-def validate_ratio(ratio: object, name: str = "ratio") -> float:
-    """Return a ratio ``q/eps`` as a float after checking ``ratio >= 0`` (inf allowed, NaN not)."""
-    value = _as_float(ratio, name)
-    if math.isnan(value) or value < 0.0:
-        raise InvalidParameterError(f"{name} must be >= 0, got {ratio!r}")
-    return value
 
 
 def validate_q(q: ArrayLike, name: str = "q") -> FloatArray:

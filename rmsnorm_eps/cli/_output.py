@@ -172,3 +172,31 @@ def skipped_suffix(skipped: tuple[Any, ...]) -> str:
         return ""
     names = ", ".join(u.name for u in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
     return f"; skipped {len(skipped)} unreadable layer(s): {names}"
+
+
+def top_option() -> Any:
+    """``--top/-k``: how many worst inputs to list per layer."""
+    return typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer.")
+
+
+def max_violations_option() -> Any:
+    """``--max-violations``: the allowed number of violations (a budget)."""
+    return typer.Option(
+        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
+    )
+
+
+def max_fraction_option() -> Any:
+    """``--max-fraction``: the allowed fraction of violating inputs (a budget)."""
+    return typer.Option(
+        None,
+        "--max-fraction",
+        min=0.0,
+        max=1.0,
+        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
+    )
+
+
+def exit_zero_option(when: str) -> Any:
+    """``--exit-zero``: turn exit 1 into 0 (``when`` says what exit 1 means); never hides 2."""
+    return typer.Option(False, "--exit-zero", help=f"Exit 0 even {when} (never hides exit 2).")

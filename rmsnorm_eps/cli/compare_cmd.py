@@ -12,7 +12,10 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
+    max_fraction_option,
+    max_violations_option,
     output_option,
     plot_option,
     prepare_plot,
@@ -20,6 +23,7 @@ from rmsnorm_eps.cli._output import (
     skipped_suffix,
     summary_line,
     summary_option,
+    top_option,
     write_plot,
 )
 
@@ -80,20 +84,10 @@ def compare(
         "--scale",
         help="The --to side sees inputs c*x (q*c^2); for eps inside the root this equals eps/c^2.",
     ),
-    top: int = typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer."),
-    max_violations: int = typer.Option(
-        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
-    ),
-    max_fraction: float = typer.Option(
-        None,
-        "--max-fraction",
-        min=0.0,
-        max=1.0,
-        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
-    ),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 even when inputs move (never hides exit 2)."
-    ),
+    top: int = top_option(),
+    max_violations: int = max_violations_option(),
+    max_fraction: float = max_fraction_option(),
+    exit_zero: bool = exit_zero_option("when inputs move"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),

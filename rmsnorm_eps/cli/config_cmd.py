@@ -11,6 +11,7 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
     output_option,
     summary_line,
@@ -76,9 +77,7 @@ def show(
 def diff(
     a: Path = typer.Argument(..., help="First config (YAML, JSON or GGUF).", dir_okay=False),
     b: Path = typer.Argument(..., help="Second config.", dir_okay=False),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 even when the configs differ (never hides exit 2)."
-    ),
+    exit_zero: bool = exit_zero_option("when the configs differ"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),

@@ -11,7 +11,10 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
+    max_fraction_option,
+    max_violations_option,
     output_option,
     plot_option,
     prepare_plot,
@@ -55,19 +58,9 @@ def merge(
         min=0,
         help="Worst inputs listed per layer (default and maximum: what the shards kept).",
     ),
-    max_violations: int = typer.Option(
-        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
-    ),
-    max_fraction: float = typer.Option(
-        None,
-        "--max-fraction",
-        min=0.0,
-        max=1.0,
-        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
-    ),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 even when violations are found (never hides exit 2)."
-    ),
+    max_violations: int = max_violations_option(),
+    max_fraction: float = max_fraction_option(),
+    exit_zero: bool = exit_zero_option("when violations are found"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),

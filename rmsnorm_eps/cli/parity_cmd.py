@@ -11,6 +11,7 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
     output_option,
     plot_option,
@@ -75,9 +76,7 @@ def parity(
         "--record-time",
         help="Add the UTC time to the record (off by default: records are byte-identical).",
     ),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 on a failed verdict (never hides exit 2)."
-    ),
+    exit_zero: bool = exit_zero_option("on a failed verdict"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),

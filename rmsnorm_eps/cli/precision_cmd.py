@@ -11,6 +11,7 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
     output_option,
     summary_line,
@@ -36,9 +37,7 @@ def precision(
     dtype: list[str] = typer.Option(
         None, "--dtype", help="float16, bfloat16 or float32 (repeatable; default all three)."
     ),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 even when eps vanishes (never hides exit 2)."
-    ),
+    exit_zero: bool = exit_zero_option("when eps vanishes"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),

@@ -11,13 +11,17 @@ from rmsnorm_eps.cli._output import (
     append_step_summary,
     check_format,
     emit,
+    exit_zero_option,
     format_option,
+    max_fraction_option,
+    max_violations_option,
     output_option,
     plot_option,
     skip_unreadable_option,
     skipped_suffix,
     summary_line,
     summary_option,
+    top_option,
 )
 
 
@@ -77,20 +81,10 @@ def ratio(
     min_ratio: float = typer.Option(
         None, "--min-ratio", help="Give the bound as a minimum q/eps instead of --delta."
     ),
-    top: int = typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer."),
-    max_violations: int = typer.Option(
-        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
-    ),
-    max_fraction: float = typer.Option(
-        None,
-        "--max-fraction",
-        min=0.0,
-        max=1.0,
-        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
-    ),
-    exit_zero: bool = typer.Option(
-        False, "--exit-zero", help="Exit 0 even when violations are found (never hides exit 2)."
-    ),
+    top: int = top_option(),
+    max_violations: int = max_violations_option(),
+    max_fraction: float = max_fraction_option(),
+    exit_zero: bool = exit_zero_option("when violations are found"),
     fmt: str = format_option(),
     output: Path = output_option(),
     summary: bool = summary_option(),
