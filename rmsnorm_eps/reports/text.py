@@ -146,15 +146,12 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
     return rows
 
 
-def _histogram(layer: LayerResult, bound: float, color: bool) -> RenderableType:
+def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
+    """The title line and the table (a table title would wrap at the table's width)."""
+    title = Text(f"{layer.name}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
-    table = Table(
-        title=f"{layer.name}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("r = q/eps")
     table.add_column("count", justify="right")
     table.add_column("", no_wrap=True)
@@ -163,7 +160,7 @@ def _histogram(layer: LayerResult, bound: float, color: bool) -> RenderableType:
         n = 0 if count == 0 or peak == 0 else max(1, round(HISTOGRAM_BAR * count / peak))
         style = "red" if color and mark in ("below bound", "violation") else None
         table.add_row(label, str(count), "#" * n, mark, style=style)
-    return table
+    return [title, table]
 
 
 def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOptions) -> bool:
@@ -231,12 +228,12 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
-            parts.append(_histogram(layer, report.min_ratio, options.color))
+            parts.extend(_histogram(layer, report.min_ratio, options.color))
         if not layer.violations:
             continue
         if layer.worst:  # (--top 0 lists none)
             # The title is a line of its own: a table title wraps at the table's width.
-            parts.append(Text(f"\n{layer.name}: worst {len(layer.worst)} input(s)"))
+            parts.append(Text(f"{layer.name}: worst {len(layer.worst)} input(s)"))
             worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
             for name in ("index", "q", "q/eps", "A", "1 - A"):
                 worst.add_column(name, justify="left" if name == "index" else "right")
