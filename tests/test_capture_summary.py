@@ -194,16 +194,15 @@ import json, os, sys, torch, torch.distributed as dist
 sys.path.insert(0, os.environ["ROOT"])
 from tests.test_capture_hooks import tiny_llama
 from tests.test_capture_summary import _batches, _capture
-from rmsnorm_eps.capture.distributed import reduce_across_ranks
+from rmsnorm_eps.capture.distributed import write_reduced_summary
 from rmsnorm_eps.capture.report import summary_report
-from rmsnorm_eps.merge import write_summary
 dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2,
                         init_method="tcp://127.0.0.1:" + sys.argv[2])
 rank = dist.get_rank()
 mine = summary_report(_capture(tiny_llama(), [_batches()[rank]], True), 0.01, f"part{rank}")
-res = reduce_across_ranks(mine)
-if rank == 0:
-    write_summary(res, sys.argv[3])
+# every rank passes the same path; only rank 0 writes it
+res = write_reduced_summary(mine, sys.argv[3])
+assert res.layers[0].count == 18, res.layers[0].count  # every rank holds the merged report
 dist.barrier()
 dist.destroy_process_group()
 sys.stdout.flush()
@@ -266,3 +265,18 @@ def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path, cli: 
         assert r.exit_code == 1, r.stderr  # random weights: violations
         docs.append(_strip_shards(json.loads(r.stdout)["layers"]))
     assert docs[0] == docs[1] and docs[0][0]["count"] == 18
+
+
+def test_write_reduced_summary_without_a_process_group_writes_this_process(
+    tmp_path: Path,
+) -> None:
+    from rmsnorm_eps.capture.distributed import write_reduced_summary
+    from rmsnorm_eps.merge import load_summary
+
+    res = _capture(tiny_llama(), _batches(), True)
+    report = summary_report(res, 0.01, "one process")
+    out = tmp_path / "s.json"
+    assert write_reduced_summary(report, out) is report  # nothing to reduce: unchanged
+    again = load_summary(out)
+    assert [ly.count for ly in again.layers] == [ly.count for ly in report.layers]
+    assert [ly.min_q for ly in again.layers] == [ly.min_q for ly in report.layers]

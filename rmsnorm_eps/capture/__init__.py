@@ -7,7 +7,8 @@
   per module (all tokens, first token, other tokens) instead of every q; :func:`summary_report`
   turns it into the ``ratio`` report, which :func:`write_summary` writes as the mergeable
   summary that ``rmsnorm-eps merge`` reads.
-* :func:`reduce_across_ranks` merges summary reports over torch.distributed ranks.
+* :func:`reduce_across_ranks` merges summary reports over torch.distributed ranks;
+  :func:`write_reduced_summary` does that and writes one file from rank 0.
 * :func:`write_dump`, :func:`write_config` write a full capture.
 
 Importing this package imports neither torch nor transformers; the functions do.
@@ -28,6 +29,7 @@ __all__ = [
     "summary_report",
     "write_config",
     "write_dump",
+    "write_reduced_summary",
     "write_summary",
 ]
 
@@ -43,6 +45,7 @@ _WHERE = {
     "write_config": "rmsnorm_eps.capture.output",
     "write_dump": "rmsnorm_eps.capture.output",
     "write_summary": "rmsnorm_eps.merge",
+    "write_reduced_summary": "rmsnorm_eps.capture.distributed",
 }
 
 

@@ -13,12 +13,13 @@ would have produced over all the ranks' data in that order; rank 0 writes it
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from rmsnorm_eps.analysis import RatioReport
 from rmsnorm_eps.merge import merge_summaries, summary_document, summary_from_document
 
-__all__ = ["all_gather_bytes", "reduce_across_ranks"]
+__all__ = ["all_gather_bytes", "reduce_across_ranks", "write_reduced_summary"]
 
 
 def all_gather_bytes(data: bytes, group: Any = None) -> list[bytes]:
@@ -55,3 +56,23 @@ def reduce_across_ranks(report: RatioReport, group: Any = None) -> RatioReport:
         for r, b in enumerate(all_gather_bytes(mine, group))
     ]
     return merge_summaries(shards)
+
+
+def write_reduced_summary(
+    report: RatioReport, path: str | os.PathLike[str], group: Any = None
+) -> RatioReport:
+    """Reduce ``report`` across the ranks (:func:`reduce_across_ranks`) and write the one merged
+    summary file from rank 0 only; every rank gets the merged report back.
+
+    Without an initialized process group this simply writes ``report``: the same call works in
+    a single process and in a distributed job.
+    """
+    import torch.distributed as dist
+
+    from rmsnorm_eps.merge import write_summary
+
+    merged = reduce_across_ranks(report, group)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank(group) == 0:
+        write_summary(merged, path)
+    return merged
