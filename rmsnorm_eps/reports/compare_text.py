@@ -73,31 +73,17 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
 
 def _position_table(report: CompareReport) -> list[RenderableType]:
     """For dumps with token positions: first token (position 0) next to the other tokens."""
-    split = [ly for ly in report.layers if ly.first_token is not None]
-    if not split:
-        return []
-    table = Table(
-        title="By token position: first token (position 0) | other tokens",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
+    from rmsnorm_eps.reports.text import position_split_parts
+
+    return position_split_parts(
+        report.layers,
+        [
+            ("n", lambda p: str(p.count)),
+            ("max |change|", lambda p: _f(p.max_abs_change, 4)),
+            ("moved", lambda p: str(p.moved)),
+            ("viol", lambda p: str(p.violations)),
+        ],
     )
-    table.add_column("layer", overflow="fold")
-    for side in ("first", "other"):
-        for name in ("n", "max |change|", "moved", "viol"):
-            table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
-    for ly in split:
-        cells = [ly.name]
-        for part in (ly.first_token, ly.other_tokens):
-            assert part is not None
-            cells += [
-                str(part.count),
-                _f(part.max_abs_change, 4),
-                str(part.moved),
-                str(part.violations),
-            ]
-        table.add_row(*cells)
-    return [table]
 
 
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, RenderableType
@@ -170,33 +171,37 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
-def _position_parts(report: RatioReport) -> list[RenderableType]:
-    """For dumps with token positions: first token (position 0) next to the other tokens."""
-    split = [ly for ly in report.layers if ly.first_token is not None]
+def position_split_parts(
+    layers: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], str]]]
+) -> list[RenderableType]:
+    """For dumps with token positions: each layer's first token (position 0) next to its other
+    tokens, one ``(header, cell)`` column pair per figure. Shared by ratio and compare."""
+    split = [ly for ly in layers if ly.first_token is not None]
     if not split:
         return []
-    table = Table(
-        title="By token position: first token (position 0) | other tokens",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("layer", overflow="fold")
     for side in ("first", "other"):
-        for name in ("n", "min q/eps", "max q", "viol"):
+        for name, _ in columns:
             table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
     for ly in split:
         cells = [ly.name]
         for part in (ly.first_token, ly.other_tokens):
-            assert part is not None
-            cells += [
-                str(part.count),
-                fmt(part.min_ratio, 4),
-                fmt(part.max_q, 4),
-                str(part.violations),
-            ]
+            cells += [cell(part) for _, cell in columns]
         table.add_row(*cells)
-    return [table]
+    return [Text("By token position: first token (position 0) | other tokens"), table]
+
+
+def _position_parts(report: RatioReport) -> list[RenderableType]:
+    return position_split_parts(
+        report.layers,
+        [
+            ("n", lambda p: str(p.count)),
+            ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
+            ("max q", lambda p: fmt(p.max_q, 4)),
+            ("viol", lambda p: str(p.violations)),
+        ],
+    )
 
 
 def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
