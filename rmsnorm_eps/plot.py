@@ -20,6 +20,7 @@ pyplot global state). Output is deterministic: no date in SVG metadata, fixed SV
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,11 +169,17 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
 
 
-def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Plot:
-    """Draw the report (the worst ``max_layers`` layers) as PNG or SVG bytes."""
+def _layer_panels(
+    fmt: str,
+    layers: Sequence[Any],
+    draw_panel: Callable[[Any, Any, Any], None],
+    xlabel: str,
+    title: str,
+) -> Plot:
+    """One panel per layer, stacked (``draw_panel(ax, layer, np)`` fills each), as PNG or SVG
+    bytes: fixed size per panel, deterministic output (no dates, fixed SVG hash salt)."""
     if fmt not in FORMATS:
         raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
-    layers = worst_layers(report, max_layers)
     matplotlib = _import_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -183,21 +190,14 @@ def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Pl
         fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
         FigureCanvasAgg(fig)
         axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-        for ax, layer in zip(axes, layers, strict=True):
-            _panel(ax, layer, report, np)
-        axes[-1].set_xlabel("q/eps (log scale)", fontsize=8)
-        shown = (
-            f"{len(layers)} of {len(report.layers)} layers (worst first by violations)"
-            if len(layers) < len(report.layers)
-            else f"{len(layers)} layer(s)"
-        )
-        fig.suptitle(f"{report.source}: attenuation by eps, {shown}", fontsize=9)
+        for ax, layer in zip(axes, layers):  # no layer at all: one empty panel
+            draw_panel(ax, layer, np)
+        axes[-1].set_xlabel(xlabel, fontsize=8)
+        fig.suptitle(title, fontsize=9)
         fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
-        buf = io.BytesIO()
-        metadata = {"Date": None} if fmt == "svg" else {"Software": None}
-        fig.savefig(buf, format=fmt, dpi=PLOT_DPI, metadata=metadata)
+        data = _save(fig, fmt)
     return Plot(
-        data=buf.getvalue(),
+        data=data,
         fmt=fmt,
         layers=tuple(layer.name for layer in layers),
         width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
@@ -205,12 +205,31 @@ def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Pl
     )
 
 
-# ----------------------------------------------------------------------------- compare
 def _save(fig: Any, fmt: str) -> bytes:
     buf = io.BytesIO()
     metadata = {"Date": None} if fmt == "svg" else {"Software": None}
     fig.savefig(buf, format=fmt, dpi=PLOT_DPI, metadata=metadata)
     return buf.getvalue()
+
+
+def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Plot:
+    """Draw the report (the worst ``max_layers`` layers) as PNG or SVG bytes."""
+    layers = worst_layers(report, max_layers)
+    shown = (
+        f"{len(layers)} of {len(report.layers)} layers (worst first by violations)"
+        if len(layers) < len(report.layers)
+        else f"{len(layers)} layer(s)"
+    )
+    return _layer_panels(
+        fmt,
+        layers,
+        lambda ax, layer, np: _panel(ax, layer, report, np),
+        "q/eps (log scale)",
+        f"{report.source}: attenuation by eps, {shown}",
+    )
+
+
+# ----------------------------------------------------------------------------- compare
 
 
 def _log_floor(values: list[float], anchor: float) -> float:
@@ -312,40 +331,18 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
 def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -> Plot:
     """Draw a compare report: per layer, the largest |change| per decade of q/eps_from as
     bars, the exact |factor - 1| curve of the two settings and the tolerance line."""
-    if fmt not in FORMATS:
-        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
     layers = worst_compare_layers(report, max_layers)
-    matplotlib = _import_matplotlib()
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    n = max(1, len(layers))
-    with matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
-        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-        for ax, layer in zip(axes, layers, strict=True):
-            _compare_panel(ax, layer, report, np)
-        axes[-1].set_xlabel("q/eps_from (log scale)", fontsize=8)
-        shown = (
-            f"{len(layers)} of {len(report.layers)} layers"
-            if len(layers) < len(report.layers)
-            else f"{len(layers)} layer(s)"
-        )
-        fig.suptitle(
-            f"{report.source}: {report.spec_from.describe()} -> "
-            f"{report.spec_to.describe()}, {shown}",
-            fontsize=9,
-        )
-        fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
-        data = _save(fig, fmt)
-    return Plot(
-        data=data,
-        fmt=fmt,
-        layers=tuple(layer.name for layer in layers),
-        width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
-        height_px=round(PANEL_HEIGHT_IN * n * PLOT_DPI),
+    shown = (
+        f"{len(layers)} of {len(report.layers)} layers"
+        if len(layers) < len(report.layers)
+        else f"{len(layers)} layer(s)"
+    )
+    return _layer_panels(
+        fmt,
+        layers,
+        lambda ax, layer, np: _compare_panel(ax, layer, report, np),
+        "q/eps_from (log scale)",
+        f"{report.source}: {report.spec_from.describe()} -> {report.spec_to.describe()}, {shown}",
     )
 
 
