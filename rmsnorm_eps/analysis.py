@@ -22,8 +22,8 @@ from rmsnorm_eps.dumps import (
     ArraySource,
     Unreadable,
     default_threads,
-    open_dump,
-    open_dump_lenient,
+    map_layers,
+    open_layers,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
@@ -501,32 +501,24 @@ def analyze_dump(
         raise InvalidParameterError(f"threads must be >= 1, got {threads}")
     n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    skipped: list[Unreadable] = []
-    if skip_unreadable:
-        sources, skipped = open_dump_lenient(path, dtype)
-    else:
-        sources = open_dump(path, dtype)
+    sources, skipped = open_layers(path, dtype, skip_unreadable)
     eps_by_layer = {src.name: _layer_eps(eps, src.name) for src in sources}
-    layers: list[LayerResult] = []
-    for src in sources:
-        try:
-            layers.append(
-                _analyze_layer(
-                    src,
-                    eps_by_layer[src.name],
-                    ratio,
-                    raw,
-                    top_k,
-                    chunk_bytes,
-                    n_threads,
-                    fast,
-                    eps_sources,
-                )
-            )
-        except InputFileError as exc:
-            if not skip_unreadable:
-                raise
-            skipped.append(Unreadable(src.name, exc.problem))
+    layers = map_layers(
+        sources,
+        lambda src: _analyze_layer(
+            src,
+            eps_by_layer[src.name],
+            ratio,
+            raw,
+            top_k,
+            chunk_bytes,
+            n_threads,
+            fast,
+            eps_sources,
+        ),
+        skipped,
+        skip_unreadable,
+    )
     return RatioReport(
         source=str(Path(path)),
         raw=raw,

@@ -628,6 +628,35 @@ def open_dump_lenient(
     return open_dump(p, dtype), []
 
 
+def open_layers(
+    path: str | os.PathLike[str], dtype: str | None = None, skip_unreadable: bool = False
+) -> tuple[list[ArraySource], list[Unreadable]]:
+    """:func:`open_dump`, or :func:`open_dump_lenient` with ``skip_unreadable``."""
+    if skip_unreadable:
+        return open_dump_lenient(path, dtype)
+    return open_dump(path, dtype), []
+
+
+def map_layers(
+    sources: list[ArraySource],
+    fn: Callable[[ArraySource], T],
+    skipped: list[Unreadable],
+    skip_unreadable: bool,
+) -> list[T]:
+    """``fn`` over every layer. A layer whose data cannot be read (any :class:`InputFileError`)
+    fails the run, or with ``skip_unreadable`` is appended to ``skipped`` with its problem:
+    nothing is ever left out silently."""
+    out: list[T] = []
+    for src in sources:
+        try:
+            out.append(fn(src))
+        except InputFileError as exc:
+            if not skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
+    return out
+
+
 def npy_bytes(array: np.ndarray) -> bytes:
     """Serialize an array as .npy bytes (no pickling); used by writers and tests."""
     buf = io.BytesIO()

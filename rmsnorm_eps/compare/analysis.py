@@ -39,8 +39,8 @@ from rmsnorm_eps.dumps import (
     DEFAULT_CHUNK_BYTES,
     ArraySource,
     Unreadable,
-    open_dump,
-    open_dump_lenient,
+    map_layers,
+    open_layers,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
@@ -380,30 +380,22 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    skipped: list[Unreadable] = []
-    if skip_unreadable:
-        sources, skipped = open_dump_lenient(path)
-    else:
-        sources = open_dump(path)
-    layers: list[CompareLayer] = []
-    for src in sources:
-        try:
-            layers.append(
-                _compare_layer(
-                    src,
-                    spec_from.for_layer(src.name),
-                    spec_to.for_layer(src.name),
-                    tol,
-                    c,
-                    raw,
-                    top_k,
-                    chunk_bytes,
-                )
-            )
-        except InputFileError as exc:
-            if not skip_unreadable:
-                raise
-            skipped.append(Unreadable(src.name, exc.problem))
+    sources, skipped = open_layers(path, None, skip_unreadable)
+    layers = map_layers(
+        sources,
+        lambda src: _compare_layer(
+            src,
+            spec_from.for_layer(src.name),
+            spec_to.for_layer(src.name),
+            tol,
+            c,
+            raw,
+            top_k,
+            chunk_bytes,
+        ),
+        skipped,
+        skip_unreadable,
+    )
     return CompareReport(
         source=str(Path(path)),
         raw=raw,
