@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -530,6 +530,32 @@ def analyze_dump(
     )
 
 
+def fold_chunks(
+    src: ArraySource,
+    chunks: Iterator[tuple[int, np.ndarray]],
+    acc: Any,
+    split: PositionSplit[Any] | None,
+    positions: _SequentialReader | None,
+    q_shape: tuple[int, ...],
+    order: str,
+) -> None:
+    """Feed every q chunk to ``acc`` (and to the first-token split when the dump has
+    positions). A negative q (:class:`NegativeValue`, raised by either accumulator) becomes an
+    :class:`InputFileError` naming the file, key and multi-dimensional index."""
+    try:
+        for start, q in chunks:
+            acc.update(q, start)
+            if split is not None and positions is not None:
+                split.update(q, start, positions.read(start, q.size) == 0)
+    except NegativeValue as exc:
+        where = _unravel(exc.index, q_shape, order)
+        raise InputFileError(
+            src.path,
+            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            key=src.key,
+        ) from None
+
+
 def _analyze_layer(
     src: ArraySource,
     layer_eps: float,
@@ -548,18 +574,7 @@ def _analyze_layer(
     pos_src = None if raw else src.companion("position")
     split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
     positions = _SequentialReader(pos_src) if pos_src is not None else None
-    try:
-        for start, q in chunks:
-            acc.update(q, start)
-            if split is not None and positions is not None:
-                split.update(q, start, positions.read(start, q.size) == 0)
-    except NegativeValue as exc:
-        where = _unravel(exc.index, q_shape, order)
-        raise InputFileError(
-            src.path,
-            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
-            key=src.key,
-        ) from None
+    fold_chunks(src, chunks, acc, split, positions, q_shape, order)
     result = layer_result(
         acc,
         name=src.name,

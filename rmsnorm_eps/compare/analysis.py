@@ -32,7 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from rmsnorm_eps.analysis import PositionSplit, _SequentialReader, _unravel, iter_q_chunks
+from rmsnorm_eps.analysis import (
+    PositionSplit,
+    _SequentialReader,
+    _unravel,
+    fold_chunks,
+    iter_q_chunks,
+)
 from rmsnorm_eps.compare.factor import factor as compute_factor
 from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 from rmsnorm_eps.dumps import (
@@ -44,7 +50,7 @@ from rmsnorm_eps.dumps import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
-from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
 
 __all__ = [
     "CompareAccumulator",
@@ -162,13 +168,6 @@ class CompareReport:
         return tuple(layer.name for layer in self.layers if layer.violations)
 
 
-class NegativeQ(Exception):
-    def __init__(self, index: int, value: float) -> None:
-        super().__init__(f"negative q {value!r} at flat index {index}")
-        self.index = index
-        self.value = value
-
-
 #: Decade edges 1e{k} (float64 literals, as the ratio analysis uses) for k = DECADE_MIN-1 ..
 #: DECADE_MAX+2.
 _EDGES = np.array([decade_edge(k) for k in range(DECADE_MIN - 1, DECADE_MAX + 3)], np.float64)
@@ -221,7 +220,7 @@ class CompareAccumulator:
         neg = np.flatnonzero(q < 0)
         if neg.size:
             i = int(neg[0])
-            raise NegativeQ(start + i, float(q[i]))
+            raise NegativeValue(start + i, float(q[i]))
         nan = np.isnan(q)
         inf = np.isinf(q)
         self.nan_count += int(np.count_nonzero(nan))
@@ -435,18 +434,7 @@ def _compare_layer(
         make = partial(CompareAccumulator, spec_from, spec_to, tol, c, top_k)
         split = PositionSplit(make, _kept, _remap)
         positions = _SequentialReader(pos_src)
-    try:
-        for start, q in chunks:
-            acc.update(q, start)
-            if split is not None and positions is not None:
-                split.update(q, start, positions.read(start, q.size) == 0)
-    except NegativeQ as exc:
-        where = _unravel(exc.index, q_shape, order)
-        raise InputFileError(
-            src.path,
-            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
-            key=src.key,
-        ) from None
+    fold_chunks(src, chunks, acc, split, positions, q_shape, order)
     dtype = str(src.dtype.newbyteorder("="))
     layer = acc.result(name=src.name, shape=q_shape, order=order, dtype=dtype, raw_dim=dim)
     if split is not None:
