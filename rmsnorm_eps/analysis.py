@@ -231,10 +231,10 @@ def iter_q_chunks(
     values that decide nothing are then within ``d * 2**-24`` relative, typically 1e-7).
     """
     shape = source.shape
-    order = "F" if source.header.fortran_order else "C"
+    order = source.order
     itemsize = source.dtype.itemsize
     bf16 = source.stored_as == "bfloat16"
-    if source.header.size == 0:
+    if source.size == 0:
         raise InputFileError(source.path, f"empty array (shape {shape})", key=source.key)
     if not raw:
         per = max(1, chunk_bytes // itemsize)
@@ -277,7 +277,7 @@ def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     d blocks of N values. Squares are accumulated in float64 per row (memory: N float64),
     after a first pass for the row maxima when the data are float64 (overflow safety)."""
     d = source.shape[-1]
-    n = source.header.size // d
+    n = source.size // d
     per = max(1, chunk_bytes // source.dtype.itemsize)
     scale = np.ones(n, np.float64)
     if source.dtype == np.float64:

@@ -53,11 +53,6 @@ class FloatFormat:
     def smallest_subnormal(self) -> float:
         return float(2.0 ** (self.emin - self.precision + 1))
 
-    @property
-    def machine_eps(self) -> float:
-        """Spacing of the format at 1: ``2**(1-p)``."""
-        return float(2.0 ** (1 - self.precision))
-
 
 FORMATS: dict[str, FloatFormat] = {
     "float16": FloatFormat("float16", 11, -14, 15),

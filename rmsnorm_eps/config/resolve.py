@@ -34,24 +34,18 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
     GGUF is recognised by its magic bytes; JSON by a ``.json`` extension or a leading ``{``;
     anything else is read as our YAML schema.
     """
-    from rmsnorm_eps.dumps import check_regular_file
+    from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
 
     p = Path(path)
     size = check_regular_file(p)
     if size == 0:
         raise InputFileError(p, "empty file")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(64)
-    except OSError as exc:
-        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
-    from rmsnorm_eps.config.gguf_reader import GGUF_MAGIC
-
-    if head.startswith(GGUF_MAGIC) or p.suffix.lower() == ".gguf":
+    kind = sniff(p)
+    if kind is Kind.GGUF or p.suffix.lower() == ".gguf":
         from rmsnorm_eps.config.gguf_reader import read_gguf_config
 
         return read_gguf_config(p)
-    if p.suffix.lower() == ".json" or head.lstrip().startswith(b"{"):
+    if kind is Kind.JSON or p.suffix.lower() == ".json":
         from rmsnorm_eps.config.hf import read_hf_config
 
         return read_hf_config(p)
@@ -67,7 +61,6 @@ class EpsAssignment:
 
     eps: dict[str, float]
     provenance: dict[str, str]
-    fallback_layers: tuple[str, ...]
 
 
 def _listed(names: Iterable[str], limit: int = 20) -> str:
@@ -99,7 +92,6 @@ def eps_for_layers(
         )
     eps: dict[str, float] = {}
     prov: dict[str, str] = {}
-    fell_back: list[str] = []
     no_eps: list[tuple[str, Resolved]] = []
     for name in names:
         settings = config.settings_for(name)
@@ -110,7 +102,6 @@ def eps_for_layers(
             if fallback is not None:
                 eps[name] = fallback
                 prov[name] = "--eps (explicit fallback)"
-                fell_back.append(name)
             continue
         assert isinstance(value.value, float)
         eps[name] = value.value
@@ -122,7 +113,7 @@ def eps_for_layers(
             f"{config.path}: eps is {why} for {len(no_eps)} layer(s): "
             f"{_listed(n for n, _ in no_eps)}; " + (remedy or "give --eps explicitly")
         )
-    return EpsAssignment(eps=eps, provenance=prov, fallback_layers=tuple(fell_back))
+    return EpsAssignment(eps=eps, provenance=prov)
 
 
 @dataclass(frozen=True)

@@ -91,11 +91,11 @@ def _read_npy_npz(path: Path, key: str | None, expect: tuple[int, int] | None) -
     else:
         src = sources[_pick(list(sources), key, path)]
     _check_shape(src.shape, expect, path, src.key)
-    out = np.empty(src.header.size, dtype=np.float64)
+    out = np.empty(src.size, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # a signalling NaN widens to NaN (counted), silently
         for start, chunk in src.iter_elements(1 << 20):
             out[start : start + chunk.size] = chunk
-    values = out.reshape(src.shape, order="F" if src.header.fortran_order else "C")
+    values = out.reshape(src.shape, order=src.order)
     return ActualOutputs(values, str(src.dtype.newbyteorder("=")), str(path), src.key)
 
 
@@ -161,20 +161,16 @@ def read_actual(
     With ``expect_shape`` (the probes' ``(n, d)``), outputs of another size or last axis are
     refused from their header, before any data is read.
     """
-    from rmsnorm_eps.dumps import check_regular_file
+    from rmsnorm_eps.sources.sniff import Kind, check_regular_file, read_head, sniff
 
     p = Path(path)
     size = check_regular_file(p)
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(9)
-    except OSError as exc:
-        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
-    if head.startswith(b"\x93NUMPY") or head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+    kind = sniff(p)
+    if kind in (Kind.NPY, Kind.ZIP, Kind.TORCH_ZIP):
         return _read_npy_npz(p, key, expect_shape)
-    n = int.from_bytes(head[:8], "little")
-    if len(head) == 9 and (head[8:] == b"{" or 0 < n <= min(size - 8, SAFETENSORS_HEADER_MAX)):
+    if kind is Kind.SAFETENSORS:
         # a safetensors file: 8-byte little-endian header length, then a JSON object
+        n = int.from_bytes(read_head(p, 8), "little")
         if n > size - 8:
             raise InputFileError(
                 p, f"safetensors header declares {n} bytes, but the file holds {size - 8} after it"
@@ -186,6 +182,6 @@ def read_actual(
                 "this reader accepts",
             )
         return _read_safetensors(p, key, expect_shape)
-    if not head:
+    if kind is Kind.EMPTY:
         raise InputFileError(p, "empty file")
     raise InputFileError(p, "not a .npy, .npz or .safetensors file (unrecognised first bytes)")

@@ -357,18 +357,13 @@ def _meta(meta: dict[str, Any], path: Path, name: str, kind: type | tuple[type, 
 
 def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
     """Read a probe file written by :func:`write_probes` (never unpickles; checks every array)."""
-    from rmsnorm_eps.dumps import check_regular_file
+    from rmsnorm_eps.sources.sniff import Kind, sniff
 
     p = Path(path)
-    check_regular_file(p)
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(4)
-    except OSError as exc:
-        raise InputFileError(p, f"cannot read: {exc.strerror or exc}") from None
-    if head == b"\x93NUM":
+    kind = sniff(p)
+    if kind is Kind.NPY:
         raise InputFileError(p, "not a probe .npz file (a single .npy array)")
-    if head not in (b"PK\x03\x04", b"PK\x05\x06"):
+    if kind not in (Kind.ZIP, Kind.TORCH_ZIP):
         raise InputFileError(p, "not a probe .npz file (not a zip archive)")
     try:
         data = np.load(p, allow_pickle=False)

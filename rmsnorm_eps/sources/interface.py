@@ -1,0 +1,154 @@
+"""The format-neutral view of a dump: :class:`ArraySource`, and :func:`open_sources`.
+
+A dump is opened into one :class:`ArraySource` per array (a layer), whatever the file format;
+members that cannot be read become :class:`Unreadable` entries (listed, never dropped). Which
+reader opens a file is decided by :func:`~rmsnorm_eps.sources.sniff.sniff` and the
+:data:`OPENERS` registry (kind -> ``"module:function"``, imported on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["OPENERS", "ArraySource", "Opened", "Opener", "Unreadable", "open_sources"]
+
+T = TypeVar("T")
+
+
+class ArraySource(Protocol):
+    """One array of a dump (a layer): what the analysis reads, whatever the file format.
+
+    Errors (damaged data, truncation) are raised as :class:`~rmsnorm_eps.errors.InputFileError`
+    naming ``path`` and ``key``.
+    """
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def key(self) -> str | None:
+        """The array's name inside its container; ``None`` for a one-array file."""
+
+    @property
+    def name(self) -> str:
+        """Layer name: ``key``, or the file's stem."""
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """Stored dtype (either byte order; uint16/V2 for bfloat16 bit patterns)."""
+
+    @property
+    def dtype_name(self) -> str:
+        """Logical dtype in native order: ``float32``, ``bfloat16``, ..."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def order(self) -> str:
+        """``'C'`` or ``'F'``: the order of the elements in :meth:`iter_elements`."""
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+
+    @property
+    def stored_as(self) -> str | None:
+        """``"bfloat16"`` when stored uint16/V2 values are bfloat16 bit patterns."""
+
+    @property
+    def members(self) -> int:
+        """Container members this source stands for (itself and its companions)."""
+
+    def companion(self, name: str) -> ArraySource | None:
+        """The companion array ``name`` (e.g. ``"position"``) of this layer, if any."""
+
+    def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, values)``: consecutive 1-D runs of at most ``elems_per_chunk`` elements in
+        ``order``, native byte order, valid until the next iteration."""
+
+    def iter_mapped(
+        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
+    ) -> Iterator[tuple[int, T]]:
+        """``(start, fn(start, values))`` for the chunks of :meth:`iter_elements`, in order,
+        possibly computed on ``threads`` worker threads."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A layer (container member) that could not be read, and why: listed, never dropped."""
+
+    name: str
+    problem: str
+
+
+class Opened(NamedTuple):
+    """What an opener returns: the readable arrays, the unreadable members (only when opened
+    ``lenient``; else the first one raises) and how many members the container has in all."""
+
+    sources: list[Any]  # list[ArraySource]; Any so concrete source lists are accepted
+    unreadable: list[Unreadable]
+    members_total: int
+
+
+#: ``opener(path, size, stored_as, lenient)``: read the file's headers, check every array's
+#: dtype and declared size, and return :class:`Opened`. With ``lenient`` a member that cannot
+#: be opened is returned as :class:`Unreadable`; without, it raises.
+Opener = Callable[[Path, int, "str | None", bool], Opened]
+
+#: The readers, by the kind :func:`sniff` returns: ``"module:function"`` of an :data:`Opener`,
+#: imported on first use (so unused readers cost no start-up time).
+OPENERS: dict[Kind, str] = {
+    Kind.NPY: "rmsnorm_eps.sources.npy:open_npy",
+    Kind.ZIP: "rmsnorm_eps.sources.npz:open_npz",
+    # Until a torch.save reader is registered, its zip is read as an archive of .npy members
+    # (each of its members is then reported as "not a .npy array").
+    Kind.TORCH_ZIP: "rmsnorm_eps.sources.npz:open_npz",
+}
+
+#: Logical dtypes that can be asked for (``dtype=``): stored as raw bit patterns.
+_STORED_AS = ("bfloat16",)
+
+
+def _opener(kind: Kind) -> Opener | None:
+    target = OPENERS.get(kind)
+    if target is None:
+        return None
+    module, _, func = target.partition(":")
+    opener: Opener = getattr(importlib.import_module(module), func)
+    return opener
+
+
+def open_sources(
+    path: str | os.PathLike[str], dtype: str | None = None, lenient: bool = False
+) -> Opened:
+    """Open a dump, whatever its format, into one :class:`ArraySource` per array.
+
+    The format is decided by the file's first bytes (:func:`sniff`), not its extension.
+    Headers, dtypes and declared sizes are all checked here, before any analysis starts.
+    ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns. With ``lenient`` a
+    member that cannot be opened is listed in ``Opened.unreadable`` instead of failing the
+    whole dump; a file that is not a readable dump at all still raises.
+    """
+    if dtype is not None and dtype not in _STORED_AS:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(_STORED_AS)}, got {dtype!r}")
+    p = Path(path)
+    size = check_regular_file(p)
+    kind = sniff(p)
+    if kind is Kind.EMPTY:
+        raise InputFileError(p, "empty file")
+    opener = _opener(kind)
+    if opener is None:
+        raise InputFileError(p, "not a .npy or .npz file (unrecognised magic bytes)")
+    return opener(p, size, dtype, lenient)

@@ -1,0 +1,209 @@
+"""``.npz`` archives: one source per ``.npy`` member, every member accounted for.
+
+The zip central directory is read once per archive (:class:`~rmsnorm_eps.sources.raw.ZipArchive`
+is shared by the member sources), so opening and reading N members takes time linear in N.
+
+Every entry of the directory is either opened as an array or reported (raised, or with
+``lenient`` listed as :class:`~rmsnorm_eps.sources.interface.Unreadable`): names not ending in
+``.npy`` (an empty name, a directory ``x/``), a repeated name, an entry whose bytes overlap
+another's or run into the central directory, a damaged header, a non-float dtype, a size that
+disagrees with the header. ``Opened.members_total`` is the number of entries.
+
+A member ``<layer>::<what>`` (e.g. ``model.norm::position``) is not a layer: it holds one
+integer per q value of ``<layer>`` (same shape), such as the token position ``capture`` writes;
+it is attached to its layer (:meth:`RawArraySource.companion`).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.sources.interface import Opened, Unreadable
+from rmsnorm_eps.sources.npy import check_declared_size, read_npy_header, stored
+from rmsnorm_eps.sources.raw import (
+    ZIP_ERRORS,
+    RawArraySource,
+    ZipArchive,
+    check_float_dtype,
+    describe_dtype,
+)
+from rmsnorm_eps.sources.sniff import ZIP_LOCAL_MAGIC
+
+__all__ = ["COMPANION_SEP", "open_npz"]
+
+#: Separator between a layer's key and its companion's name in .npz member names.
+COMPANION_SEP = "::"
+
+_LOCAL_HEADER = 30  # fixed part of a zip local file header
+
+
+def _local_extents(
+    fp: IO[bytes] | None, infos: list[zipfile.ZipInfo], end_of_data: int
+) -> tuple[list[int | None], dict[int, str]]:
+    """For each entry: the absolute offset of its data (None when its local header cannot be
+    read), and the problems of entries whose bytes overlap an earlier entry's or run past
+    ``end_of_data`` (the start of the central directory)."""
+    starts: list[int | None] = []
+    spans: list[tuple[int, int, int]] = []  # (first byte, end, entry index)
+    for i, info in enumerate(infos):
+        local = b""
+        if fp is not None:
+            try:
+                fp.seek(info.header_offset)
+                local = fp.read(_LOCAL_HEADER)
+            except (OSError, ValueError):
+                local = b""
+        if len(local) != _LOCAL_HEADER or local[:4] != ZIP_LOCAL_MAGIC:
+            starts.append(None)
+            continue
+        name_len = int.from_bytes(local[26:28], "little")
+        extra_len = int.from_bytes(local[28:30], "little")
+        data = info.header_offset + _LOCAL_HEADER + name_len + extra_len
+        starts.append(data)
+        spans.append((info.header_offset, data + info.compress_size, i))
+    problems: dict[int, str] = {}
+    reach, owner = -1, -1
+    for first, end, i in sorted(spans):
+        if first < reach:
+            problems[i] = f"its bytes overlap member {infos[owner].filename!r}"
+        elif end > end_of_data:
+            problems[i] = "its bytes run into the zip central directory"
+        if end > reach:
+            reach, owner = end, i
+    return starts, problems
+
+
+def _check_companion_dtype(dtype: np.dtype[Any], path: Path, key: str) -> None:
+    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "iu":
+        raise InputFileError(
+            path,
+            f"companion array has dtype {describe_dtype(dtype)}: expected an integer dtype",
+            key=key,
+        )
+
+
+def _open_member(
+    archive: ZipArchive,
+    info: zipfile.ZipInfo,
+    data_start: int | None,
+    seen: set[str],
+    stored_as: str | None,
+) -> RawArraySource:
+    path = archive.path
+    name = info.filename
+    if name.endswith("/"):
+        raise InputFileError(path, f"member {name!r} is a directory entry, not a .npy array")
+    if not name.endswith(".npy"):
+        raise InputFileError(path, f"member {name!r} is not a .npy array")
+    key = name[: -len(".npy")]
+    if key in seen:
+        raise InputFileError(path, f"duplicate member {name!r}")
+    seen.add(key)
+    try:
+        with archive.open(info) as member:
+            header = read_npy_header(member, path, key)
+    except ZIP_ERRORS as exc:
+        raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
+    companion = COMPANION_SEP in key  # an integer side array of a layer, not a layer
+    if companion:
+        _check_companion_dtype(header.dtype, path, key)
+    else:
+        check_float_dtype(header.dtype, path, key, stored_as)
+    check_declared_size(path, key, header, info.file_size)
+    if info.file_size > header.header_len + header.nbytes:
+        raise InputFileError(
+            path,
+            f"member is {info.file_size} bytes, its header declares "
+            f"{header.header_len + header.nbytes}",
+            key=key,
+        )
+    in_place = (
+        data_start is not None
+        and info.compress_type == zipfile.ZIP_STORED
+        and not info.flag_bits & 0x1
+    )
+    return RawArraySource(
+        path,
+        key,
+        header.dtype,
+        header.shape,
+        header.order,
+        data_offset=data_start + header.header_len if in_place and data_start is not None else None,
+        member=name,
+        info=info,
+        archive=archive,
+        skip=header.header_len,
+        stored_as=None if companion else stored(header, stored_as),
+        member_crc=info.CRC,
+    )
+
+
+def _attach_companions(
+    path: Path,
+    layers: list[RawArraySource],
+    companions: list[RawArraySource],
+    unreadable: list[Unreadable] | None,
+) -> list[RawArraySource]:
+    by_key = {src.key: src for src in layers}
+    attached: dict[str, list[tuple[str, RawArraySource]]] = {}
+    for comp in companions:
+        assert comp.key is not None
+        base, _, what = comp.key.rpartition(COMPANION_SEP)
+        layer = by_key.get(base)
+        problem = None
+        if layer is None:
+            problem = f"companion array without its layer {base!r}"
+        elif comp.shape != layer.shape or comp.order != layer.order:
+            problem = (
+                f"companion array has shape {comp.shape}, its layer {base!r} has {layer.shape}"
+            )
+        if problem is not None:
+            if unreadable is None:
+                raise InputFileError(path, problem, key=comp.key)
+            unreadable.append(Unreadable(comp.key, problem))
+            continue
+        attached.setdefault(base, []).append((what, comp))
+    return [replace(src, companions=tuple(attached.get(str(src.key), ()))) for src in layers]
+
+
+def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Opened:
+    """Open every member of an ``.npz``; see the module docstring for what is refused."""
+    del size  # the directory gives each member's size
+    try:
+        zf = zipfile.ZipFile(path)
+    except ZIP_ERRORS as exc:
+        raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
+    archive = ZipArchive(path, zf)
+    infos = zf.infolist()
+    starts, problems = _local_extents(zf.fp, infos, zf.start_dir)
+    layers: list[RawArraySource] = []
+    companions: list[RawArraySource] = []
+    unreadable: list[Unreadable] = []
+    seen: set[str] = set()
+    for i, info in enumerate(infos):
+        try:
+            if i in problems:
+                raise InputFileError(path, f"member {info.filename!r}: {problems[i]}")
+            src = _open_member(archive, info, starts[i], seen, stored_as)
+        except InputFileError as exc:
+            if not lenient:
+                archive.close()
+                raise
+            unreadable.append(Unreadable(exc.key or info.filename, exc.problem))
+            continue
+        (companions if COMPANION_SEP in str(src.key) else layers).append(src)
+    try:
+        layers = _attach_companions(path, layers, companions, unreadable if lenient else None)
+    except InputFileError:
+        archive.close()
+        raise
+    if not layers and not unreadable:
+        archive.close()
+        raise InputFileError(path, "the .npz archive holds no arrays")
+    return Opened(layers, unreadable, len(infos))

@@ -1,0 +1,396 @@
+"""One array stored as contiguous raw bytes, in a file or in a zip member, read in bounded chunks.
+
+:class:`RawArraySource` implements :class:`~rmsnorm_eps.sources.interface.ArraySource` for every
+format whose array data are plain contiguous bytes of one dtype: ``.npy`` files, ``.npz``
+members, and equally safetensors tensors (``data_offset`` = 8 + header length + the tensor's
+begin offset) and the stored members of a ``torch.save`` zip. A reader for such a format only
+parses its header and builds these; the streaming is here.
+
+Data are read with ``readinto`` into one reused buffer, so the resident memory of a run does not
+grow with the file (a memory map would: every touched page counts toward RSS). With threads and
+an in-place source (``data_offset`` set), chunks are read with ``os.preadv`` in parallel.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import threading
+import zipfile
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import numpy as np
+
+from rmsnorm_eps.errors import InputFileError
+
+__all__ = [
+    "STORED_AS",
+    "ZIP_ERRORS",
+    "RawArraySource",
+    "ZipArchive",
+    "check_float_dtype",
+    "default_threads",
+    "describe_dtype",
+    "is_bf16_storage",
+]
+
+T = TypeVar("T")
+
+#: Values of ``open_dump(..., dtype=)``: logical dtypes stored as raw bit patterns.
+#: ``bfloat16``: arrays of dtype uint16 (either byte order) or ``V2`` (what ``np.save`` writes
+#: for an ml_dtypes bfloat16 array; read as little-endian) hold bfloat16 bit patterns.
+STORED_AS = ("bfloat16",)
+
+_FLOAT_KINDS = {"float16", "float32", "float64"}
+
+#: What reading a damaged or unusual zip member can raise: a bad CRC or header (BadZipFile), a
+#: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
+#: (RuntimeError), an unsupported compression method (NotImplementedError).
+ZIP_ERRORS: tuple[type[Exception], ...] = (
+    zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    zlib.error,
+    lzma.LZMAError,
+    IndexError,
+    KeyError,  # zipfile on mangled names and extras
+)
+
+
+def describe_dtype(dtype: np.dtype[Any]) -> str:
+    """A dtype's name for messages: native-order name, ``object`` or ``structured [...]``."""
+    if dtype.hasobject:
+        return "object"
+    if dtype.fields is not None:
+        return f"structured {dtype.descr}"
+    return str(dtype.newbyteorder("=")) if dtype.byteorder not in "=|" else str(dtype)
+
+
+def is_bf16_storage(dtype: np.dtype[Any]) -> bool:
+    """uint16 or ``V2``: what bfloat16 bit patterns are stored as."""
+    return dtype.fields is None and (
+        (dtype.kind == "u" and dtype.itemsize == 2) or (dtype.kind == "V" and dtype.itemsize == 2)
+    )
+
+
+def check_float_dtype(
+    dtype: np.dtype[Any], path: Path, key: str | None, stored_as: str | None = None
+) -> None:
+    """Refuse anything but float16/32/64 (either byte order) with a message naming the dtype.
+
+    With ``stored_as="bfloat16"``, uint16 and ``V2`` arrays (bfloat16 bit patterns) are accepted
+    too.
+    """
+    if dtype.hasobject:
+        raise InputFileError(
+            path, "holds Python objects (pickled data); refusing to load it", key=key
+        )
+    if stored_as == "bfloat16" and is_bf16_storage(dtype):
+        return
+    name = describe_dtype(dtype)
+    if dtype.fields is not None or dtype.kind != "f" or name not in _FLOAT_KINDS:
+        hint = (
+            " (bfloat16 stored as uint16 or V2? pass --dtype bfloat16)"
+            if stored_as is None and is_bf16_storage(dtype)
+            else ""
+        )
+        raise InputFileError(
+            path,
+            f"unsupported dtype {name}: expected float16, float32 or float64{hint}",
+            key=key,
+        )
+
+
+def default_threads() -> int:
+    """Worker threads used when none are asked for: 2, or 1 on a single available CPU.
+
+    Measured with benchmarks/bench_stream.py on the idle 2-CPU development machine, whole
+    processes on N x 4096 float32 dumps: 1 GiB in 0.214 s with two threads against 0.264 s
+    with one, 4 GiB in 0.374 s against 0.428 s. More threads do not help: the copy out of the
+    page cache and numpy's kernels already saturate memory bandwidth with two. (On a machine
+    whose CPUs are busy with other work, one thread can be faster: ``--threads 1``.)
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return min(2, max(1, cpus))
+
+
+class ZipArchive:
+    """One open zip archive shared by all its member sources.
+
+    The central directory is read once, when the archive is opened; every member is then
+    opened from its :class:`zipfile.ZipInfo` (never by name: names may repeat). The archive
+    stays open while any of its sources is alive (``zipfile`` closes the file when collected).
+    """
+
+    def __init__(self, path: Path, zf: zipfile.ZipFile) -> None:
+        self.path = path
+        self._zf = zf
+        self._lock = threading.Lock()
+
+    def open(self, info: zipfile.ZipInfo) -> IO[bytes]:
+        """A read stream of one member (CRC checked at its end by ``zipfile``)."""
+        with self._lock:
+            if self._zf.fp is None:  # closed explicitly: open again (directory read again)
+                self._zf = zipfile.ZipFile(self.path)
+            return self._zf.open(info)
+
+    def close(self) -> None:
+        self._zf.close()
+
+
+def _readinto_full(stream: IO[bytes], view: memoryview) -> int:
+    got = 0
+    total = len(view)
+    while got < total:
+        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got
+
+
+@dataclass(frozen=True)
+class RawArraySource:
+    """One array of a dump (a layer), stored as contiguous raw bytes; read lazily, by chunks.
+
+    ``key`` is the name inside a container (an ``.npz`` member name without ``.npy``; ``None``
+    for a plain ``.npy`` file). For a zip member, ``member`` is its name, ``info`` its
+    directory entry, ``archive`` the shared open archive and ``skip`` the bytes of the member
+    before the data (its ``.npy`` header). ``data_offset`` is the absolute file offset of the
+    first data byte when the data can be read in place (a plain file, or an uncompressed
+    member), which allows parallel positioned reads; ``None`` for compressed members (read as
+    one stream). ``stored_as`` is ``"bfloat16"`` when the stored uint16/V2 values are bfloat16
+    bit patterns. ``member_crc`` is the CRC-32 the zip directory records for the whole member,
+    checked by the in-place parallel reader as ``zipfile`` checks it on the sequential path.
+    """
+
+    path: Path
+    key: str | None
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    order: str = "C"  # 'C' or 'F': the order of the stored elements
+    data_offset: int | None = None
+    member: str | None = None
+    info: zipfile.ZipInfo | None = field(default=None, compare=False, repr=False)
+    archive: ZipArchive | None = field(default=None, compare=False, repr=False)
+    skip: int = 0
+    stored_as: str | None = None
+    # Companion arrays of this layer: ("position", source) for the member "<key>::position".
+    companions: tuple[tuple[str, RawArraySource], ...] = ()
+    member_crc: int | None = None
+
+    def companion(self, name: str) -> RawArraySource | None:
+        """The companion array ``name`` (e.g. "position") of this layer, if the dump has one."""
+        return dict(self.companions).get(name)
+
+    @property
+    def name(self) -> str:
+        """Layer name: the key, or the file's stem for a plain array file."""
+        return self.key if self.key is not None else self.path.stem
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for k in self.shape:
+            n *= k
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def members(self) -> int:
+        """Container members this source stands for: itself and its companions."""
+        return 1 + len(self.companions)
+
+    @property
+    def dtype_name(self) -> str:
+        """The logical dtype of the values: ``bfloat16``, ``float32``, ... (native order)."""
+        if self.stored_as is not None:
+            return self.stored_as
+        return str(self.dtype.newbyteorder("="))
+
+    @property
+    def header(self) -> Any:
+        """The ``.npy`` header this source was described by (compatibility; prefer
+        ``dtype``, ``shape``, ``order`` and ``size``)."""
+        from rmsnorm_eps.sources.npy import NpyHeader
+
+        start = self.skip if self.member is not None else (self.data_offset or 0)
+        return NpyHeader(self.dtype, self.shape, self.order == "F", start)
+
+    @property
+    def _read_dtype(self) -> np.dtype[Any]:
+        return np.dtype("<u2") if self.dtype.kind == "V" else self.dtype
+
+    def _open(self) -> IO[bytes]:
+        try:
+            if self.archive is None or self.info is None:
+                fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 (closed by the caller)
+                fh.seek(self.data_offset or 0)
+                return fh
+            member = self.archive.open(self.info)
+            skipped = member.read(self.skip)
+            if len(skipped) != self.skip:
+                member.close()
+                raise InputFileError(self.path, "truncated member", key=self.key)
+            return member
+        except ZIP_ERRORS as exc:
+            raise InputFileError(self.path, f"cannot read: {exc}", key=self.key) from None
+
+    def _truncated(self, start: int, got: int) -> InputFileError:
+        return InputFileError(
+            self.path,
+            f"truncated data: expected {self.nbytes} bytes for shape "
+            f"{self.shape}, got {start * self.dtype.itemsize + got}",
+            key=self.key,
+        )
+
+    def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, values)``: consecutive 1-D runs of stored elements in file order.
+
+        ``values`` is a native-byte-order view into a reused buffer (valid until the next
+        iteration): copy what you keep. ``start`` is the position of ``values[0]`` in file order.
+        """
+        dtype = self._read_dtype
+        total = self.size
+        per = max(1, min(elems_per_chunk, total))
+        buf = np.empty(per, dtype=dtype)
+        raw = buf.data.cast("B")
+        native = dtype.newbyteorder("=") if not dtype.isnative else None
+        stream = self._open()
+        try:
+            start = 0
+            while start < total:
+                n = min(per, total - start)
+                nbytes = n * dtype.itemsize
+                try:
+                    got = _readinto_full(stream, raw[:nbytes])
+                except ZIP_ERRORS as exc:
+                    raise InputFileError(
+                        self.path, f"cannot read data: {exc}", key=self.key
+                    ) from None
+                if got < nbytes:
+                    raise self._truncated(start, got)
+                chunk = buf[:n]
+                if native is not None:
+                    chunk = chunk.byteswap().view(native)
+                yield start, chunk
+                start += n
+        finally:
+            stream.close()
+
+    def iter_mapped(
+        self,
+        elems_per_chunk: int,
+        fn: Callable[[int, np.ndarray], T],
+        threads: int = 1,
+    ) -> Iterator[tuple[int, T]]:
+        """Yield ``(start, fn(start, values))`` for the chunks of :meth:`iter_elements`, in order.
+
+        With ``threads > 1`` and a source readable in place (``data_offset`` is set), chunks are
+        read with ``os.preadv`` into per-task buffers and ``fn`` runs on ``threads`` worker
+        threads (numpy and the read release the GIL), at most ``threads + 1`` chunks ahead of
+        the consumer; memory stays bounded by that many chunk buffers. ``fn``'s result may be a
+        view of the chunk buffer: it is valid until the next iteration.
+        """
+        total = self.size
+        per = max(1, min(elems_per_chunk, total))
+        if threads <= 1 or self.data_offset is None or total <= per:
+            for start, values in self.iter_elements(per):
+                yield start, fn(start, values)
+            return
+        yield from _ParallelReader(self, per, threads).run(fn)
+
+
+class _ParallelReader:
+    """Positioned parallel reads of an in-place source (see :meth:`RawArraySource.iter_mapped`)."""
+
+    def __init__(self, src: RawArraySource, per: int, threads: int) -> None:
+        self.src = src
+        self.per = per
+        self.threads = threads
+        self.dtype = src._read_dtype
+        self.native = self.dtype.newbyteorder("=") if not self.dtype.isnative else None
+        self.total = src.size
+        assert src.data_offset is not None
+        self.base = src.data_offset
+
+    def _read(self, fd: int, start: int, buf: np.ndarray) -> np.ndarray:
+        itemsize = self.dtype.itemsize
+        n = min(self.per, self.total - start)
+        view = buf.data.cast("B")[: n * itemsize]
+        got = 0
+        while got < len(view):
+            try:
+                k = os.preadv(fd, [view[got:]], self.base + start * itemsize + got)
+            except OSError as exc:
+                raise InputFileError(
+                    self.src.path, f"cannot read data: {exc.strerror or exc}", key=self.src.key
+                ) from None
+            if k <= 0:
+                raise self.src._truncated(start, got)
+            got += k
+        chunk = buf[:n]
+        if self.native is not None:
+            chunk = chunk.byteswap().view(self.native)
+        return chunk
+
+    def run(self, fn: Callable[[int, np.ndarray], T]) -> Iterator[tuple[int, T]]:
+        src, per, total = self.src, self.per, self.total
+        try:
+            fd = os.open(src.path, os.O_RDONLY)
+        except OSError as exc:
+            raise InputFileError(src.path, f"cannot read: {exc.strerror or exc}") from None
+
+        def task(start: int, buf: np.ndarray) -> T:
+            return fn(start, self._read(fd, start, buf))
+
+        crc: int | None = None
+        if src.member_crc is not None:  # fold the CRC-32 in file order, as zipfile would
+            crc = zlib.crc32(os.pread(fd, src.skip, self.base - src.skip))
+        starts = iter(range(0, total, per))
+        pending: deque[tuple[int, Future[T], np.ndarray]] = deque()
+        pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="rmsnorm-eps-read")
+        try:
+            for _ in range(self.threads + 1):
+                s = next(starts, None)
+                if s is None:
+                    break
+                buf = np.empty(per, self.dtype)
+                pending.append((s, pool.submit(task, s, buf), buf))
+            while pending:
+                s, fut, buf = pending.popleft()
+                result = fut.result()
+                if crc is not None:  # the raw bytes: fn reads the buffer, never writes it
+                    nbytes = min(per, total - s) * self.dtype.itemsize
+                    crc = zlib.crc32(buf.data.cast("B")[:nbytes], crc)
+                    if s + per >= total and crc != src.member_crc:
+                        raise InputFileError(
+                            src.path,
+                            f"cannot read data: Bad CRC-32 for file {src.member!r}",
+                            key=src.key,
+                        )
+                yield s, result
+                nxt = next(starts, None)  # the consumer is done with ``buf``: reuse it
+                if nxt is not None:
+                    pending.append((nxt, pool.submit(task, nxt, buf), buf))
+        finally:
+            for _, fut, _ in pending:
+                fut.cancel()
+            pool.shutdown(wait=True)
+            os.close(fd)
