@@ -21,6 +21,7 @@ from rmsnorm_eps.sources.interface import Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
 from rmsnorm_eps.sources.npz import COMPANION_SEP
 from rmsnorm_eps.sources.raw import (
+    DEFAULT_CHUNK_BYTES,
     STORED_AS,
     RawArraySource,
     check_float_dtype,
@@ -49,9 +50,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
-DEFAULT_CHUNK_BYTES = 1 << 22
 
 #: The concrete source type of ``.npy`` files and ``.npz`` members (compatibility name; the
 #: format-neutral protocol is :class:`rmsnorm_eps.sources.ArraySource`).

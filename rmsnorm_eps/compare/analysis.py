@@ -29,28 +29,35 @@ from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rmsnorm_eps.analysis import (
+from rmsnorm_eps.compare.factor import factor as compute_factor
+from rmsnorm_eps.compare.spec import (
+    EpsSpec,
+    LayerSpecs,
+    is_config_spec,
+    parse_spec,
+    specs_from_config,
+)
+from rmsnorm_eps.dumps import map_layers
+from rmsnorm_eps.engine import (
+    DEFAULT_CHUNK_BYTES,
     PositionSplit,
-    _SequentialReader,
-    _unravel,
+    ReportTotals,
+    SequentialReader,
     fold_chunks,
     iter_q_chunks,
-)
-from rmsnorm_eps.compare.factor import factor as compute_factor
-from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
-from rmsnorm_eps.dumps import (
-    DEFAULT_CHUNK_BYTES,
-    ArraySource,
-    Unreadable,
-    map_layers,
-    open_layers,
+    unravel,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
+from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
     "CompareAccumulator",
@@ -115,6 +122,11 @@ class CompareLayer:
         return self.nan_count + self.inf_count
 
     @property
+    def nonfinite(self) -> int:
+        """Nonfinite q values plus nonfinite factors."""
+        return self.nonfinite_q + self.nonfinite_factor
+
+    @property
     def violations(self) -> int:
         return self.moved + self.nonfinite_q + self.nonfinite_factor
 
@@ -124,8 +136,9 @@ class CompareLayer:
 
 
 @dataclass(frozen=True)
-class CompareReport:
-    """The result of :func:`compare_dump`."""
+class CompareReport(ReportTotals):
+    """The result of :func:`compare_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`;
+    ``nonfinite`` counts nonfinite q values and nonfinite factors)."""
 
     source: str
     raw: bool
@@ -137,35 +150,18 @@ class CompareReport:
     layers: tuple[CompareLayer, ...]
     # Layers that could not be read, with why (only with skip_unreadable; else that fails).
     skipped: tuple[Unreadable, ...] = ()
-
-    @property
-    def count(self) -> int:
-        return sum(layer.count for layer in self.layers)
+    # Members of the dump's container and how many were analysed (see RatioReport).
+    members_total: int = 0
+    members_analysed: int = 0
 
     @property
     def moved(self) -> int:
         return sum(layer.moved for layer in self.layers)
 
     @property
-    def nonfinite(self) -> int:
-        return sum(layer.nonfinite_q + layer.nonfinite_factor for layer in self.layers)
-
-    @property
-    def violations(self) -> int:
-        return sum(layer.violations for layer in self.layers)
-
-    @property
-    def violation_fraction(self) -> float:
-        return self.violations / self.count if self.count else 0.0
-
-    @property
     def max_abs_change(self) -> float | None:
         values = [x.max_abs_change for x in self.layers if x.max_abs_change is not None]
         return max(values) if values else None
-
-    @property
-    def layers_affected(self) -> tuple[str, ...]:
-        return tuple(layer.name for layer in self.layers if layer.violations)
 
 
 #: Decade edges 1e{k} (float64 literals, as the ratio analysis uses) for k = DECADE_MIN-1 ..
@@ -303,7 +299,7 @@ class CompareAccumulator:
         eps = self.spec_from.eps
 
         def moved_input(flat: int, q: float, f: float) -> MovedInput:
-            return MovedInput(_unravel(flat, shape, order), q, q / eps, f, f - 1.0)
+            return MovedInput(unravel(flat, shape, order), q, q / eps, f, f - 1.0)
 
         has = self.max_abs_change != -math.inf
         return CompareLayer(
@@ -350,10 +346,27 @@ def _remap(acc: CompareAccumulator, where: Mapping[int, int]) -> CompareAccumula
     )
 
 
+def _side(
+    spec: EpsSpec | LayerSpecs | str,
+    option: str,
+    config: NormConfig | None,
+    sources: list[ArraySource],
+) -> EpsSpec | LayerSpecs:
+    """One side of the comparison: a resolved spec, a SPEC text, or ``"config"`` (per-layer
+    settings from ``config`` for the dump's layers)."""
+    if not isinstance(spec, str):
+        return spec
+    if not is_config_spec(spec):
+        return parse_spec(spec, option)
+    if config is None:
+        raise InvalidParameterError(f"{option} config needs a model config")
+    return specs_from_config(config, [src.name for src in sources], option)
+
+
 def compare_dump(
     path: str | os.PathLike[str],
-    spec_from: EpsSpec | LayerSpecs,
-    spec_to: EpsSpec | LayerSpecs,
+    spec_from: EpsSpec | LayerSpecs | str,
+    spec_to: EpsSpec | LayerSpecs | str,
     *,
     tolerance: float = 0.01,
     scale: float = 1.0,
@@ -361,15 +374,19 @@ def compare_dump(
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     skip_unreadable: bool = False,
+    config: NormConfig | None = None,
 ) -> CompareReport:
-    """Compare ``spec_from`` with ``spec_to`` on every input of a ``.npy``/``.npz`` dump.
+    """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
     ``factor = y_to / y_from = scale * den_from(q) / den_to(scale**2 q)``; an input moves when
     ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
     ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
-    A :class:`~rmsnorm_eps.compare.spec.LayerSpecs` side gives each layer its own setting.
-    A layer that cannot be read raises, unless ``skip_unreadable``: then it is listed in
-    ``CompareReport.skipped``.
+    A side is an :class:`EpsSpec`, a SPEC text, or a :class:`LayerSpecs` (each layer its own
+    setting); the text ``"config"`` resolves a side per layer from ``config`` (a
+    :func:`~rmsnorm_eps.config.load_config` result) for the layers of the dump, read once.
+    A layer (container member) that cannot be read raises, unless ``skip_unreadable``: then it
+    is listed in ``CompareReport.skipped`` (before the config is matched: an unreadable member
+    needs no settings). ``members_total`` / ``members_analysed`` account for every member.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -379,13 +396,16 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped = open_layers(path, None, skip_unreadable)
+    sources, skipped, total = open_sources(path, None, lenient=skip_unreadable)
+    a = _side(spec_from, "--from", config, sources)
+    b = _side(spec_to, "--to", config, sources)
+    opened_skips = len(skipped)
     layers = map_layers(
         sources,
         lambda src: _compare_layer(
             src,
-            spec_from.for_layer(src.name),
-            spec_to.for_layer(src.name),
+            a.for_layer(src.name),
+            b.for_layer(src.name),
             tol,
             c,
             raw,
@@ -395,16 +415,19 @@ def compare_dump(
         skipped,
         skip_unreadable,
     )
+    failed = {u.name for u in skipped[opened_skips:]}
     return CompareReport(
         source=str(Path(path)),
         raw=raw,
-        spec_from=spec_from,
-        spec_to=spec_to,
+        spec_from=a,
+        spec_to=b,
         tolerance=tol,
         scale=c,
         top_k=top_k,
         layers=tuple(layers),
         skipped=tuple(skipped),
+        members_total=total,
+        members_analysed=sum(src.members for src in sources if src.name not in failed),
     )
 
 
@@ -433,7 +456,7 @@ def _compare_layer(
     if pos_src is not None:
         make = partial(CompareAccumulator, spec_from, spec_to, tol, c, top_k)
         split = PositionSplit(make, _kept, _remap)
-        positions = _SequentialReader(pos_src)
+        positions = SequentialReader(pos_src)
     fold_chunks(src, chunks, acc, split, positions, q_shape, order)
     dtype = str(src.dtype.newbyteorder("="))
     layer = acc.result(name=src.name, shape=q_shape, order=order, dtype=dtype, raw_dim=dim)

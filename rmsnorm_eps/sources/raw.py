@@ -30,6 +30,7 @@ import numpy as np
 from rmsnorm_eps.errors import InputFileError
 
 __all__ = [
+    "DEFAULT_CHUNK_BYTES",
     "STORED_AS",
     "ZIP_ERRORS",
     "RawArraySource",
@@ -46,6 +47,9 @@ T = TypeVar("T")
 #: ``bfloat16``: arrays of dtype uint16 (either byte order) or ``V2`` (what ``np.save`` writes
 #: for an ml_dtypes bfloat16 array; read as little-endian) hold bfloat16 bit patterns.
 STORED_AS = ("bfloat16",)
+
+#: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
+DEFAULT_CHUNK_BYTES = 1 << 22
 
 _FLOAT_KINDS = {"float16", "float32", "float64"}
 

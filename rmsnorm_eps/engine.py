@@ -1,0 +1,314 @@
+"""The streaming engine shared by ``ratio``, ``compare`` and ``capture --summary-only``.
+
+* :func:`iter_q_chunks`: the q values of a source, in bounded chunks (stored q, or
+  ``q = mean(x**2)`` over the last axis of raw activations, with the float32 fast path and exact
+  refinement of every q that decides anything: :class:`Decisions`);
+* :func:`fold_chunks`: feeds the chunks to an accumulator (and to a :class:`PositionSplit` when
+  the dump carries token positions, read by a :class:`SequentialReader`);
+* :func:`unravel`: a flat index back to a multi-dimensional one;
+* :class:`ReportTotals`: the aggregates every per-layer report exposes (count, violations,
+  nonfinite, violation fraction, layers affected).
+
+The data path is source -> chunks -> accumulator; nothing here knows a report format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from rmsnorm_eps import numerics
+from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.kernels import (
+    bf16_to_float32,
+    mean_square_rows,
+    mean_square_rows_bf16,
+    mean_square_rows_fast,
+    refine_rows,
+)
+from rmsnorm_eps.sources.interface import ArraySource
+from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "Decisions",
+    "PositionSplit",
+    "ReportTotals",
+    "SequentialReader",
+    "decisions_for",
+    "fold_chunks",
+    "iter_q_chunks",
+    "unravel",
+]
+
+
+def unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
+    """The multi-dimensional index of flat index ``flat`` over ``shape`` in ``order``."""
+    if not shape:
+        return ()
+    return tuple(int(i) for i in np.unravel_index(flat, shape, order=order))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What a q value decides: the sorted q thresholds (bound and decade edges) and top_k.
+
+    Given to :func:`iter_q_chunks`, it lets raw float32/float16/bfloat16 activations take the
+    float32 fast path: every q that could fall on the other side of a threshold, be among the
+    ``top_k`` smallest or be the largest of its chunk is recomputed exactly, so reports are
+    identical to the exact float64 path (see :func:`rmsnorm_eps.kernels.refine_rows`).
+    """
+
+    thresholds: np.ndarray
+    top_k: int
+
+
+def decisions_for(eps: float, min_ratio: float, top_k: int) -> Decisions:
+    """The thresholds :class:`~rmsnorm_eps.summary.LayerAccumulator` compares q with."""
+    ts = {numerics.q_threshold(eps, min_ratio)}
+    ts.update(numerics.q_threshold(eps, decade_edge(k)) for k in range(DECADE_MIN, DECADE_MAX + 1))
+    return Decisions(np.array(sorted(ts), np.float64), top_k)
+
+
+def iter_q_chunks(
+    source: ArraySource,
+    raw: bool,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    threads: int = 1,
+    decisions: Decisions | None = None,
+) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
+    """Return ``(q_shape, index_order, d, chunks)`` for a source.
+
+    ``chunks`` yields ``(start, q)``: ``q`` is a 1-D array of q values whose first element has
+    flat index ``start`` in ``index_order`` ('C' or 'F') over ``q_shape``. In raw mode
+    ``q = mean(x**2)`` over the last axis of activations of shape ``(..., d)``; otherwise the
+    stored values are q (bfloat16 q values come as their exact float32). ``q`` is valid until
+    the next iteration. With ``threads > 1`` reading and the q kernel run on that many worker
+    threads, a few chunks ahead; the chunks still arrive in order. With ``decisions``, raw
+    activations take the float32 fast path with exact refinement (the q values that decide
+    nothing are then within ``d * 2**-24`` relative, typically 1e-7).
+    """
+    shape = source.shape
+    order = source.order
+    itemsize = source.dtype.itemsize
+    bf16 = source.stored_as == "bfloat16"
+    if source.size == 0:
+        raise InputFileError(source.path, f"empty array (shape {shape})", key=source.key)
+    if not raw:
+        per = max(1, chunk_bytes // itemsize)
+
+        def as_q(start: int, values: np.ndarray) -> np.ndarray:
+            return bf16_to_float32(values) if bf16 else values
+
+        return shape, order, None, source.iter_mapped(per, as_q, threads)
+    if len(shape) == 0:
+        raise InputFileError(
+            source.path,
+            "--raw needs activations of shape (..., d), got a 0-d array",
+            key=source.key,
+        )
+    d = shape[-1]
+    q_shape = shape[:-1]
+    if order == "F" and len(shape) > 1:
+        return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
+    rows = max(1, chunk_bytes // (d * itemsize))
+
+    def exact_rows(x: np.ndarray) -> np.ndarray:
+        return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
+
+    def q_rows(start: int, values: np.ndarray) -> np.ndarray:
+        x = values.reshape(-1, d)
+        fast = None if decisions is None else mean_square_rows_fast(x, bf16)
+        if fast is None:
+            return exact_rows(x)
+        q, rel = fast
+        assert decisions is not None
+        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds, decisions.top_k)
+        return q
+
+    chunks = source.iter_mapped(rows * d, q_rows, threads)
+    return q_shape, "C", d, ((start // d, q) for start, q in chunks)
+
+
+def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Raw activations stored in Fortran order: element (i, j) sits at i + N*j, so the file is
+    d blocks of N values. Squares are accumulated in float64 per row (memory: N float64),
+    after a first pass for the row maxima when the data are float64 (overflow safety)."""
+    d = source.shape[-1]
+    n = source.size // d
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    scale = np.ones(n, np.float64)
+    if source.dtype == np.float64:
+        m = np.zeros(n, np.float64)
+        for start, values in source.iter_elements(per):
+            rows = (start + np.arange(values.size)) % n
+            np.maximum.at(m, rows, np.abs(values))
+        scale = np.where((m > 0) & np.isfinite(m), m, 1.0)
+    acc = np.zeros(n, np.float64)
+    for start, values in source.iter_elements(per):
+        rows = (start + np.arange(values.size)) % n
+        if source.stored_as == "bfloat16":
+            values = bf16_to_float32(values)
+        v = values.astype(np.float64) / scale[rows]
+        with np.errstate(over="ignore"):  # a row holding inf has scale 1: its q is inf (counted)
+            np.add.at(acc, rows, v * v)
+    with np.errstate(over="ignore"):
+        q = acc / d * scale * scale
+    yield 0, q
+
+
+class _Folding(Protocol):
+    """What :class:`PositionSplit` needs from an accumulator."""
+
+    count: int
+
+    def update(self, values: np.ndarray, start: int) -> None: ...
+
+
+F = TypeVar("F", bound=_Folding)
+
+
+class PositionSplit(Generic[F]):
+    """Position 0 and positions > 0 of one layer, each folded into its own accumulator.
+
+    Each accumulator sees only its subset, so its flat indices count within that subset; the
+    layer index of every value it still keeps (``kept(acc)``: the worst, the minimum, the
+    nonfinite examples) is remembered as it is folded, and :meth:`results` returns copies with
+    those indices put back (``remap(acc, subset_index -> layer_index)``). Memory stays bounded
+    by what the accumulators keep. Used by ``ratio``, ``compare`` and ``capture
+    --summary-only``.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], F],
+        kept: Callable[[F], set[int]],
+        remap: Callable[[F, Mapping[int, int]], F],
+    ) -> None:
+        self.first = make()
+        self.other = make()
+        self._kept = kept
+        self._remap = remap
+        self._maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
+
+    def update(self, values: np.ndarray, start: int, is_first: np.ndarray) -> None:
+        """Fold a chunk whose first value has layer index ``start``; ``is_first`` marks the
+        values at position 0."""
+        for acc, where, sel in (
+            (self.first, self._maps[0], is_first),
+            (self.other, self._maps[1], ~is_first),
+        ):
+            idx = np.flatnonzero(sel)
+            sub_start = acc.count
+            acc.update(values[idx], sub_start)
+            kept = self._kept(acc)
+            for i in kept:
+                if i >= sub_start and i not in where:
+                    where[i] = start + int(idx[i - sub_start])
+            for i in [i for i in where if i not in kept]:
+                del where[i]
+
+    def results(self) -> tuple[F, F]:
+        """Copies of the (first, other) accumulators with layer indices."""
+        return self._remap(self.first, self._maps[0]), self._remap(self.other, self._maps[1])
+
+
+class SequentialReader:
+    """Hands out consecutive slices of an integer companion array (e.g. token positions), in
+    file order, as int64; memory: one chunk of the companion."""
+
+    def __init__(self, src: ArraySource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self._it = src.iter_elements(max(1, chunk_bytes // src.dtype.itemsize))
+        self._buf = np.empty(0, np.int64)
+        self._next = 0  # flat index of self._buf[0]
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        """The ``n`` values from flat index ``start``, which must follow the previous read."""
+        if start != self._next:  # q chunks must arrive in order
+            raise RuntimeError(f"position reader at {self._next}, asked for {start}")
+        parts = [self._buf]
+        have = self._buf.size
+        while have < n:
+            _, chunk = next(self._it)
+            parts.append(chunk.astype(np.int64))
+            have += chunk.size
+        data = np.concatenate(parts) if len(parts) > 1 else self._buf
+        self._buf = data[n:]
+        self._next += n
+        return data[:n]
+
+
+def fold_chunks(
+    src: ArraySource,
+    chunks: Iterator[tuple[int, np.ndarray]],
+    acc: Any,
+    split: PositionSplit[Any] | None,
+    positions: SequentialReader | None,
+    q_shape: tuple[int, ...],
+    order: str,
+) -> None:
+    """Feed every q chunk to ``acc`` (and to the first-token split when the dump has
+    positions). A negative q (:class:`NegativeValue`, raised by either accumulator) becomes an
+    :class:`InputFileError` naming the file, key and multi-dimensional index."""
+    try:
+        for start, q in chunks:
+            acc.update(q, start)
+            if split is not None and positions is not None:
+                split.update(q, start, positions.read(start, q.size) == 0)
+    except NegativeValue as exc:
+        where = unravel(exc.index, q_shape, order)
+        raise InputFileError(
+            src.path,
+            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            key=src.key,
+        ) from None
+
+
+class _Layer(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def violations(self) -> int: ...
+
+    @property
+    def nonfinite(self) -> int: ...
+
+
+class ReportTotals:
+    """Aggregates over ``self.layers`` shared by the per-layer reports (ratio, compare):
+    ``count``, ``violations``, ``nonfinite``, ``violation_fraction = violations / count`` (0 for
+    no input) and ``layers_affected`` (names of layers with a violation, in order)."""
+
+    layers: Sequence[Any]
+
+    def _layers(self) -> Sequence[_Layer]:
+        return self.layers
+
+    @property
+    def count(self) -> int:
+        return sum(layer.count for layer in self._layers())
+
+    @property
+    def violations(self) -> int:
+        return sum(layer.violations for layer in self._layers())
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(layer.nonfinite for layer in self._layers())
+
+    @property
+    def violation_fraction(self) -> float:
+        n = self.count
+        return self.violations / n if n else 0.0
+
+    @property
+    def layers_affected(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self._layers() if layer.violations)
