@@ -19,29 +19,37 @@ for the configured eps or by its shape:
 
 Inputs and weights are rounded to the probe dtype first, so the implementation sees exactly the
 values the float64 reference :func:`rmsnorm_eps.numerics.rmsnorm_reference` used.
+
+This module makes probe sets; the data type is :mod:`rmsnorm_eps.parity.probe_set` and the file
+format :mod:`rmsnorm_eps.parity.probe_file` (both re-exported here).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import os
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from rmsnorm_eps import __version__, numerics
-from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps import numerics
+from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.kernels import mean_square_rows
 from rmsnorm_eps.parity.dtypes import dtype_info, round_to
+from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes, write_probes
+from rmsnorm_eps.parity.probe_set import (
+    CATEGORIES,
+    GAIN_CONVENTIONS,
+    MAX_PROBE_VALUES,
+    PROBE_FORMAT,
+    REFERENCE_NAME,
+    SMALL_CATEGORIES,
+    ProbeSet,
+)
 
 __all__ = [
     "CATEGORIES",
     "GAIN_CONVENTIONS",
+    "MAX_PROBE_VALUES",
     "PROBE_FORMAT",
     "REFERENCE_NAME",
     "SMALL_CATEGORIES",
@@ -52,91 +60,6 @@ __all__ = [
     "probe_bytes",
     "write_probes",
 ]
-
-PROBE_FORMAT = "rmsnorm-eps-probes/1"
-REFERENCE_NAME = (
-    "rmsnorm_eps.numerics.rmsnorm_reference: float64, y = g * x / sqrt(mean(x^2) + eps) "
-    "over the last axis, scaled by max|x| so no intermediate overflows"
-)
-CATEGORIES = (
-    "zero",
-    "tiny",
-    "near-eps",
-    "at-bound",
-    "ordinary",
-    "constant",
-    "mixed-scale",
-    "large",
-    "gain-extreme",
-)
-#: Categories whose q/eps is small enough for eps to matter.
-SMALL_CATEGORIES = ("tiny", "near-eps", "at-bound")
-GAIN_CONVENTIONS = ("w", "1+w")
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-#: Largest probe set read: n * d values per float array (make_probes writes about 35 rows, so
-#: this allows d up to about 479,000). Members are checked against it, and against the shapes
-#: the metadata declares, from the zip directory, before anything is decompressed.
-MAX_PROBE_VALUES = 1 << 24
-#: Largest metadata, category and category-name members (a few hundred bytes when written).
-_MAX_SMALL_MEMBER = 1 << 20
-#: A .npy header is at most 64 KiB (format 1.0) plus its 10-byte prefix.
-_NPY_HEADER_MAX = 65536 + 12
-
-
-@dataclass(frozen=True)
-class ProbeSet:
-    """Probe inputs (n, d), their float64 reference outputs, weights and metadata.
-
-    ``weight`` is what the implementation is given; ``gain`` the multiplier the reference applies:
-    ``gain = weight`` (convention ``w``) or ``1 + weight`` (convention ``1+w``).
-    ``category[i]`` indexes :data:`CATEGORIES`; ``q[i] = mean(inputs[i]**2)`` (+inf where it
-    exceeds float64).
-    """
-
-    inputs: np.ndarray
-    reference: np.ndarray
-    weight: np.ndarray
-    gain: np.ndarray
-    category: np.ndarray
-    q: np.ndarray
-    eps: float
-    dtype: str
-    seed: int
-    gain_kind: str
-    gain_convention: str
-    delta: float
-    bound_ratio: float
-    version: str = __version__
-
-    @property
-    def dim(self) -> int:
-        return int(self.inputs.shape[1])
-
-    @property
-    def count(self) -> int:
-        return int(self.inputs.shape[0])
-
-    def rows(self, name: str) -> np.ndarray:
-        """Row indices of category ``name``."""
-        return np.flatnonzero(self.category == CATEGORIES.index(name))
-
-    def metadata(self) -> dict[str, Any]:
-        """The metadata stored with the probes (JSON-serializable, fixed key order)."""
-        return {
-            "format": PROBE_FORMAT,
-            "tool": "rmsnorm-eps",
-            "version": self.version,
-            "eps": self.eps,
-            "dim": self.dim,
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "gain": self.gain_kind,
-            "gain_convention": self.gain_convention,
-            "delta": self.delta,
-            "bound_ratio": self.bound_ratio,
-            "axis": -1,
-            "reference": REFERENCE_NAME,
-        }
 
 
 def _with_q(v: np.ndarray, q: float) -> np.ndarray:
@@ -284,178 +207,3 @@ class ProbeSummary:
 
     probes: ProbeSet
     path: str | None
-
-
-# --------------------------------------------------------------------------- file format
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
-def probe_bytes(probes: ProbeSet) -> bytes:
-    """The probe file as bytes: an .npz (zip of .npy members) with fixed member dates, so the
-    same probe set always gives the same bytes."""
-    members = {
-        "inputs": probes.inputs,
-        "reference": probes.reference,
-        "weight": probes.weight,
-        "gain": probes.gain,
-        "category": probes.category,
-        "category_names": np.array(CATEGORIES),
-        "q": probes.q,
-        "metadata": np.array(json.dumps(probes.metadata(), sort_keys=True)),
-    }
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for key, array in members.items():
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_DATE)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, _npy(array))
-    return buf.getvalue()
-
-
-def write_probes(probes: ProbeSet, path: str | os.PathLike[str]) -> None:
-    """Write the probe file atomically."""
-    from rmsnorm_eps.atomic import atomic_write_bytes
-
-    atomic_write_bytes(path, probe_bytes(probes))
-
-
-def _member(data: Any, path: Path, key: str) -> np.ndarray:
-    try:
-        value = data[key]
-    except KeyError:
-        raise InputFileError(path, "missing array (not a probe file?)", key=key) from None
-    except ValueError as exc:  # object arrays refuse to load without pickle
-        raise InputFileError(path, f"cannot read without pickle: {exc}", key=key) from None
-    except Exception as exc:  # zlib/zip/header errors: any of them means a corrupt member
-        raise InputFileError(path, f"cannot read: {type(exc).__name__}: {exc}", key=key) from None
-    return np.asarray(value)
-
-
-def _float_array(data: Any, path: Path, key: str, shape: tuple[int, ...]) -> np.ndarray:
-    arr = _member(data, path, key)
-    if arr.dtype != np.float64:
-        raise InputFileError(path, f"expected float64, got {arr.dtype}", key=key)
-    if arr.shape != shape:
-        raise InputFileError(path, f"expected shape {shape}, got {arr.shape}", key=key)
-    if not bool(np.all(np.isfinite(arr))):
-        raise InputFileError(path, "holds NaN or inf", key=key)
-    return arr
-
-
-def _meta(meta: dict[str, Any], path: Path, name: str, kind: type | tuple[type, ...]) -> Any:
-    value = meta.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise InputFileError(path, f"metadata field {name!r} missing or invalid", key="metadata")
-    return value
-
-
-def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
-    """Read a probe file written by :func:`write_probes` (never unpickles; checks every array)."""
-    from rmsnorm_eps.sources.sniff import Kind, sniff
-
-    p = Path(path)
-    kind = sniff(p)
-    if kind is Kind.NPY:
-        raise InputFileError(p, "not a probe .npz file (a single .npy array)")
-    if kind not in (Kind.ZIP, Kind.TORCH_ZIP):
-        raise InputFileError(p, "not a probe .npz file (not a zip archive)")
-    try:
-        data = np.load(p, allow_pickle=False)
-    except Exception as exc:
-        raise InputFileError(p, f"not a probe .npz file ({type(exc).__name__}: {exc})") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InputFileError(p, "not a probe .npz file (a single .npy array)")
-    with data:
-        zf = data.zip
-        assert zf is not None  # an NpzFile holds its open archive
-        sizes = {i.filename: i.file_size for i in zf.infolist()}
-        for key in ("metadata", "category", "category_names"):
-            if sizes.get(f"{key}.npy", 0) > _MAX_SMALL_MEMBER:
-                raise InputFileError(
-                    p,
-                    f"member declares {sizes[f'{key}.npy']} bytes (a probe file's is small)",
-                    key=key,
-                )
-        raw_meta = _member(data, p, "metadata")
-        if raw_meta.dtype.kind != "U" or raw_meta.shape != ():
-            raise InputFileError(p, "expected a JSON string", key="metadata")
-        try:
-            meta = json.loads(str(raw_meta))
-        except json.JSONDecodeError as exc:
-            raise InputFileError(p, f"invalid JSON: {exc}", key="metadata") from None
-        except RecursionError:
-            raise InputFileError(p, "invalid JSON: nested too deeply", key="metadata") from None
-        if not isinstance(meta, dict) or meta.get("format") != PROBE_FORMAT:
-            raise InputFileError(p, f"not a {PROBE_FORMAT} file", key="metadata")
-        eps = _meta(meta, p, "eps", float)
-        dim = _meta(meta, p, "dim", int)
-        dtype = _meta(meta, p, "dtype", str)
-        if dtype not in ("float16", "bfloat16", "float32", "float64"):
-            raise InputFileError(p, f"unknown dtype {dtype!r}", key="metadata")
-        convention = _meta(meta, p, "gain_convention", str)
-        if convention not in GAIN_CONVENTIONS:
-            raise InputFileError(p, f"unknown gain convention {convention!r}", key="metadata")
-        names = _member(data, p, "category_names")
-        if tuple(str(n) for n in names.tolist()) != CATEGORIES:
-            raise InputFileError(p, "unexpected category names", key="category_names")
-        category = _member(data, p, "category")
-        if category.dtype.kind not in "iu" or category.ndim != 1:
-            raise InputFileError(p, "expected a 1-D integer array", key="category")
-        if category.size and (category.min() < 0 or category.max() >= len(CATEGORIES)):
-            raise InputFileError(p, "category index out of range", key="category")
-        n = int(category.shape[0])
-        if n * dim > MAX_PROBE_VALUES or dim < 1:
-            raise InputFileError(
-                p,
-                f"{n} rows of dimension {dim}: over the {MAX_PROBE_VALUES} values read",
-                key="metadata",
-            )
-        for key, count in (
-            ("inputs", n * dim),
-            ("reference", n * dim),
-            ("weight", dim),
-            ("gain", dim),
-            ("q", n),
-        ):
-            declared = sizes.get(f"{key}.npy", 0)
-            if declared > 8 * count + _NPY_HEADER_MAX:
-                raise InputFileError(
-                    p,
-                    f"member declares {declared} bytes, over the {8 * count} bytes of data the "
-                    f"metadata implies",
-                    key=key,
-                )
-        inputs = _float_array(data, p, "inputs", (n, dim))
-        reference = _float_array(data, p, "reference", (n, dim))
-        weight = _float_array(data, p, "weight", (dim,))
-        gain = _float_array(data, p, "gain", (dim,))
-        q = _member(data, p, "q")
-        if q.dtype != np.float64 or q.shape != (n,) or not bool(np.all(q >= 0.0)):
-            raise InputFileError(p, f"expected {n} float64 values >= 0", key="q")
-    try:
-        numerics.validate_eps(eps)
-        delta = numerics.validate_delta(_meta(meta, p, "delta", float))
-    except InvalidParameterError as exc:
-        raise InputFileError(p, str(exc), key="metadata") from None
-    return ProbeSet(
-        inputs=inputs,
-        reference=reference,
-        weight=weight,
-        gain=gain,
-        category=category.astype(np.int16),
-        q=q,
-        eps=eps,
-        dtype=dtype,
-        seed=_meta(meta, p, "seed", int),
-        gain_kind=_meta(meta, p, "gain", str),
-        gain_convention=convention,
-        delta=delta,
-        bound_ratio=_meta(meta, p, "bound_ratio", float),
-        version=_meta(meta, p, "version", str),
-    )
