@@ -14,9 +14,10 @@ Reading validates it in two steps:
   it would report wrong counts, so it is refused.
 
 Memory: a file over :data:`MAX_SUMMARY_BYTES` (4 MiB) is refused before it is read. The parsed
-JSON costs up to about 35 bytes per byte of text on hostile inputs (``[[],[],...]``, measured),
-so 4 MiB keeps a run under about 150 MiB peak RSS; a real summary holds a few KB per layer at
-the default ``--top 5`` (a 160-layer capture summary with positions: about 0.4 MB).
+JSON costs up to about 35 bytes per byte of text on hostile inputs (small containers such as
+``[{"a":[]},...]``, measured), so 4 MiB keeps a whole run under about 160 MiB peak RSS (159 MiB
+measured); a real summary holds a few KB per layer at the default ``--top 5`` (a 160-layer
+capture summary with positions: about 0.4 MB).
 """
 
 from __future__ import annotations
