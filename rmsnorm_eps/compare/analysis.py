@@ -17,7 +17,11 @@ Decision rules:
 A layer whose dump carries token positions (a ``<layer>::position`` companion, as ``capture``
 writes; not with ``raw``) also gets the same figures for the first token of each sequence
 (position 0) and for the other tokens, split exactly as ``ratio`` splits them
-(:class:`rmsnorm_eps.analysis.PositionSplit`).
+(:class:`rmsnorm_eps.engine.PositionSplit`).
+
+Why ~470 lines in one module: the result types, the accumulator that fills them and the driver
+are the compare command's library, read together; the shared data path is in
+:mod:`rmsnorm_eps.engine`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ JSON costs up to about 35 bytes per byte of text on hostile inputs (small contai
 ``[{"a":[]},...]``, measured), so 4 MiB keeps a whole run under about 160 MiB peak RSS (159 MiB
 measured); a real summary holds a few KB per layer at the default ``--top 5`` (a 160-layer
 capture summary with positions: about 0.4 MB).
+
+Why one module of ~500 lines: the writer and the validator describe the same format and must
+change together (a field added to :func:`summary_document` is a row added to a table here).
 """
 
 from __future__ import annotations
