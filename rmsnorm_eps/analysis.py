@@ -199,24 +199,23 @@ def layer_result(
 ) -> LayerResult:
     """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
     eps = acc.eps
-    worst = []
-    for q, flat in zip(acc.worst_q.tolist(), acc.worst_index.tolist(), strict=True):
-        r = q / eps
-        worst.append(
-            WorstInput(
-                index=unravel(flat, shape, order),
-                q=q,
-                ratio=r,
-                attenuation=float(numerics.attenuation(r)),
-                loss=float(numerics.attenuation_loss(r)),
-            )
-        )
+    qs = acc.worst_q.tolist()
+    has_finite = acc.count > acc.nonfinite
+    min_r = acc.min_q / eps if has_finite else None
+    # One vectorized call for every ratio of the layer (the same float64 operations, element by
+    # element, as one call per value: identical results; a dump of many tiny layers pays the
+    # call overhead once per layer, not once per value).
+    ratios = [q / eps for q in qs] + ([min_r] if min_r is not None else [])
+    att = np.asarray(numerics.attenuation(np.array(ratios, np.float64))).tolist()
+    loss = np.asarray(numerics.attenuation_loss(np.array(ratios[: len(qs)], np.float64))).tolist()
+    worst = [
+        WorstInput(index=unravel(flat, shape, order), q=q, ratio=r, attenuation=a, loss=lo)
+        for q, flat, r, a, lo in zip(qs, acc.worst_index.tolist(), ratios, att, loss, strict=False)
+    ]
     nonfinite = tuple(
         NonfiniteInput(unravel(i, shape, order), v)
         for i, v in zip(acc.nonfinite_index, acc.nonfinite_value, strict=True)
     )
-    has_finite = acc.count > acc.nonfinite
-    min_r = acc.min_q / eps if has_finite else None
     return LayerResult(
         name=name,
         eps=eps,
@@ -231,7 +230,7 @@ def layer_result(
         min_q=acc.min_q if has_finite else None,
         max_q=acc.max_q if has_finite else None,
         min_ratio=min_r,
-        min_attenuation=float(numerics.attenuation(min_r)) if min_r is not None else None,
+        min_attenuation=att[-1] if min_r is not None else None,
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
