@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -124,6 +124,8 @@ class LayerResult:
 @dataclass(frozen=True)
 class RatioReport:
     """The result of :func:`analyze_dump`."""
+
+    command: ClassVar[str] = "ratio"  # names its reporter (rmsnorm_eps.reports)
 
     source: str
     raw: bool

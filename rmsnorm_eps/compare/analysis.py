@@ -29,6 +29,7 @@ from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -126,6 +127,8 @@ class CompareLayer:
 @dataclass(frozen=True)
 class CompareReport:
     """The result of :func:`compare_dump`."""
+
+    command: ClassVar[str] = "compare"  # names its reporter (rmsnorm_eps.reports)
 
     source: str
     raw: bool

@@ -30,7 +30,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -281,6 +281,8 @@ def make_probes(
 @dataclass(frozen=True)
 class ProbeSummary:
     """What ``rmsnorm-eps probe`` reports: the probe set and where it was written."""
+
+    command: ClassVar[str] = "probe"  # names its reporter (rmsnorm_eps.reports)
 
     probes: ProbeSet
     path: str | None

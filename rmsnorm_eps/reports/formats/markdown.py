@@ -7,11 +7,9 @@ the facts as a two-column table, the failed checks as a table, the passing check
 
 from __future__ import annotations
 
-from rmsnorm_eps.bound import RatioFigures
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, check_report
+from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["cell", "render", "render_checks"]
+__all__ = ["cell", "code", "render_checks"]
 
 
 def cell(text: str) -> str:
@@ -21,7 +19,7 @@ def cell(text: str) -> str:
     )
 
 
-def _code(text: str) -> str:
+def code(text: str) -> str:
     """Inline code that survives any backticks in ``text``."""
     ticks = "``" if "`" in text else "`"
     pad = " " if "`" in text else ""
@@ -50,7 +48,7 @@ def render_checks(report: CheckReport) -> str:
         lines += [f"| level | {report.subject} | check | details |", "|---|---|---|---|"]
         for chk in failed:
             lines.append(
-                f"| {chk.level} | {_code(chk.name)} | {cell(report.rule(chk.rule).name)} "
+                f"| {chk.level} | {code(chk.name)} | {cell(report.rule(chk.rule).name)} "
                 f"| {cell(chk.message)} |"
             )
         lines.append("")
@@ -65,40 +63,14 @@ def render_checks(report: CheckReport) -> str:
         ]
         for chk in ok:
             lines.append(
-                f"| {_code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
+                f"| {code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
             )
         lines += ["", "</details>", ""]
     if report.rules:
         lines.append("Rules:")
         lines.append("")
         lines += [
-            f"- **{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}" for r in report.rules
+            f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}" for r in report.rules
         ]
         lines.append("")
     return "\n".join(lines)
-
-
-def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
-    with_q = any(r.q is not None for r in rows)
-    head = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
-    lines = [
-        "### Attenuation A = sqrt(r/(r+1)) at r = q/eps",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---:|" * len(head),
-    ]
-    for r in rows:
-        cells = (
-            [f"{r.ratio:.6g}"]
-            + ([f"{r.q:.6g}" if r.q is not None else "-"] if with_q else [])
-            + [f"{r.attenuation:.6f}", f"{r.loss:.6g}"]
-        )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render(result: object, options: RenderOptions) -> str:
-    """Render ``result`` (any result with a check-report adapter, or bound's ratio table)."""
-    if isinstance(result, tuple) and result and all(isinstance(r, RatioFigures) for r in result):
-        return _ratio_figures(result)
-    return render_checks(check_report(result, options.gate))

@@ -11,10 +11,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, Number, check_report
+from rmsnorm_eps.reports.checks import CheckReport, Number
 
-__all__ = ["numbers_text", "render", "render_checks"]
+__all__ = ["numbers_text", "render_checks"]
 
 
 def numbers_text(numbers: Mapping[str, Number]) -> str:
@@ -60,7 +59,3 @@ def render_checks(report: CheckReport) -> str:
     ET.indent(root, space="  ")
     body = ET.tostring(root, encoding="unicode")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
-
-
-def render(result: object, options: RenderOptions) -> str:
-    return render_checks(check_report(result, options.gate))

@@ -9,10 +9,9 @@ and ``\\n`` become ``%25``, ``%0D``, ``%0A``; in property values also ``:`` -> `
 
 from __future__ import annotations
 
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, check_report
+from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["escape_data", "escape_property", "render", "render_checks"]
+__all__ = ["escape_data", "escape_property", "render_checks"]
 
 
 def escape_data(text: str) -> str:
@@ -37,7 +36,3 @@ def render_checks(report: CheckReport) -> str:
             props.append(f"file={escape_property(source)}")
         lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
     return "".join(line + "\n" for line in lines)
-
-
-def render(result: object, options: RenderOptions) -> str:
-    return render_checks(check_report(result, options.gate))
