@@ -18,7 +18,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tests.test_capture_options import TEXTS, model_dir  # noqa: F401
+from tests import test_capture_options as _options
+
+TEXTS = _options.TEXTS
+model_dir = _options.model_dir  # the tiny model directory fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))
@@ -34,7 +37,7 @@ def _run(cli: Callable[..., Any], d: Path, out: Path, fmt: str, *extra: str) -> 
 def test_capture_renders_every_format(
     cli: Callable[..., Any],
     model_dir: Path,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "q.npz"
     text = _run(cli, model_dir, out, "text").stdout

@@ -252,8 +252,10 @@ def test_junit_single_passing_case_when_no_checks() -> None:
 
 # ----------------------------------------------------------------------------- github
 def test_github_escaping_follows_the_runner_rules() -> None:
-    assert escape_data("50% a\r\nb") == "50%25 a%0D%0Ab"
-    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    # CR and LF never reach the runner: rmsnorm_eps.escape shows them as \x0d, \x0a first
+    assert escape_data("50% a\r\nb") == "50%25 a\\x0d\\x0ab"
+    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25\\x0a"
+    assert escape_data("x##[stop-commands]t ::e") == "x\\x23#[stop-commands]t \\x3a:e"
     assert escape_data("a:b,c") == "a:b,c"  # ':' and ',' only escaped in properties
     rule = Rule("x/y", "y", "desc")
     rep = CheckReport(
@@ -269,7 +271,7 @@ def test_github_escaping_follows_the_runner_rules() -> None:
     line = render(rep, "github")
     assert line == (
         "::error title=rmsnorm-eps x/y%3A blk%2C1%3Anorm,"
-        "file=dir/a%2Cb%3Ac.npz::100%25 bad%0Aline 2\n"
+        "file=dir/a%2Cb%3Ac.npz::100%25 bad\\x0aline 2\n"
     )
 
 

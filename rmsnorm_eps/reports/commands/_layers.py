@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["position_split_parts", "tail_parts"]
@@ -30,7 +31,7 @@ def position_split_parts(
         for name, _ in columns:
             table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
     for ly in split:
-        cells = [Text(ly.name)]
+        cells = [Text(_e(ly.name))]
         for part in (ly.first_token, ly.other_tokens):
             cells += [Text(cell(part)) for _, cell in columns]
         table.add_row(*cells)
@@ -41,7 +42,7 @@ def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[Rendera
     """One line per layer skipped as unreadable, then the verdict when the command gates
     (``INCOMPLETE`` when a layer was skipped: part of the dump was not checked)."""
     parts: list[RenderableType] = [
-        Text(f"SKIPPED (unreadable, not analysed): {u.name}: {u.problem}") for u in skipped
+        Text(f"SKIPPED (unreadable, not analysed): {_e(u.name)}: {_e(u.problem)}") for u in skipped
     ]
     if options.gate is not None:
         verdict = "PASS: " if options.gate.passed else "FAIL: "

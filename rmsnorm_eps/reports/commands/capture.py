@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import jnum
@@ -63,21 +64,21 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
     for m in doc["modules"]:
         ratio = m["min_ratio"]
         table.add_row(
-            Text(m["name"]),
+            Text(_e(m["name"])),
             fmt(m["eps"], 8),
             str(m["dim"] or "-"),
-            Text(m["input_dtype"] or "-"),
-            Text(m["gain"]),
-            Text((m["layout"] or "-").split(" ")[0]),
+            Text(_e(m["input_dtype"] or "-")),
+            Text(_e(m["gain"])),
+            Text(_e((m["layout"] or "-").split(" ")[0])),
             str(m["count"]),
             ratio if isinstance(ratio, str) else fmt(ratio),
         )
     eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
     head = Text(
-        f"{doc['model']}: {len(doc['modules'])} norm modules, {doc['sequences']} "
+        f"{_e(doc['model'])}: {len(doc['modules'])} norm modules, {doc['sequences']} "
         f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
     )
-    written = [f"{k}: {v}" for k, v in doc["outputs"].items() if v]
+    written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
     parts: list[Any] = [head, table]
     if written:
         parts.append(Text("wrote " + "; ".join(written)))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import (
     Check,
     CheckReport,
@@ -146,13 +147,13 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     eps_from = layer.spec_from.eps
     out: list[RenderableType] = []
     if layer.worst:
-        out.append(Text(f"{layer.name}: largest |change| ({len(layer.worst)} input(s))"))
+        out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
         worst = simple_table("index", "q", "q/eps_from", "factor", "change")
         for m in layer.worst:
             worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
         out.append(worst)
     if layer.decades:
-        out.append(Text(f"{layer.name}: by decade of q/eps_from (eps_from {eps_from:g})"))
+        out.append(Text(f"{_e(layer.name)}: by decade of q/eps_from (eps_from {eps_from:g})"))
         dec = simple_table("q/eps_from", "count", "moved", "max |change|")
         for d in layer.decades:
             dec.add_row(
@@ -170,7 +171,7 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
         )
         out.append(
             Text(
-                f"{layer.name}: {layer.nonfinite_q} nonfinite q ({layer.nan_count} NaN, "
+                f"{_e(layer.name)}: {layer.nonfinite_q} nonfinite q ({layer.nan_count} NaN, "
                 f"{layer.inf_count} inf) and {layer.nonfinite_factor} nonfinite factor(s), each a "
                 f"violation: {shown}"
             )
@@ -197,12 +198,12 @@ def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     groups: dict[EpsSpec, list[str]] = {}
     for layer in report.layers:
         spec = layer.spec_from if side == "from" else layer.spec_to
-        groups.setdefault(spec, []).append(layer.name)
+        groups.setdefault(spec, []).append(_e(layer.name))
     lines = []
     for spec, names in groups.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"  {spec.describe()} for {len(names)} layer(s): {shown}")
-        lines.append(f"    ({spec.note})")
+        lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
+        lines.append(f"    ({_e(spec.note)})")
     return lines
 
 
@@ -210,9 +211,9 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
-    lines = [f"{report.source} ({kind})"]
+    lines = [f"{_e(report.source)} ({kind})"]
     for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        head = f"{side}:{' ' if side == 'from' else '   '}{spec.describe()}"
+        head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
         if side == "to" and report.scale != 1.0:
             head += f", inputs scaled by {report.scale:g}"
         lines.append(head)
@@ -220,7 +221,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
             lines += _per_layer_lines(side, report)
     for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
         if isinstance(spec, EpsSpec) and spec.note:
-            lines.append(f"{side} default: {spec.note}")
+            lines.append(f"{side} default: {_e(spec.note)}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
     parts: list[RenderableType] = [Text("\n".join(lines))]
     table = simple_table(
@@ -235,7 +236,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
     )
     for layer in report.layers:
         table.add_row(
-            layer.name,
+            _e(layer.name),
             str(layer.count),
             str(layer.nonfinite_q + layer.nonfinite_factor),
             _f(layer.max_abs_change),

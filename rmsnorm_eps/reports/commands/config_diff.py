@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from rmsnorm_eps.escape import no_ci_command
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands.config_show import show_value, value_document
@@ -78,7 +80,7 @@ def text(d: ConfigDiff, options: RenderOptions) -> str:
         if d.equivalent
         else f"DIFFERENT: {n} difference(s) in eps, placement, gain or norm type"
     )
-    return "\n".join(lines) + "\n"
+    return no_ci_command("".join(_e(line) + "\n" for line in lines))
 
 
 def _config_rules() -> tuple[Rule, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -89,16 +90,16 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     from rmsnorm_eps.config.model import FIELDS
     from rmsnorm_eps.reports.formats.text import render_renderables
 
-    parts: list[Any] = [Text(f"{c.path} ({c.kind}): model {c.model or '-'}")]
+    parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
     if c.source:
-        parts.append(Text(f"source: {c.source}"))
+        parts.append(Text(_e(f"source: {c.source}")))
     defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     defaults.add_column("setting", no_wrap=True)
     defaults.add_column("value", no_wrap=True)
     defaults.add_column("from")  # a long provenance wraps; the setting and value never do
     for name in FIELDS:
         r = c.defaults.get(name)
-        defaults.add_row(name, show_value(r), r.provenance.describe(c.path))
+        defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
     parts.append(defaults)
     layers = Table(
         title="layers (defaults + every matching entry, in file order)",
@@ -112,9 +113,9 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     overrides: list[str] = []
     for (pattern, s), entry in zip(c.resolved_entries(), c.entries, strict=True):
         layers.add_row(
-            pattern,
+            _e(pattern),
             *(
-                show_value(s.get(n)).split(" (")[0]
+                _e(show_value(s.get(n)).split(" (")[0])
                 for n in ("eps", "placement", "gain", "gain_baked", "dim", "norm")
             ),
         )
@@ -123,6 +124,6 @@ def text(c: NormConfig, options: RenderOptions) -> str:
             for k, v in entry.overrides
         ]
     parts.append(layers)
-    parts += [Text(line) for line in overrides]
-    parts += [Text(f"note: {n}") for n in c.notes]
+    parts += [Text(_e(line)) for line in overrides]
+    parts += [Text(_e(f"note: {n}")) for n in c.notes]
     return render_renderables(parts, options)

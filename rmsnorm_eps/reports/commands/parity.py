@@ -15,6 +15,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g6
 from rmsnorm_eps.reports.document import head as _head
@@ -167,8 +168,8 @@ def eps_summary(inf: Inference) -> str:
 def parity_parts(result: ParityResult) -> list[RenderableType]:
     p, inf, tol = result.probes, result.inference, result.tolerance
     parts: list[RenderableType] = [
-        Text(f"outputs {result.actual_source} ({result.output_dtype})"),
-        Text(f"probes  {result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+        Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
+        Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
         Text(f"configured eps {p.eps!r}, gain {p.gain_kind} (convention {p.gain_convention})"),
         Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
         Text(f"({tol.source}); nonfinite values checked separately"),
@@ -188,7 +189,7 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
         table.add_column(name, justify="left" if name in ("category", "result") else "right")
     for c in result.categories:
         table.add_row(
-            c.name,
+            _e(c.name),
             str(c.rows),
             f"{c.failing}/{c.elements}",
             _g(c.max_abs_error),

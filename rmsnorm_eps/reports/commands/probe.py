@@ -10,6 +10,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.document import jnum as _jnum
 from rmsnorm_eps.reports.formats.text import render_renderables
@@ -71,7 +72,7 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
         f"gain {probes.gain_kind} (convention {probes.gain_convention}), seed {probes.seed}"
     )
     if path:
-        head += f" -> {path}"
+        head += f" -> {_e(path)}"
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, justify in [
         ("category", "left"),
@@ -82,7 +83,7 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in doc["categories"]:
         table.add_row(
-            c["name"], str(c["rows"]), _fmt_ratio(c["min_ratio"]), _fmt_ratio(c["max_ratio"])
+            _e(c["name"]), str(c["rows"]), _fmt_ratio(c["min_ratio"]), _fmt_ratio(c["max_ratio"])
         )
     return [Text(head), table]
 

@@ -14,6 +14,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
@@ -134,17 +135,17 @@ def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
     groups: dict[tuple[float, str], list[str]] = {}
     for layer in report.layers:
         if layer.eps_source is not None:
-            groups.setdefault((layer.eps, layer.eps_source), []).append(layer.name)
+            groups.setdefault((layer.eps, layer.eps_source), []).append(_e(layer.name))
     lines = []
     for (eps, source), names in groups.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"eps {fmt(eps)} from {source}: {shown}")
+        lines.append(f"eps {fmt(eps)} from {_e(source)}: {shown}")
     return [Text("\n".join(lines))] if lines else []
 
 
 def _layer_row(layer: LayerResult) -> list[str]:
     return [
-        layer.name,
+        _e(layer.name),
         fmt(layer.eps),
         str(layer.count),
         str(layer.nonfinite),
@@ -182,7 +183,7 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
 
 def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
     """The title line and the table (a table title would wrap at the table's width)."""
-    title = Text(f"{layer.name}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})")
+    title = Text(f"{_e(layer.name)}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -221,7 +222,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
     kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
     parts.append(
         Text(
-            f"{report.source} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
+            f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
             f"(delta {fmt(report.delta, 12)}) <=> q/eps >= {fmt(report.min_ratio, 12)}"
         )
     )
@@ -250,7 +251,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             continue
         if layer.worst:  # (--top 0 lists none)
             # The title is a line of its own: a table title wraps at the table's width.
-            parts.append(Text(f"{layer.name}: worst {len(layer.worst)} input(s)"))
+            parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
             worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
             for name in ("index", "q", "q/eps", "A", "1 - A"):
                 worst.add_column(name, justify="left" if name == "index" else "right")
@@ -270,7 +271,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             )
             parts.append(
                 Text(
-                    f"{layer.name}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
+                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
                     f"{layer.inf_count} inf), each a violation: {shown}"
                 )
             )
@@ -280,7 +281,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             f"Total: {report.violations} violation(s) in {len(affected)} of "
             f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
             f"{report.nonfinite} nonfinite) out of {report.count} inputs"
-            + (f"; layers affected: {', '.join(affected)}" if affected else "")
+            + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
         )
     )
     parts.extend(tail_parts(report.skipped, options))

@@ -7,22 +7,26 @@ the facts as a two-column table, the failed checks as a table, the passing check
 
 from __future__ import annotations
 
+import re
+
+from rmsnorm_eps.escape import markdown, no_ci_command
 from rmsnorm_eps.reports.checks import CheckReport
 
 __all__ = ["cell", "code", "render_checks"]
 
 
 def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, newlines as <br>."""
-    return (
-        text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "\n").replace("\n", "<br>")
-    )
+    """Text safe inside a Markdown table cell or line (:func:`rmsnorm_eps.escape.markdown`:
+    controls visible, backslashes and pipes escaped, no HTML tag or entity, no CI command)."""
+    return markdown(text)
 
 
 def code(text: str) -> str:
-    """Inline code that survives any backticks in ``text``."""
-    ticks = "``" if "`" in text else "`"
-    pad = " " if "`" in text else ""
+    """Inline code that survives any backticks in ``text``: fenced by one backtick more than
+    its longest run of backticks (CommonMark code spans), padded when it has any."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if longest else ""
     return f"{ticks}{pad}{cell(text)}{pad}{ticks}"
 
 
@@ -73,4 +77,4 @@ def render_checks(report: CheckReport) -> str:
             f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}" for r in report.rules
         ]
         lines.append("")
-    return "\n".join(lines)
+    return no_ci_command("\n".join(lines))

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rmsnorm_eps import __version__
+from rmsnorm_eps.escape import json_text
 from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.document import jnum
 
@@ -109,4 +110,4 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
 
 def render_checks(report: CheckReport) -> str:
     """The SARIF log, indented, keys in a fixed order."""
-    return json.dumps(sarif_document(report), indent=2, allow_nan=False) + "\n"
+    return json_text(json.dumps(sarif_document(report), indent=2, allow_nan=False)) + "\n"

@@ -13,6 +13,7 @@ from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from rmsnorm_eps.escape import no_ci_command
 from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["fmt", "fmt_index", "render_renderables", "simple_table"]
@@ -54,4 +55,4 @@ def render_renderables(parts: list[RenderableType], options: RenderOptions) -> s
     )
     for part in parts:
         console.print(part)
-    return buf.getvalue()
+    return no_ci_command(buf.getvalue())
