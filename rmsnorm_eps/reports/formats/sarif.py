@@ -30,14 +30,20 @@ SARIF_SCHEMA = (
 
 def artifact_uri(path: str) -> str:
     """A path as a SARIF artifact URI: relative paths stay relative (resolved against the
-    repository root by consumers), absolute ones become ``file://`` URIs; percent-encoded."""
+    repository root by consumers), absolute ones become ``file://`` URIs; percent-encoded as
+    UTF-8, and a byte that was not UTF-8 (a lone surrogate from ``surrogateescape``) as that
+    byte, so ``dump-\\xff.npz`` is ``dump-%FF.npz``."""
+
+    def enc(text: str) -> str:
+        return quote(text, errors="surrogateescape")
+
     if PureWindowsPath(path).drive:
-        return "file:///" + quote(PureWindowsPath(path).as_posix())
+        return "file:///" + enc(PureWindowsPath(path).as_posix())
     p = PurePath(path)
     posix = p.as_posix()
     if p.is_absolute():
-        return "file://" + quote(posix)
-    return quote(posix)
+        return "file://" + enc(posix)
+    return enc(posix)
 
 
 def _number(value: Any) -> Any:
