@@ -254,3 +254,54 @@ def test_xml_is_well_formed_for_any_name() -> None:
 
 def test_plot_label_has_no_mathtext() -> None:
     assert escape.plot_label("$\\frac{1}{$") == "\\$\\frac{1}{\\$"
+
+
+# ----------------------------------------------------------------------------- configs
+CONFIG_NAMES = (
+    "##[error]x",
+    "[/x]",
+    "<img src=x>",
+    "a\x1b[31mb",
+    "::warning::w",
+    "$\\frac{1}{$",
+    "p\u2028q",
+)
+
+
+def _hostile_config(path: Path, eps: str) -> None:
+    """A YAML config whose model name, source and layer globs are hostile (JSON-quoted, so
+    any character can be written in YAML)."""
+    layers = "".join(f"  {json.dumps(n)}: {{eps: {eps}}}\n" for n in CONFIG_NAMES)
+    path.write_text(
+        "schema_version: 1\n"
+        f"model: {json.dumps('::error::m ##[add-mask] <h1>x</h1>')}\n"
+        f"source: {json.dumps('##vso[task.complete]')}\n"
+        "defaults:\n  eps: 1e-5\n  placement: inside\n  gain: w\n  norm: rms\n"
+        "layers:\n" + layers,
+        encoding="utf-8",
+    )
+
+
+@pytest.mark.parametrize("fmt", ("text", "json"))
+def test_config_show(cli: Callable[..., Any], hostile: Path, fmt: str) -> None:
+    _hostile_config(Path("::c##[x].yaml"), "1e-6")
+    r = cli("config", "show", "::c##[x].yaml", "--format", fmt)
+    assert r.exit_code == 0, r.stderr
+    assert_inert(r.stdout, r.stderr, fmt)
+    if fmt == "json":
+        assert [x["pattern"] for x in json.loads(r.stdout)["layers"]] == list(CONFIG_NAMES)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_config_diff(cli: Callable[..., Any], hostile: Path, fmt: str) -> None:
+    _hostile_config(Path("::a##[x].yaml"), "1e-6")
+    _hostile_config(Path("b.yaml"), "1e-2")
+    r = cli("config", "diff", "::a##[x].yaml", "b.yaml", "--format", fmt)
+    assert r.exit_code == 1, r.stderr
+    assert_inert(r.stdout, r.stderr, fmt)
+    if fmt == "json":
+        assert json.loads(r.stdout)["patterns"] == list(CONFIG_NAMES)
+    if fmt in ("junit", "markdown"):
+        check_output(r.stdout, fmt, ())
+    elif fmt == "sarif":
+        jsonschema.Draft4Validator(SARIF_SCHEMA).validate(json.loads(r.stdout))
