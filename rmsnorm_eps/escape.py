@@ -8,7 +8,8 @@ sequences, markup or HTML. Before it is written, it goes through the function fo
 sink                   function
 =====================  ============================================================
 text report, terminal  :func:`text` (rich: always as ``Text``, never as markup)
-one stderr line        :func:`line` (also bounded: :data:`NAME_LIMIT` characters a name)
+one stderr line        :func:`line` for a name (bounded: :data:`NAME_LIMIT` characters),
+                       :func:`message` for the whole line
 Markdown               :func:`markdown` (HTML and table syntax escaped)
 XML 1.0 (JUnit)        :func:`xml`
 JSON, SARIF            :func:`json_text` (applied to the serialized document)
@@ -27,8 +28,10 @@ The rules (docs/security.md, "Escaping untrusted text"):
   line (after whitespace) and ``##[name args]data`` anywhere in a line; Azure Pipelines reads
   ``##vso[``. In every text sink a ``:`` followed by ``:`` is written ``\\x3a`` and a ``#``
   followed by ``#`` is written ``\\x23``, so no ``::`` and no ``##`` comes from data, wherever
-  a line breaks. In JSON a ``#`` followed by ``#`` is ``\\u0023`` (the document still parses
-  to the exact name); a JSON line never starts with ``::``.
+  a line breaks. (A stderr line always starts with ``rmsnorm-eps: ``, so there ``::`` cannot
+  start a command and is kept: :func:`line`.) In JSON a ``#`` followed by ``#`` is
+  ``\\u0023`` (the document still parses to the exact name); a JSON line never starts with
+  ``::``.
 * The escapes are for display: a literal backslash is left as it is, so ``\\x1b`` in a text
   report may be an escape or the four characters. The JSON report has the exact name.
 """
@@ -58,12 +61,15 @@ NAME_LIMIT = 200
 #: Longest error line (several names and the message around them).
 LINE_LIMIT = 2000
 
-_UNSAFE = re.compile(
+_CHARS = (
     "[\x00-\x1f\x7f-\x9f"  # C0 (tab, newline, CR included), DEL, C1
     "\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"  # format chars
     "\ud800-\udfff]"  # lone surrogates (surrogateescape bytes among them)
-    "|:(?=:)|#(?=#)"  # a CI command's `::` or `##`
 )
+_UNSAFE = re.compile(_CHARS + "|:(?=:)|#(?=#)")  # and a CI command's `::` or `##`
+# In a stderr line, which always starts with "rmsnorm-eps: ", `::` cannot start a line: it is
+# kept, so companion keys such as `x::position` read as written in errors.
+_UNSAFE_IN_LINE = re.compile(_CHARS + "|#(?=#)")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -90,14 +96,17 @@ def text(value: object) -> str:
 
 
 def line(value: object, limit: int = NAME_LIMIT) -> str:
-    """For a name in a one-line message (stderr, the summary line): visible and bounded."""
-    return shorten(visible(value), limit)
+    """For a name in a one-line message (stderr, the summary line): as :func:`visible` but
+    keeping ``::`` (the line starts with ``rmsnorm-eps: ``, so it cannot start a command),
+    and bounded at ``limit`` characters."""
+    return shorten(_UNSAFE_IN_LINE.sub(_escape, str(value)), limit)
 
 
 def message(value: object) -> str:
-    """A whole stderr line's message: whitespace runs (newlines included) become one space,
-    then :func:`visible`, bounded at :data:`LINE_LIMIT` characters."""
-    return shorten(visible(" ".join(str(value).split())), LINE_LIMIT)
+    """A whole stderr line's message (printed after ``rmsnorm-eps: ``): whitespace runs
+    (newlines included) become one space, then :func:`line`'s escapes, bounded at
+    :data:`LINE_LIMIT` characters."""
+    return line(" ".join(str(value).split()), LINE_LIMIT)
 
 
 _HTML = re.compile(r"&(?=[#A-Za-z0-9])|<(?=[A-Za-z/!?])")
