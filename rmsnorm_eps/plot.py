@@ -375,6 +375,50 @@ def _short(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _error_panel(
+    ax: Any,
+    x: Any,
+    cats: Sequence[Any],
+    colors: list[str],
+    panel: tuple[str, list[float | None], float, str],
+    names: list[str],
+    np: Any,
+) -> None:
+    """One parity panel: per category the largest error as a bar on a log axis (a note for
+    no finite error, 0, NaN or inf), the limit (atol or rtol) as a dashed line."""
+    label, values, limit, limit_name = panel
+    floor = _log_floor([v for v in values if v is not None], limit)
+    tops = np.array([floor if v is None else max(v, floor) for v in values], np.float64)
+    ax.bar(x, tops - floor, bottom=floor, color=colors, alpha=0.6, edgecolor="#555555")
+    for i, (c, v) in enumerate(zip(cats, values, strict=True)):
+        note = "no finite" if v is None else ("0" if v == 0 else "")
+        if c.nan or c.inf:
+            note = (note + f" NaN {c.nan} inf {c.inf}").strip()
+        if note:
+            ax.annotate(
+                note,
+                (float(x[i]), float(tops[i])),
+                textcoords="offset points",
+                xytext=(0, 2),
+                ha="center",
+                fontsize=6,
+            )
+    ax.axhline(
+        limit,
+        color="#d62728",
+        linestyle="--",
+        linewidth=1.0,
+        label=f"{limit_name} {limit:.3g}",
+    )
+    ax.set_yscale("log")
+    ax.set_ylim(floor, max([limit, *[v for v in values if v is not None]]) * 20.0)
+    ax.set_ylabel(label, fontsize=8)
+    ax.set_xticks(x)
+    ax.set_xticklabels([plot_label(n) for n in names], fontsize=7)
+    ax.tick_params(labelsize=7)
+    ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+
+
 def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
     """Draw a parity result: two panels, the max absolute and the max relative error per
     probe category (log axis; red bars for failing categories) with atol and rtol marked."""
@@ -398,37 +442,8 @@ def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
         fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * 2), dpi=PLOT_DPI)
         FigureCanvasAgg(fig)
         axes = fig.subplots(2, 1, squeeze=False)[:, 0]
-        for ax, (label, values, limit, limit_name) in zip(axes, panels, strict=True):
-            floor = _log_floor([v for v in values if v is not None], limit)
-            tops = np.array([floor if v is None else max(v, floor) for v in values], np.float64)
-            ax.bar(x, tops - floor, bottom=floor, color=colors, alpha=0.6, edgecolor="#555555")
-            for i, (c, v) in enumerate(zip(cats, values, strict=True)):
-                note = "no finite" if v is None else ("0" if v == 0 else "")
-                if c.nan or c.inf:
-                    note = (note + f" NaN {c.nan} inf {c.inf}").strip()
-                if note:
-                    ax.annotate(
-                        note,
-                        (float(x[i]), float(tops[i])),
-                        textcoords="offset points",
-                        xytext=(0, 2),
-                        ha="center",
-                        fontsize=6,
-                    )
-            ax.axhline(
-                limit,
-                color="#d62728",
-                linestyle="--",
-                linewidth=1.0,
-                label=f"{limit_name} {limit:.3g}",
-            )
-            ax.set_yscale("log")
-            ax.set_ylim(floor, max([limit, *[v for v in values if v is not None]]) * 20.0)
-            ax.set_ylabel(label, fontsize=8)
-            ax.set_xticks(x)
-            ax.set_xticklabels([plot_label(n) for n in names], fontsize=7)
-            ax.tick_params(labelsize=7)
-            ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+        for ax, panel in zip(axes, panels, strict=True):
+            _error_panel(ax, x, cats, colors, panel, names, np)
         axes[0].set_title(
             f"{plot_label(result.actual_source)} vs float64 reference, rule {tol.rule}: "
             f"{tol.formula()}\n"

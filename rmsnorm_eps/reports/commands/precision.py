@@ -64,6 +64,29 @@ def _flags(r: PrecisionRow) -> str:
     return "subnormal" if r.subnormal else "normal"
 
 
+def _notes(r: PrecisionRow) -> list[str]:
+    """What is notable about eps in one dtype: vanishing, overflow, subnormal, absorption."""
+    notes = []
+    if r.rounds_to_zero:
+        notes.append(
+            f"{r.dtype}: eps rounds to 0 (below half the smallest subnormal "
+            f"{r.smallest_subnormal:.4g}): it vanishes; a zero input gives 0/0"
+        )
+    elif r.overflows:
+        notes.append(f"{r.dtype}: eps overflows to inf: every output becomes 0")
+    elif r.subnormal:
+        notes.append(
+            f"{r.dtype}: eps is subnormal (< {r.smallest_normal:.4g}): stored with "
+            f"relative error {r.relative_error:+.3g}"
+        )
+    if r.absorbed_from and r.stored:
+        notes.append(
+            f"{r.dtype}: eps acts on q + eps only for q < {r.absorbed_from:.6g} "
+            f"(q/eps < {r.absorbed_from / r.stored:.6g})"
+        )
+    return notes
+
+
 def _precision_parts(report: PrecisionReport) -> list[RenderableType]:
     rows = report.rows
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -85,25 +108,7 @@ def _precision_parts(report: PrecisionReport) -> list[RenderableType]:
     row("q flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
     row("x*x finite up to |x| =", [_f(r.square_finite_max) for r in rows])
     row("x*x overflows from", [_f(r.square_overflow_from) for r in rows])
-    notes = []
-    for r in rows:
-        if r.rounds_to_zero:
-            notes.append(
-                f"{r.dtype}: eps rounds to 0 (below half the smallest subnormal "
-                f"{r.smallest_subnormal:.4g}): it vanishes; a zero input gives 0/0"
-            )
-        elif r.overflows:
-            notes.append(f"{r.dtype}: eps overflows to inf: every output becomes 0")
-        elif r.subnormal:
-            notes.append(
-                f"{r.dtype}: eps is subnormal (< {r.smallest_normal:.4g}): stored with "
-                f"relative error {r.relative_error:+.3g}"
-            )
-        if r.absorbed_from and r.stored:
-            notes.append(
-                f"{r.dtype}: eps acts on q + eps only for q < {r.absorbed_from:.6g} "
-                f"(q/eps < {r.absorbed_from / r.stored:.6g})"
-            )
+    notes = [note for r in rows for note in _notes(r)]
     return [t, Text("\n".join(notes))] if notes else [t]
 
 

@@ -309,6 +309,88 @@ RATIO_RULES = (
 )
 
 
+class _Shards:
+    """``merge`` reports are ratio reports of shards concatenated along axis 0: a check points
+    at the shard holding its worst input, and the report has no single file."""
+
+    def __init__(self, shards: tuple[str, ...]) -> None:
+        self.shards = shards
+
+    def of(self, item: Any) -> tuple[str, str | None]:
+        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None."""
+        s = getattr(item, "shard", None)
+        if not self.shards or s is None:
+            return "", None
+        inner = list(item.shard_index or ())
+        return f" (shard {s} {self.shards[s]} at {inner})", self.shards[s]
+
+
+def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> Check:
+    """``ratio/below-bound``: fails when some finite q has ``q/eps < min_ratio``."""
+    bound = report.min_ratio
+    finite = layer.count - layer.nonfinite
+    below = layer.below_bound
+    nums: dict[str, Number] = {
+        "eps": layer.eps,
+        "count": layer.count,
+        "finite": finite,
+        "below_bound": below,
+        "fraction": below / layer.count if layer.count else 0.0,
+        "min_ratio": layer.min_ratio,
+        "min_attenuation": layer.min_attenuation,
+        "bound_min_ratio": bound,
+        "delta": report.delta,
+    }
+    loc: str | None = None
+    if below:
+        w = layer.worst[0] if layer.worst else None
+        where = f" at index {list(w.index)}" if w is not None else ""
+        if w is not None:
+            in_shard, loc = shards.of(w)
+            where += in_shard
+        msg = (
+            f"{layer.name}: {below} of {layer.count} inputs "
+            f"({_g(100.0 * below / layer.count, 3)}%) have q/eps below {_g(bound, 12)} "
+            f"(A < {_g(1.0 - report.delta, 12)}); min q/eps {_g(layer.min_ratio)} "
+            f"(A = {_g(layer.min_attenuation)}){where}"
+        )
+    elif finite:
+        msg = (
+            f"{layer.name}: all {finite} finite inputs have q/eps >= {_g(bound, 12)}; "
+            f"min q/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
+        )
+    else:
+        msg = f"{layer.name}: no finite q value to check"
+    level: Level = "note" if below == 0 else bad
+    return Check("ratio/below-bound", layer.name, below == 0, level, msg, nums, loc)
+
+
+def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
+    """``ratio/nonfinite``: fails when some q is NaN or +inf."""
+    nf = layer.nonfinite
+    nums: dict[str, Number] = {
+        "count": layer.count,
+        "nonfinite": nf,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+    }
+    loc: str | None = None
+    if nf:
+        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+        where = f", first at index {list(first.index)}" if first is not None else ""
+        if first is not None:
+            in_shard, loc = shards.of(first)
+            where += in_shard
+        msg = (
+            f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
+            f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
+        )
+    else:
+        msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
+    level: Level = "note" if nf == 0 else bad
+    return Check("ratio/nonfinite", layer.name, nf == 0, level, msg, nums, loc)
+
+
 def checks(report: Any, gate: Any = None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
 
@@ -319,94 +401,12 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     passed = report.violations == 0 if gate is None else bool(gate.passed)
     bad: Level = "warning" if passed else "error"
     bound = report.min_ratio
-    # `merge` reports are ratio reports of shards concatenated along axis 0: a check points at
-    # the shard holding its worst input, and the report has no single file
     shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
-
-    def shard_of(item: Any) -> tuple[str, str | None]:
-        s = getattr(item, "shard", None)
-        if not shards or s is None:
-            return "", None
-        inner = list(item.shard_index or ())
-        return f" (shard {s} {shards[s]} at {inner})", shards[s]
-
+    where = _Shards(shards)
     checks: list[Check] = []
     for layer in report.layers:
-        finite = layer.count - layer.nonfinite
-        below = layer.below_bound
-        nums: dict[str, Number] = {
-            "eps": layer.eps,
-            "count": layer.count,
-            "finite": finite,
-            "below_bound": below,
-            "fraction": below / layer.count if layer.count else 0.0,
-            "min_ratio": layer.min_ratio,
-            "min_attenuation": layer.min_attenuation,
-            "bound_min_ratio": bound,
-            "delta": report.delta,
-        }
-        loc: str | None = None
-        if below:
-            w = layer.worst[0] if layer.worst else None
-            where = f" at index {list(w.index)}" if w is not None else ""
-            if w is not None:
-                in_shard, loc = shard_of(w)
-                where += in_shard
-            msg = (
-                f"{layer.name}: {below} of {layer.count} inputs "
-                f"({_g(100.0 * below / layer.count, 3)}%) have q/eps below {_g(bound, 12)} "
-                f"(A < {_g(1.0 - report.delta, 12)}); min q/eps {_g(layer.min_ratio)} "
-                f"(A = {_g(layer.min_attenuation)}){where}"
-            )
-        elif finite:
-            msg = (
-                f"{layer.name}: all {finite} finite inputs have q/eps >= {_g(bound, 12)}; "
-                f"min q/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
-            )
-        else:
-            msg = f"{layer.name}: no finite q value to check"
-        checks.append(
-            Check(
-                "ratio/below-bound",
-                layer.name,
-                below == 0,
-                "note" if below == 0 else bad,
-                msg,
-                nums,
-                loc,
-            )
-        )
-        nf = layer.nonfinite
-        nf_nums: dict[str, Number] = {
-            "count": layer.count,
-            "nonfinite": nf,
-            "nan": layer.nan_count,
-            "inf": layer.inf_count,
-        }
-        loc = None
-        if nf:
-            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-            where = f", first at index {list(first.index)}" if first is not None else ""
-            if first is not None:
-                in_shard, loc = shard_of(first)
-                where += in_shard
-            msg = (
-                f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
-                f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
-            )
-        else:
-            msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
-        checks.append(
-            Check(
-                "ratio/nonfinite",
-                layer.name,
-                nf == 0,
-                "note" if nf == 0 else bad,
-                msg,
-                nf_nums,
-                loc,
-            )
-        )
+        checks.append(_below_bound_check(layer, report, bad, where))
+        checks.append(_nonfinite_check(layer, bad, where))
     verdict = (
         gate.reason
         if gate is not None
