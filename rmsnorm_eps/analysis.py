@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -132,6 +132,8 @@ class LayerResult:
 @dataclass(frozen=True)
 class RatioReport(ReportTotals):
     """The result of :func:`analyze_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`)."""
+
+    command: ClassVar[str] = "ratio"  # names its reporter (rmsnorm_eps.reports)
 
     source: str
     raw: bool

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rmsnorm_eps import scalar  # numpy-free: bound must start fast (see scalar.py)
 
@@ -19,6 +20,8 @@ class BoundResult:
     """``min_ratio = (1-delta)**2 / (delta (2-delta))``; with eps, ``min_q = eps * min_ratio``
     and ``min_rms = sqrt(min_q)`` (the smallest input RMS that keeps A >= 1 - delta)."""
 
+    command: ClassVar[str] = "bound"  # names its reporter (rmsnorm_eps.reports)
+
     delta: float
     min_ratio: float
     eps: float | None
@@ -29,6 +32,8 @@ class BoundResult:
 @dataclass(frozen=True)
 class RatioFigures:
     """``A = sqrt(r/(r+1))`` and ``loss = 1 - A`` at ``r = q/eps`` (with q when eps is known)."""
+
+    command: ClassVar[str] = "bound"  # names its reporter (rmsnorm_eps.reports)
 
     ratio: float
     attenuation: float

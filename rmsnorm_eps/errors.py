@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import reprlib
 
+from rmsnorm_eps.escape import line
+
 _BRIEF = reprlib.Repr()
 _BRIEF.maxstring = 80
 _BRIEF.maxother = 80
@@ -39,7 +41,8 @@ class InputFileError(RmsnormEpsError):
     """
 
     def __init__(self, path: object, problem: str, *, key: str | None = None) -> None:
-        where = f"{path}" if key is None else f"{path} [{key}]"
+        # path and key come from the input: shown inert and bounded (rmsnorm_eps.escape)
+        where = line(path) if key is None else f"{line(path)} [{line(key)}]"
         super().__init__(f"{where}: {problem}")
         self.path = str(path)
         self.key = key

@@ -14,18 +14,23 @@ tolerance as a horizontal line. ``parity`` (:func:`plot_parity`): per probe cate
 largest absolute and relative error against atol and rtol.
 
 matplotlib is imported lazily, with the non-interactive Agg canvas (no display needed, no
-pyplot global state). Output is deterministic: no date in SVG metadata, fixed SVG id salt.
+pyplot global state). Names and paths from the input are labels through
+:func:`rmsnorm_eps.escape.plot_label` (literal text, never mathtext), and nothing matplotlib
+warns or logs while drawing reaches stderr. Output is deterministic: no date in SVG metadata,
+fixed SVG id salt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
+from rmsnorm_eps.escape import plot_label
 
 if TYPE_CHECKING:
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport
@@ -160,7 +165,7 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     else:
         low = "no finite q value"
     ax.set_title(
-        f"{layer.name} (eps {layer.eps:.3g}): {layer.count} inputs, {status}; {low}\n"
+        f"{plot_label(layer.name)} (eps {layer.eps:.3g}): {layer.count} inputs, {status}; {low}\n"
         f"below bound {layer.below_bound}; NaN {layer.nan_count}, inf {layer.inf_count}, "
         f"q=0 {layer.zero_count} (counted, not plotted)",
         fontsize=8,
@@ -186,7 +191,7 @@ def _layer_panels(
     from matplotlib.figure import Figure
 
     n = max(1, len(layers))
-    with matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
+    with _quiet(), matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
         fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
         FigureCanvasAgg(fig)
         axes = fig.subplots(n, 1, squeeze=False)[:, 0]
@@ -203,6 +208,24 @@ def _layer_panels(
         width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
         height_px=round(PANEL_HEIGHT_IN * n * PLOT_DPI),
     )
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Nothing from matplotlib reaches stderr while a figure is drawn: no warnings (a glyph
+    missing from the font for a character of a name) and no log records below CRITICAL."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("matplotlib")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _save(fig: Any, fmt: str) -> bytes:
@@ -225,7 +248,7 @@ def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Pl
         layers,
         lambda ax, layer, np: _panel(ax, layer, report, np),
         "q/eps (log scale)",
-        f"{report.source}: attenuation by eps, {shown}",
+        f"{plot_label(report.source)}: attenuation by eps, {shown}",
     )
 
 
@@ -318,8 +341,8 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
     status = f"{layer.violations} violation(s)" if layer.violations else "no violation"
     worst = "-" if layer.max_abs_change is None else f"{layer.max_abs_change:.4g}"
     ax.set_title(
-        f"{layer.name}: {layer.count} inputs, {status}; moved {layer.moved}, max |change| "
-        f"{worst}\nNaN {layer.nan_count}, inf {layer.inf_count}, nonfinite factor "
+        f"{plot_label(layer.name)}: {layer.count} inputs, {status}; moved {layer.moved}, "
+        f"max |change| {worst}\nNaN {layer.nan_count}, inf {layer.inf_count}, nonfinite factor "
         f"{layer.nonfinite_factor}, q=0 {layer.zero_count} (counted, not plotted); "
         "bars: moved/count",
         fontsize=8,
@@ -342,13 +365,58 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
         layers,
         lambda ax, layer, np: _compare_panel(ax, layer, report, np),
         "q/eps_from (log scale)",
-        f"{report.source}: {report.spec_from.describe()} -> {report.spec_to.describe()}, {shown}",
+        f"{plot_label(report.source)}: {plot_label(report.spec_from.describe())} -> "
+        f"{plot_label(report.spec_to.describe())}, {shown}",
     )
 
 
 # ----------------------------------------------------------------------------- parity
 def _short(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def _error_panel(
+    ax: Any,
+    x: Any,
+    cats: Sequence[Any],
+    colors: list[str],
+    panel: tuple[str, list[float | None], float, str],
+    names: list[str],
+    np: Any,
+) -> None:
+    """One parity panel: per category the largest error as a bar on a log axis (a note for
+    no finite error, 0, NaN or inf), the limit (atol or rtol) as a dashed line."""
+    label, values, limit, limit_name = panel
+    floor = _log_floor([v for v in values if v is not None], limit)
+    tops = np.array([floor if v is None else max(v, floor) for v in values], np.float64)
+    ax.bar(x, tops - floor, bottom=floor, color=colors, alpha=0.6, edgecolor="#555555")
+    for i, (c, v) in enumerate(zip(cats, values, strict=True)):
+        note = "no finite" if v is None else ("0" if v == 0 else "")
+        if c.nan or c.inf:
+            note = (note + f" NaN {c.nan} inf {c.inf}").strip()
+        if note:
+            ax.annotate(
+                note,
+                (float(x[i]), float(tops[i])),
+                textcoords="offset points",
+                xytext=(0, 2),
+                ha="center",
+                fontsize=6,
+            )
+    ax.axhline(
+        limit,
+        color="#d62728",
+        linestyle="--",
+        linewidth=1.0,
+        label=f"{limit_name} {limit:.3g}",
+    )
+    ax.set_yscale("log")
+    ax.set_ylim(floor, max([limit, *[v for v in values if v is not None]]) * 20.0)
+    ax.set_ylabel(label, fontsize=8)
+    ax.set_xticks(x)
+    ax.set_xticklabels([plot_label(n) for n in names], fontsize=7)
+    ax.tick_params(labelsize=7)
+    ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
 
 
 def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
@@ -370,43 +438,15 @@ def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
         ("max |a - r|", [c.max_abs_error for c in cats], tol.atol, "atol"),
         ("max |a - r|/|r|", [c.max_rel_error for c in cats], tol.rtol, "rtol"),
     )
-    with matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
+    with _quiet(), matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
         fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * 2), dpi=PLOT_DPI)
         FigureCanvasAgg(fig)
         axes = fig.subplots(2, 1, squeeze=False)[:, 0]
-        for ax, (label, values, limit, limit_name) in zip(axes, panels, strict=True):
-            floor = _log_floor([v for v in values if v is not None], limit)
-            tops = np.array([floor if v is None else max(v, floor) for v in values], np.float64)
-            ax.bar(x, tops - floor, bottom=floor, color=colors, alpha=0.6, edgecolor="#555555")
-            for i, (c, v) in enumerate(zip(cats, values, strict=True)):
-                note = "no finite" if v is None else ("0" if v == 0 else "")
-                if c.nan or c.inf:
-                    note = (note + f" NaN {c.nan} inf {c.inf}").strip()
-                if note:
-                    ax.annotate(
-                        note,
-                        (float(x[i]), float(tops[i])),
-                        textcoords="offset points",
-                        xytext=(0, 2),
-                        ha="center",
-                        fontsize=6,
-                    )
-            ax.axhline(
-                limit,
-                color="#d62728",
-                linestyle="--",
-                linewidth=1.0,
-                label=f"{limit_name} {limit:.3g}",
-            )
-            ax.set_yscale("log")
-            ax.set_ylim(floor, max([limit, *[v for v in values if v is not None]]) * 20.0)
-            ax.set_ylabel(label, fontsize=8)
-            ax.set_xticks(x)
-            ax.set_xticklabels(names, fontsize=7)
-            ax.tick_params(labelsize=7)
-            ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+        for ax, panel in zip(axes, panels, strict=True):
+            _error_panel(ax, x, cats, colors, panel, names, np)
         axes[0].set_title(
-            f"{result.actual_source} vs float64 reference, rule {tol.rule}: {tol.formula()}\n"
+            f"{plot_label(result.actual_source)} vs float64 reference, rule {tol.rule}: "
+            f"{tol.formula()}\n"
             f"red: failing category ({len(result.failing_categories)} of {len(cats)}); "
             f"inferred eps {_short(result.inference.eps)} (configured {result.probes.eps:.4g})",
             fontsize=8,

@@ -15,12 +15,19 @@ import pytest
 
 from rmsnorm_eps.analysis import RatioReport, analyze_dump, evaluate_gate
 from rmsnorm_eps.bound import bound_for_delta, figures_for_ratios
-from rmsnorm_eps.reports import FORMATS, RenderOptions, UnsupportedResult, render
-from rmsnorm_eps.reports.checks import ADAPTERS, Check, CheckReport, Rule, check_report
+from rmsnorm_eps.reports import (
+    FORMATS,
+    RenderOptions,
+    UnsupportedResult,
+    render,
+    supported_formats,
+)
+from rmsnorm_eps.reports.checks import Check, CheckReport, Rule, check_report
+from rmsnorm_eps.reports.commands.ratio import histogram_rows
 from rmsnorm_eps.reports.document import document
-from rmsnorm_eps.reports.github import escape_data, escape_property
+from rmsnorm_eps.reports.formats.github import escape_data, escape_property
+from rmsnorm_eps.reports.registry import COMMANDS, command_module
 from rmsnorm_eps.reports.schema import SCHEMA_COMMANDS, load_schema
-from rmsnorm_eps.reports.text import histogram_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/ci/q_dump.npz"
@@ -107,14 +114,50 @@ def test_unknown_result_is_unsupported_in_every_ci_format() -> None:
             render(object(), fmt)
 
 
-def test_adapters_name_importable_functions() -> None:
-    import importlib
+def test_every_command_module_provides_what_its_formats_need() -> None:
+    """The registry's modules: FORMATS a subset of the six; document for json, text for text,
+    checks for the CI formats; supported_formats reads it."""
+    for name in COMMANDS:
+        module = command_module(name)
+        formats = supported_formats(name)
+        assert formats == module.FORMATS and formats <= set(FORMATS), name
+        assert {"text", "json"} <= formats, name
+        assert callable(module.document) and callable(module.text), name
+        if formats & set(CI_FORMATS):
+            assert formats >= set(CI_FORMATS) and callable(module.checks), name
 
-    for type_name, target in ADAPTERS.items():
-        module, _, cls = type_name.rpartition(".")
-        assert hasattr(importlib.import_module(module), cls)
-        mod, _, fn = target.partition(":")
-        assert callable(getattr(importlib.import_module(mod), fn))
+
+def test_result_types_name_their_command() -> None:
+    from rmsnorm_eps.capture.report import CaptureReport
+    from rmsnorm_eps.compare.analysis import CompareReport
+    from rmsnorm_eps.compare.precision import PrecisionReport
+    from rmsnorm_eps.config.defaults import DefaultsResult
+    from rmsnorm_eps.config.model import NormConfig
+    from rmsnorm_eps.config.resolve import ConfigDiff
+    from rmsnorm_eps.parity.api import ParityResult
+    from rmsnorm_eps.parity.probes import ProbeSummary
+
+    types = [
+        RatioReport,
+        CompareReport,
+        PrecisionReport,
+        DefaultsResult,
+        NormConfig,
+        ConfigDiff,
+        ParityResult,
+        ProbeSummary,
+        CaptureReport,
+    ]
+    names = {t.command for t in types} | {"bound", "merge"}
+    assert names == set(COMMANDS)
+    assert bound_for_delta(0.01).command == "bound"
+
+
+def test_unsupported_format_is_refused_by_the_command() -> None:
+    assert supported_formats("config show") == {"text", "json"}
+    assert supported_formats("capture") == set(FORMATS)
+    with pytest.raises(KeyError):
+        supported_formats("nope")
 
 
 # ----------------------------------------------------------------------------- counts
@@ -209,8 +252,10 @@ def test_junit_single_passing_case_when_no_checks() -> None:
 
 # ----------------------------------------------------------------------------- github
 def test_github_escaping_follows_the_runner_rules() -> None:
-    assert escape_data("50% a\r\nb") == "50%25 a%0D%0Ab"
-    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    # CR and LF never reach the runner: rmsnorm_eps.escape shows them as \x0d, \x0a first
+    assert escape_data("50% a\r\nb") == "50%25 a\\x0d\\x0ab"
+    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25\\x0a"
+    assert escape_data("x##[stop-commands]t ::e") == "x\\x23#[stop-commands]t \\x3a:e"
     assert escape_data("a:b,c") == "a:b,c"  # ':' and ',' only escaped in properties
     rule = Rule("x/y", "y", "desc")
     rep = CheckReport(
@@ -226,7 +271,7 @@ def test_github_escaping_follows_the_runner_rules() -> None:
     line = render(rep, "github")
     assert line == (
         "::error title=rmsnorm-eps x/y%3A blk%2C1%3Anorm,"
-        "file=dir/a%2Cb%3Ac.npz::100%25 bad%0Aline 2\n"
+        "file=dir/a%2Cb%3Ac.npz::100%25 bad\\x0aline 2\n"
     )
 
 
@@ -242,7 +287,7 @@ def test_sarif_locations_rules_and_uri(example: RatioReport) -> None:
     assert loc["physicalLocation"]["artifactLocation"]["uri"] == EXAMPLE
     assert loc["logicalLocations"][0]["name"] == "layers.0.attn_norm"
     assert res["ruleIndex"] == 0
-    from rmsnorm_eps.reports.sarif import artifact_uri
+    from rmsnorm_eps.reports.formats.sarif import artifact_uri
 
     assert artifact_uri("/tmp/a b.npz") == "file:///tmp/a%20b.npz"
     assert artifact_uri("dumps/x#1.npz") == "dumps/x%231.npz"

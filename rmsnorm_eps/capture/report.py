@@ -1,18 +1,31 @@
 """Reports of a capture: the ratio report of a summary-only capture, and the capture's own
-document (per module: live eps, dim, dtype, gain, count, min q/eps) in text and JSON."""
+document (per module: live eps, dim, dtype, gain, count, min q/eps), rendered by
+:mod:`rmsnorm_eps.reports.commands.capture` in every format."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from rmsnorm_eps.analysis import RatioReport, layer_result
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.output import module_facts
 
-__all__ = ["capture_document", "render_capture_text", "summary_report"]
+__all__ = ["CaptureReport", "capture_document", "summary_report"]
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """What ``rmsnorm-eps capture`` reports (without --summary-only): the capture, the model's
+    name and the files written (``{"dump": path, "config": path or None}``)."""
+
+    command: ClassVar[str] = "capture"
+
+    result: CaptureResult
+    model: str
+    outputs: dict[str, str | None]
 
 
 def summary_report(result: CaptureResult, delta: float, source: str) -> RatioReport:
@@ -89,38 +102,3 @@ def capture_document(
         "q_dtype": result.q_dtype,
         "modules": [{**module_facts(m), "min_ratio": _min_ratio(m)} for m in result.modules],
     }
-
-
-def render_capture_text(doc: dict[str, Any], width: int) -> str:
-    """A table of the hooked modules and their live settings."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from rmsnorm_eps.reports import RenderOptions
-    from rmsnorm_eps.reports.text import fmt, render_renderables
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("module", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps"):
-        table.add_column(name, justify="left" if name in ("module", "layout") else "right")
-    for m in doc["modules"]:
-        table.add_row(
-            m["name"],
-            fmt(m["eps"], 8),
-            str(m["dim"] or "-"),
-            m["input_dtype"] or "-",
-            m["gain"],
-            (m["layout"] or "-").split(" ")[0],
-            str(m["count"]),
-            fmt(m["min_ratio"]),
-        )
-    eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
-    head = Text(
-        f"{doc['model']}: {len(doc['modules'])} norm modules, {doc['sequences']} "
-        f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
-    )
-    written = [f"{k}: {v}" for k, v in doc["outputs"].items() if v]
-    parts: list[Any] = [head, table]
-    if written:
-        parts.append(Text("wrote " + "; ".join(written)))
-    return render_renderables(parts, RenderOptions(width=width))

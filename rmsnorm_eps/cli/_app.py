@@ -30,7 +30,10 @@ EXIT_ERROR = 2
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """One bounded, inert stderr line (:func:`rmsnorm_eps.escape.message`)."""
+    from rmsnorm_eps.escape import message
+
+    return message(text)
 
 
 def fail(message: str) -> None:

@@ -151,8 +151,10 @@ def write_plot(plot: Path, data: bytes) -> None:
 
 
 def summary_line(text: str) -> None:
-    """The one-line summary on stderr."""
-    typer.echo(f"rmsnorm-eps: {text}", err=True)
+    """The one-line summary on stderr (inert and bounded: :func:`rmsnorm_eps.escape.message`)."""
+    from rmsnorm_eps.escape import message
+
+    typer.echo(f"rmsnorm-eps: {message(text)}", err=True)
 
 
 def skip_unreadable_option() -> Any:

@@ -87,13 +87,11 @@ def capture(
     Per token (and per head for q/k norms), with its position; per module the live eps (read
     from the running module, torch's eps=None resolved), dim, gain (w or 1+w), input dtype.
     """
-    import json
-
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.hooks import QCapture
     from rmsnorm_eps.capture.loading import load_model, run_texts
     from rmsnorm_eps.capture.output import write_config, write_dump
-    from rmsnorm_eps.capture.report import capture_document, render_capture_text, summary_report
+    from rmsnorm_eps.capture.report import CaptureReport, summary_report
     from rmsnorm_eps.merge import write_summary
 
     check_format(fmt)
@@ -123,21 +121,12 @@ def capture(
         "dump" if not summary_only else "summary": str(out),
         "config": str(config_out) if config_out else None,
     }
-    if report is not None:
-        from rmsnorm_eps.cli._output import emit
+    from rmsnorm_eps.cli._output import emit
 
+    if report is not None:
         emit(report, fmt, output)
     else:
-        doc = capture_document(result, loaded.name, outputs)
-        rendered = (
-            json.dumps(doc, indent=2) + "\n" if fmt == "json" else render_capture_text(doc, 110)
-        )
-        if output is not None:
-            from rmsnorm_eps.atomic import atomic_write_text
-
-            atomic_write_text(output, rendered)
-        else:
-            typer.echo(rendered, nl=False)
+        emit(CaptureReport(result, loaded.name, outputs), fmt, output)
     ran = sum(1 for m in result.modules if m.count)
     summary_line(
         f"captured {ran} norm module(s), {result.sequences} text(s), "

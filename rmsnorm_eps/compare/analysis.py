@@ -33,7 +33,7 @@ from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -143,6 +143,8 @@ class CompareLayer:
 class CompareReport(ReportTotals):
     """The result of :func:`compare_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`;
     ``nonfinite`` counts nonfinite q values and nonfinite factors)."""
+
+    command: ClassVar[str] = "compare"  # names its reporter (rmsnorm_eps.reports)
 
     source: str
     raw: bool

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -66,6 +67,8 @@ class PrecisionRow:
 @dataclass(frozen=True)
 class PrecisionReport:
     """The result of :func:`precision_report`."""
+
+    command: ClassVar[str] = "precision"  # names its reporter (rmsnorm_eps.reports)
 
     eps: float
     rows: tuple[PrecisionRow, ...]

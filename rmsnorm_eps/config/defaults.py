@@ -9,6 +9,7 @@ input dtype's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rmsnorm_eps.config.defaults_table import FRAMEWORK_DEFAULTS, FrameworkDefault
 from rmsnorm_eps.errors import ConfigError, InvalidParameterError
@@ -49,6 +50,8 @@ class ResolvedDefault:
 @dataclass(frozen=True)
 class DefaultsResult:
     """Rows of the defaults table, resolved for an optional dtype and torch version."""
+
+    command: ClassVar[str] = "defaults"  # names its reporter (rmsnorm_eps.reports)
 
     framework: str | None
     dtype: str | None

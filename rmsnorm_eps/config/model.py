@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 __all__ = [
     "FIELDS",
@@ -154,6 +154,8 @@ class NormConfig:
     (a later entry overrides the keys it sets, as in .gitattributes). A config without
     ``layers:`` entries has one implicit entry ``*``.
     """
+
+    command: ClassVar[str] = "config show"  # names its reporter (rmsnorm_eps.reports)
 
     path: str
     kind: Literal["yaml", "hf", "gguf"]

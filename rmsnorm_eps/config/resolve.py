@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from rmsnorm_eps.config.model import FIELDS, NormConfig, NormSettings, Resolved
 from rmsnorm_eps.errors import ConfigError, InputFileError
@@ -130,6 +131,8 @@ class FieldDifference:
 @dataclass(frozen=True)
 class ConfigDiff:
     """The result of comparing config A with config B norm by norm."""
+
+    command: ClassVar[str] = "config diff"  # names its reporter (rmsnorm_eps.reports)
 
     a: NormConfig
     b: NormConfig

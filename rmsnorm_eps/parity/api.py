@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,6 +29,8 @@ class ParityResult:
     """Everything the report and the acceptance record show. ``output_dtype`` is the dtype
     the outputs arrived in; ``judged_dtype`` the coarser of it and the probe dtype (it sets
     the torch defaults and the rounding assumed by the inference)."""
+
+    command: ClassVar[str] = "parity"  # names its reporter (rmsnorm_eps.reports)
 
     probes: ProbeSet
     probe_source: str

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -204,6 +205,8 @@ def make_probes(
 @dataclass(frozen=True)
 class ProbeSummary:
     """What ``rmsnorm-eps probe`` reports: the probe set and where it was written."""
+
+    command: ClassVar[str] = "probe"  # names its reporter (rmsnorm_eps.reports)
 
     probes: ProbeSet
     path: str | None

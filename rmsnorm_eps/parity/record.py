@@ -116,7 +116,7 @@ def _markdown(doc: dict[str, Any]) -> str:
 
 def render_record(result: ParityResult, fmt: str, timestamp: str | None = None) -> str:
     """The record text in ``fmt`` ('yaml', 'json' or 'md')."""
-    from rmsnorm_eps.reports.parity_document import parity_document
+    from rmsnorm_eps.reports.commands.parity import parity_document
 
     doc = parity_document(result, timestamp)
     if fmt == "json":

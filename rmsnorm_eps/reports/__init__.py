@@ -1,21 +1,30 @@
-"""Reporters: one module per output format behind one interface, chosen by name.
+"""Reporters: one module per command, one module per output format.
 
-A reporter module defines ``render(result, options) -> str`` for the result objects it
-supports (raising :class:`UnsupportedResult` otherwise). ``FORMATS`` maps the ``--format``
-names to modules, imported only when used (the CLI must start fast).
+``render(result, fmt)`` finds the result's command (its type's ``command`` attribute), imports
+that command's module (``reports/commands/<command>.py``, see :mod:`.registry`) and renders:
 
-``text`` and ``json`` render each result type directly (``text.py``, ``document.py``); the CI
-formats ``markdown``, ``github``, ``junit`` and ``sarif`` render the format-neutral
-:class:`~rmsnorm_eps.reports.checks.CheckReport` that an adapter in ``checks.ADAPTERS`` builds
-from the result, so a new command gets all four with one adapter.
+* ``text``: the command's ``text(result, options)``;
+* ``json``: the command's ``document(result, gate)``, serialized by ``formats/json.py``;
+* ``markdown``, ``github``, ``junit``, ``sarif``: the command's ``checks(result, gate)``, a
+  format-neutral :class:`~rmsnorm_eps.reports.checks.CheckReport`, rendered by
+  ``formats/<format>.py``, which know nothing of commands.
+
+Everything is imported on first use (the CLI must start fast). ``FORMATS`` maps the
+``--format`` names to their format modules.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from dataclasses import dataclass
-from typing import Any
+
+from rmsnorm_eps.reports.options import (
+    HISTOGRAM_AUTO_LAYERS,
+    HISTOGRAM_CHOICES,
+    RenderOptions,
+    UnsupportedResult,
+    color_wanted,
+)
+from rmsnorm_eps.reports.registry import ALL_FORMATS, supported_formats
 
 __all__ = [
     "FORMATS",
@@ -23,49 +32,49 @@ __all__ = [
     "HISTOGRAM_CHOICES",
     "RenderOptions",
     "UnsupportedResult",
+    "color_wanted",
     "render",
+    "supported_formats",
 ]
 
-FORMATS: dict[str, str] = {
-    "text": "rmsnorm_eps.reports.text",
-    "json": "rmsnorm_eps.reports.json_report",
-    "markdown": "rmsnorm_eps.reports.markdown",
-    "github": "rmsnorm_eps.reports.github",
-    "junit": "rmsnorm_eps.reports.junit",
-    "sarif": "rmsnorm_eps.reports.sarif",
-}
+#: ``--format`` name -> the module of that format.
+FORMATS: dict[str, str] = {name: f"rmsnorm_eps.reports.formats.{name}" for name in ALL_FORMATS}
 
-
-class UnsupportedResult(TypeError):
-    """The chosen format has no rendering for this kind of result."""
-
-
-@dataclass(frozen=True)
-class RenderOptions:
-    """Presentation choices; they never change a number, only how it is shown."""
-
-    color: bool = False
-    width: int = 200  # rich tables take only the width they need
-    gate: Any = None  # GateResult for commands that gate
-    #: text: per-layer histograms of log10(q/eps): "auto" (every layer when there are at
-    #: most HISTOGRAM_AUTO_LAYERS, else the layers with violations), "all", "violating", "none"
-    histogram: str = "auto"
-
-
-HISTOGRAM_CHOICES = ("auto", "all", "violating", "none")
-HISTOGRAM_AUTO_LAYERS = 8
-
-
-def color_wanted(stream_isatty: bool) -> bool:
-    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
-    return stream_isatty and not os.environ.get("NO_COLOR")
+#: The formats that render a :class:`~rmsnorm_eps.reports.checks.CheckReport`.
+CHECK_FORMATS = ("markdown", "github", "junit", "sarif")
 
 
 def render(result: object, fmt: str, options: RenderOptions | None = None) -> str:
-    """Render ``result`` in format ``fmt`` (a key of :data:`FORMATS`)."""
-    try:
-        module = importlib.import_module(FORMATS[fmt])
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}") from None
-    text: str = module.render(result, options or RenderOptions())
+    """Render ``result`` in format ``fmt`` (a key of :data:`FORMATS`).
+
+    Raises :class:`UnsupportedResult` when the result's command does not support ``fmt``.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    options = options or RenderOptions()
+    from rmsnorm_eps.reports.checks import CheckReport
+    from rmsnorm_eps.reports.registry import command_module, command_of
+
+    if isinstance(result, CheckReport):  # already format-neutral
+        if fmt not in CHECK_FORMATS:
+            raise UnsupportedResult(f"{fmt} format cannot render a check report")
+        text: str = importlib.import_module(FORMATS[fmt]).render_checks(result)
+        return text
+    name = command_of(result)
+    module = command_module(name)
+    if fmt not in module.FORMATS:
+        raise UnsupportedResult(f"{fmt} format is not available for {name}")
+    own = getattr(module, f"render_{fmt}", None)
+    if own is not None:
+        text = own(result, options)
+    elif fmt == "text":
+        text = module.text(result, options)
+    elif fmt == "json":
+        from rmsnorm_eps.reports.formats.json import render_document
+
+        text = render_document(module.document(result, options.gate))
+    else:
+        text = importlib.import_module(FORMATS[fmt]).render_checks(
+            module.checks(result, options.gate)
+        )
     return text

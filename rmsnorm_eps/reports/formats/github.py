@@ -2,27 +2,29 @@
 
 ``::error title=T,file=F::MESSAGE`` (``::warning`` for violations the gate's budget allows).
 GitHub turns each line printed by a step into an annotation on the run and the pull request.
-Escaping follows GitHub's runner (actions/toolkit ``command.ts``): in the message ``%``, ``\\r``
-and ``\\n`` become ``%25``, ``%0D``, ``%0A``; in property values also ``:`` -> ``%3A`` and
-``,`` -> ``%2C``. Passing checks print nothing; a run without failures prints nothing.
+Every text is first made inert (:func:`rmsnorm_eps.escape.visible`: controls, CR and LF
+included, as ``\\xNN``; no ``::`` or ``##`` from data), then escaped as GitHub's runner
+unescapes (actions/toolkit ``command.ts``): ``%`` -> ``%25``; in property values also
+``:`` -> ``%3A`` and ``,`` -> ``%2C``. Passing checks print nothing; a run without failures
+prints nothing.
 """
 
 from __future__ import annotations
 
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, check_report
+from rmsnorm_eps.escape import github_data, github_property
+from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["escape_data", "escape_property", "render", "render_checks"]
+__all__ = ["escape_data", "escape_property", "render_checks"]
 
 
 def escape_data(text: str) -> str:
-    """Escape a workflow-command message."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow-command message (:func:`rmsnorm_eps.escape.github_data`)."""
+    return github_data(text)
 
 
 def escape_property(text: str) -> str:
-    """Escape a workflow-command property value (``title=``, ``file=``)."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+    """Escape a workflow-command property value (:func:`rmsnorm_eps.escape.github_property`)."""
+    return github_property(text)
 
 
 def render_checks(report: CheckReport) -> str:
@@ -37,7 +39,3 @@ def render_checks(report: CheckReport) -> str:
             props.append(f"file={escape_property(source)}")
         lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
     return "".join(line + "\n" for line in lines)
-
-
-def render(result: object, options: RenderOptions) -> str:
-    return render_checks(check_report(result, options.gate))

@@ -7,24 +7,26 @@ the facts as a two-column table, the failed checks as a table, the passing check
 
 from __future__ import annotations
 
-from rmsnorm_eps.bound import RatioFigures
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, check_report
+import re
 
-__all__ = ["cell", "render", "render_checks"]
+from rmsnorm_eps.escape import markdown, no_ci_command
+from rmsnorm_eps.reports.checks import CheckReport
+
+__all__ = ["cell", "code", "render_checks"]
 
 
 def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, newlines as <br>."""
-    return (
-        text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "\n").replace("\n", "<br>")
-    )
+    """Text safe inside a Markdown table cell or line (:func:`rmsnorm_eps.escape.markdown`:
+    controls visible, backslashes and pipes escaped, no HTML tag or entity, no CI command)."""
+    return markdown(text)
 
 
-def _code(text: str) -> str:
-    """Inline code that survives any backticks in ``text``."""
-    ticks = "``" if "`" in text else "`"
-    pad = " " if "`" in text else ""
+def code(text: str) -> str:
+    """Inline code that survives any backticks in ``text``: fenced by one backtick more than
+    its longest run of backticks (CommonMark code spans), padded when it has any."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if longest else ""
     return f"{ticks}{pad}{cell(text)}{pad}{ticks}"
 
 
@@ -50,7 +52,7 @@ def render_checks(report: CheckReport) -> str:
         lines += [f"| level | {report.subject} | check | details |", "|---|---|---|---|"]
         for chk in failed:
             lines.append(
-                f"| {chk.level} | {_code(chk.name)} | {cell(report.rule(chk.rule).name)} "
+                f"| {chk.level} | {code(chk.name)} | {cell(report.rule(chk.rule).name)} "
                 f"| {cell(chk.message)} |"
             )
         lines.append("")
@@ -65,40 +67,14 @@ def render_checks(report: CheckReport) -> str:
         ]
         for chk in ok:
             lines.append(
-                f"| {_code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
+                f"| {code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
             )
         lines += ["", "</details>", ""]
     if report.rules:
         lines.append("Rules:")
         lines.append("")
         lines += [
-            f"- **{cell(r.name)}** ({_code(r.id)}): {cell(r.description)}" for r in report.rules
+            f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}" for r in report.rules
         ]
         lines.append("")
-    return "\n".join(lines)
-
-
-def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
-    with_q = any(r.q is not None for r in rows)
-    head = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
-    lines = [
-        "### Attenuation A = sqrt(r/(r+1)) at r = q/eps",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---:|" * len(head),
-    ]
-    for r in rows:
-        cells = (
-            [f"{r.ratio:.6g}"]
-            + ([f"{r.q:.6g}" if r.q is not None else "-"] if with_q else [])
-            + [f"{r.attenuation:.6f}", f"{r.loss:.6g}"]
-        )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render(result: object, options: RenderOptions) -> str:
-    """Render ``result`` (any result with a check-report adapter, or bound's ratio table)."""
-    if isinstance(result, tuple) and result and all(isinstance(r, RatioFigures) for r in result):
-        return _ratio_figures(result)
-    return render_checks(check_report(result, options.gate))
+    return no_ci_command("\n".join(lines))

@@ -4,6 +4,8 @@ A failed check at level ``error`` is a ``<failure>`` whose text lists the unroun
 a violation the gate's budget allows (level ``warning``) passes, with the message and numbers
 in ``<system-out>``. A report without checks still holds one passing testcase, because some CI
 servers reject a report with no tests. No timestamps, no durations: output is deterministic.
+Every text from the result goes through :func:`rmsnorm_eps.escape.xml`: well-formed XML 1.0
+whatever a name holds.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, Number, check_report
+from rmsnorm_eps.escape import no_ci_command, xml
+from rmsnorm_eps.reports.checks import CheckReport, Number
 
-__all__ = ["numbers_text", "render", "render_checks"]
+__all__ = ["numbers_text", "render_checks"]
 
 
 def numbers_text(numbers: Mapping[str, Number]) -> str:
     """``key = value`` lines, floats unrounded (repr: the shortest round-trip form)."""
-    return "".join(f"{k} = {'-' if v is None else repr(v)}\n" for k, v in numbers.items())
+    return "".join(f"{k} = {'-' if v is None else xml(repr(v))}\n" for k, v in numbers.items())
 
 
 def render_checks(report: CheckReport) -> str:
@@ -31,36 +33,35 @@ def render_checks(report: CheckReport) -> str:
     suite = ET.SubElement(root, "testsuite", {"name": f"rmsnorm-eps {report.command}", **counts})
     props = ET.SubElement(suite, "properties")
     if report.source is not None:
-        ET.SubElement(props, "property", {"name": "source", "value": report.source})
+        ET.SubElement(props, "property", {"name": "source", "value": xml(report.source)})
     ET.SubElement(
         props,
         "property",
-        {"name": "verdict", "value": ("PASS: " if report.passed else "FAIL: ") + report.verdict},
+        {
+            "name": "verdict",
+            "value": xml(("PASS: " if report.passed else "FAIL: ") + report.verdict),
+        },
     )
     for chk in report.checks:
-        attrs = {"classname": f"rmsnorm_eps.{chk.rule.replace('/', '.')}", "name": chk.name}
+        attrs = {"classname": f"rmsnorm_eps.{chk.rule.replace('/', '.')}", "name": xml(chk.name)}
         source = report.source_of(chk)
         if source is not None:
-            attrs["file"] = source
+            attrs["file"] = xml(source)
         case = ET.SubElement(suite, "testcase", attrs)
         if chk.passed:
             continue
         if chk.level == "error":
-            fail = ET.SubElement(case, "failure", {"type": chk.rule, "message": chk.message})
+            fail = ET.SubElement(case, "failure", {"type": chk.rule, "message": xml(chk.message)})
             fail.text = numbers_text(chk.numbers)
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = f"{chk.level}: {chk.message}\n{numbers_text(chk.numbers)}"
+            out.text = f"{chk.level}: {xml(chk.message)}\n{numbers_text(chk.numbers)}"
     if not report.checks:
         ET.SubElement(
             suite,
             "testcase",
-            {"classname": f"rmsnorm_eps.{report.command}", "name": report.verdict},
+            {"classname": f"rmsnorm_eps.{report.command}", "name": xml(report.verdict)},
         )
     ET.indent(root, space="  ")
     body = ET.tostring(root, encoding="unicode")
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
-
-
-def render(result: object, options: RenderOptions) -> str:
-    return render_checks(check_report(result, options.gate))
+    return no_ci_command('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n")

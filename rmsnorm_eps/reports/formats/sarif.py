@@ -16,11 +16,11 @@ from typing import Any
 from urllib.parse import quote
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.reports import RenderOptions
-from rmsnorm_eps.reports.checks import CheckReport, check_report
+from rmsnorm_eps.escape import json_text
+from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.document import jnum
 
-__all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "artifact_uri", "render", "sarif_document"]
+__all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "artifact_uri", "render_checks", "sarif_document"]
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = (
@@ -30,14 +30,20 @@ SARIF_SCHEMA = (
 
 def artifact_uri(path: str) -> str:
     """A path as a SARIF artifact URI: relative paths stay relative (resolved against the
-    repository root by consumers), absolute ones become ``file://`` URIs; percent-encoded."""
+    repository root by consumers), absolute ones become ``file://`` URIs; percent-encoded as
+    UTF-8, and a byte that was not UTF-8 (a lone surrogate from ``surrogateescape``) as that
+    byte, so ``dump-\\xff.npz`` is ``dump-%FF.npz``."""
+
+    def enc(text: str) -> str:
+        return quote(text, errors="surrogateescape")
+
     if PureWindowsPath(path).drive:
-        return "file:///" + quote(PureWindowsPath(path).as_posix())
+        return "file:///" + enc(PureWindowsPath(path).as_posix())
     p = PurePath(path)
     posix = p.as_posix()
     if p.is_absolute():
-        return "file://" + quote(posix)
-    return quote(posix)
+        return "file://" + enc(posix)
+    return enc(posix)
 
 
 def _number(value: Any) -> Any:
@@ -108,7 +114,6 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
-def render(result: object, options: RenderOptions) -> str:
+def render_checks(report: CheckReport) -> str:
     """The SARIF log, indented, keys in a fixed order."""
-    doc = sarif_document(check_report(result, options.gate))
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    return json_text(json.dumps(sarif_document(report), indent=2, allow_nan=False)) + "\n"

@@ -1,0 +1,167 @@
+"""``bound`` reports: the bound for a delta (all six formats; the check report holds facts
+only), and A at given ratios (``--ratio``/``--table``/``--ratios``: text, json, and a markdown
+table; it checks nothing, so the other CI formats refuse it).
+
+Imports nothing heavy at module level: ``bound`` must start fast (no numpy).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rmsnorm_eps.bound import BoundResult, RatioFigures
+from rmsnorm_eps.reports.checks import CheckReport
+from rmsnorm_eps.reports.checks import g as _g
+from rmsnorm_eps.reports.document import head, jnum
+from rmsnorm_eps.reports.options import RenderOptions, UnsupportedResult
+from rmsnorm_eps.reports.registry import ALL_FORMATS
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = ["FORMATS", "checks", "document", "render_markdown", "text"]
+
+FORMATS = frozenset(ALL_FORMATS)
+
+
+def _figures(result: object) -> tuple[RatioFigures, ...] | None:
+    if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
+        return result
+    return None
+
+
+def document(result: BoundResult | tuple[RatioFigures, ...], gate: Any = None) -> dict[str, Any]:
+    """The bound document, or the ``ratios`` document for A at given ratios."""
+    doc = head("bound")
+    rows = _figures(result)
+    if rows is not None:
+        doc["ratios"] = [
+            {
+                "ratio": jnum(r.ratio),
+                "attenuation": r.attenuation,
+                "loss": r.loss,
+                "eps": r.eps,
+                "q": jnum(r.q),
+            }
+            for r in rows
+        ]
+        return doc
+    assert isinstance(result, BoundResult)
+    doc.update(
+        {
+            "delta": result.delta,
+            "min_ratio": result.min_ratio,
+            "eps": result.eps,
+            "min_q": result.min_q,
+            "min_rms": result.min_rms,
+        }
+    )
+    return doc
+
+
+def _bound_parts(result: BoundResult) -> list[RenderableType]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("delta (tolerated attenuation loss)", _g(result.delta, 12))
+    table.add_row("A must be >=", _g(1.0 - result.delta, 12))
+    table.add_row("min q/eps", _g(result.min_ratio, 12))
+    if result.eps is not None:
+        table.add_row("eps", _g(result.eps, 12))
+        table.add_row("min q (mean square)", _g(result.min_q, 12))
+        table.add_row("min input RMS sqrt(q)", _g(result.min_rms, 12))
+    return [Text("Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"), table]
+
+
+def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    with_q = any(r.q is not None for r in rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("q/eps", justify="right")
+    if with_q:
+        table.add_column("q", justify="right")
+    table.add_column("A", justify="right")
+    table.add_column("1 - A", justify="right")
+    for r in rows:
+        cells = [_g(r.ratio)]
+        if with_q:
+            cells.append(_g(r.q))
+        cells += [f"{r.attenuation:.6f}", _g(r.loss)]
+        table.add_row(*cells)
+    return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
+
+
+def text(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
+    """The text report."""
+    from rmsnorm_eps.reports.formats.text import render_renderables
+
+    rows = _figures(result)
+    if rows is not None:
+        return render_renderables(_ratio_figures_parts(rows), options)
+    assert isinstance(result, BoundResult)
+    return render_renderables(_bound_parts(result), options)
+
+
+def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
+    with_q = any(r.q is not None for r in rows)
+    head = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
+    lines = [
+        "### Attenuation A = sqrt(r/(r+1)) at r = q/eps",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---:|" * len(head),
+    ]
+    for r in rows:
+        cells = (
+            [f"{r.ratio:.6g}"]
+            + ([f"{r.q:.6g}" if r.q is not None else "-"] if with_q else [])
+            + [f"{r.attenuation:.6f}", f"{r.loss:.6g}"]
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
+    """A table of A at the given ratios, or the bound's check report."""
+    from rmsnorm_eps.reports.formats.markdown import render_checks
+
+    rows = _figures(result)
+    if rows:
+        return _ratio_figures(rows)
+    return render_checks(checks(result, options.gate))
+
+
+def checks(result: Any, gate: Any = None) -> CheckReport:
+    """``bound`` checks nothing: a report of facts only (no checks, always passing). A at
+    given ratios has no check report."""
+    if not isinstance(result, BoundResult):
+        raise UnsupportedResult("A at given ratios has no check report (text, json, markdown)")
+    facts = [
+        ("delta", _g(result.delta, 12)),
+        ("A must be >=", _g(1.0 - result.delta, 12)),
+        ("min q/eps", _g(result.min_ratio, 12)),
+    ]
+    if result.eps is not None:
+        facts += [
+            ("eps", _g(result.eps, 12)),
+            ("min q", _g(result.min_q, 12)),
+            ("min input RMS", _g(result.min_rms, 12)),
+        ]
+    return CheckReport(
+        command="bound",
+        title="rmsnorm-eps bound: A = sqrt(q/(q+eps)) >= 1 - delta",
+        source=None,
+        subject="bound",
+        rules=(),
+        checks=(),
+        passed=True,
+        verdict="nothing to check",
+        facts=tuple(facts),
+    )

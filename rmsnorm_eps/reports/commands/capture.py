@@ -1,0 +1,131 @@
+"""``capture`` reports (without --summary-only; a summary-only capture is a ratio report):
+per hooked norm module the live eps, dim, dtype, gain, inputs seen and min q/eps.
+
+All six formats: a capture reports findings, one check per module (``capture/ran``: the
+module saw at least one token; a hooked module that never ran has no live eps, so a config
+written from the capture lacks it). A failed check is a ``warning``: capture itself never
+fails on it (exit 0), the CI formats surface it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
+from rmsnorm_eps.reports.checks import g as _g
+from rmsnorm_eps.reports.document import jnum
+from rmsnorm_eps.reports.options import RenderOptions
+from rmsnorm_eps.reports.registry import ALL_FORMATS
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.capture.report import CaptureReport
+
+__all__ = ["CAPTURE_RULES", "FORMATS", "checks", "document", "text"]
+
+FORMATS = frozenset(ALL_FORMATS)
+
+TEXT_WIDTH = 110  # the capture table is narrow; a fixed width keeps it stable across terminals
+
+CAPTURE_RULES = (
+    Rule(
+        "capture/ran",
+        "ran",
+        "Every hooked norm module must see at least one token: a module that never ran has no "
+        "live eps and no q values (a warning: the capture itself succeeds).",
+        "warning",
+    ),
+)
+
+
+def document(report: CaptureReport, gate: Any = None) -> dict[str, Any]:
+    """The capture document (schema_version 1); a min q/eps that is not finite is written as
+    a string ("inf"), as every document writes it."""
+    from rmsnorm_eps.capture.report import capture_document
+
+    doc = capture_document(report.result, report.model, report.outputs)
+    doc["modules"] = [{**m, "min_ratio": jnum(m["min_ratio"])} for m in doc["modules"]]
+    return doc
+
+
+def text(report: CaptureReport, options: RenderOptions) -> str:
+    """A table of the hooked modules and their live settings."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from rmsnorm_eps.reports.formats.text import fmt, render_renderables
+
+    doc = document(report)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("module", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps"):
+        table.add_column(name, justify="left" if name in ("module", "layout") else "right")
+    for m in doc["modules"]:
+        ratio = m["min_ratio"]
+        table.add_row(
+            Text(_e(m["name"])),
+            fmt(m["eps"], 8),
+            str(m["dim"] or "-"),
+            Text(_e(m["input_dtype"] or "-")),
+            Text(_e(m["gain"])),
+            Text(_e((m["layout"] or "-").split(" ")[0])),
+            str(m["count"]),
+            ratio if isinstance(ratio, str) else fmt(ratio),
+        )
+    eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
+    head = Text(
+        f"{_e(doc['model'])}: {len(doc['modules'])} norm modules, {doc['sequences']} "
+        f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
+    )
+    written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
+    parts: list[Any] = [head, table]
+    if written:
+        parts.append(Text("wrote " + "; ".join(written)))
+    return render_renderables(parts, replace(options, width=TEXT_WIDTH))
+
+
+def checks(report: CaptureReport, gate: Any = None) -> CheckReport:
+    """One ``capture/ran`` check per hooked module (a warning when it saw no token)."""
+    doc = document(report)
+    out: list[Check] = []
+    for m in doc["modules"]:
+        ran = m["count"] > 0
+        nums: dict[str, Number] = {
+            "eps": m["eps"],
+            "dim": m["dim"],
+            "count": m["count"],
+            "calls": m["calls"],
+            "min_ratio": m["min_ratio"],
+        }
+        ratio = m["min_ratio"]
+        shown = ratio if isinstance(ratio, str) else _g(ratio)
+        msg = (
+            f"{m['name']}: {m['count']} inputs, live eps {_g(m['eps'], 8)}, min q/eps {shown}"
+            if ran
+            else f"{m['name']}: never ran (no token reached it): no live eps, no q values"
+        )
+        out.append(Check("capture/ran", m["name"], ran, "note" if ran else "warning", msg, nums))
+    idle = sum(1 for c in out if not c.passed)
+    verdict = (
+        f"{len(out)} norm module(s) captured"
+        if not idle
+        else f"{len(out) - idle} of {len(out)} norm module(s) ran; {idle} never ran"
+    )
+    written = "; ".join(f"{k}: {v}" for k, v in doc["outputs"].items() if v)
+    return CheckReport(
+        command="capture",
+        title=f"rmsnorm-eps capture: {doc['model']}",
+        source=doc["outputs"].get("dump") or doc["outputs"].get("summary"),
+        subject="module",
+        rules=CAPTURE_RULES,
+        checks=tuple(out),
+        passed=True,
+        verdict=verdict,
+        facts=(
+            ("model", str(doc["model"])),
+            ("texts", f"{doc['sequences']} text(s), {doc['tokens']} tokens"),
+            ("written", written or "-"),
+            ("verdict", "PASS: " + verdict),
+        ),
+    )

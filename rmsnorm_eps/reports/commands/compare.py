@@ -1,0 +1,398 @@
+"""``compare`` reports: how much each layer's output moves when eps (or its placement, dtype)
+changes from one setting to another: the document, the text tables, and two checks per layer
+(``moved`` and ``nonfinite``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.checks import (
+    Check,
+    CheckReport,
+    Level,
+    Number,
+    Rule,
+    verdict_fact,
+    with_skipped,
+)
+from rmsnorm_eps.reports.checks import g as _g
+from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
+from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
+from rmsnorm_eps.reports.formats.text import fmt as _f
+from rmsnorm_eps.reports.formats.text import fmt_index as _idx
+from rmsnorm_eps.reports.formats.text import render_renderables, simple_table
+from rmsnorm_eps.reports.options import RenderOptions
+from rmsnorm_eps.reports.registry import ALL_FORMATS
+
+if TYPE_CHECKING:  # compare.analysis imports numpy
+    from rmsnorm_eps.analysis import GateResult
+    from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
+    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
+
+__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text"]
+
+FORMATS = frozenset(ALL_FORMATS)
+
+
+# ----------------------------------------------------------------------------- json
+def _side(side: EpsSpec | LayerSpecs) -> dict[str, Any]:
+    """One SPEC, or for ``config`` the config file (each layer's ``from``/``to`` has its own)."""
+    from rmsnorm_eps.compare.spec import LayerSpecs
+
+    if isinstance(side, LayerSpecs):
+        return {"text": side.text, "config": side.config, "per_layer": True}
+    return _spec(side)
+
+
+def _spec(spec: EpsSpec) -> dict[str, Any]:
+    return {
+        "text": spec.text,
+        "eps": spec.eps,
+        "placement": spec.placement,
+        "dim": spec.dim,
+        "dtype": spec.dtype,
+        "framework": spec.framework,
+        "input_dtype": spec.input_dtype,
+        "note": spec.note,
+    }
+
+
+def _moved(m: MovedInput) -> dict[str, Any]:
+    return {
+        "index": list(m.index),
+        "q": jnum(m.q),
+        "ratio": jnum(m.ratio),
+        "factor": jnum(m.factor),
+        "change": jnum(m.change),
+    }
+
+
+def _layer(layer: CompareLayer) -> dict[str, Any]:
+    doc = {
+        "name": layer.name,
+        "from": _spec(layer.spec_from),
+        "to": _spec(layer.spec_to),
+        "shape": list(layer.shape),
+        "dtype": layer.dtype,
+        "raw_dim": layer.raw_dim,
+        "count": layer.count,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "zero": layer.zero_count,
+        "nonfinite_factor": layer.nonfinite_factor,
+        "moved": layer.moved,
+        "violations": layer.violations,
+        "violation_fraction": layer.violation_fraction,
+        "max_abs_change": jnum(layer.max_abs_change),
+        "min_factor": jnum(layer.min_factor),
+        "max_factor": jnum(layer.max_factor),
+        "worst": [_moved(m) for m in layer.worst],
+        "nonfinite_examples": [_moved(m) for m in layer.nonfinite_examples],
+        "decades": [
+            {
+                "decade": d.decade,
+                "count": d.count,
+                "moved": d.moved,
+                "max_abs_change": jnum(d.max_abs_change),
+            }
+            for d in layer.decades
+        ],
+    }
+    if layer.first_token is not None and layer.other_tokens is not None:
+        # dumps with token positions: position 0 and the others, with the same keys as the
+        # layer (their indices are indices of the whole layer)
+        doc["first_token"] = _layer(layer.first_token)
+        doc["other_tokens"] = _layer(layer.other_tokens)
+    return doc
+
+
+def document(result: CompareReport, gate: GateResult | None = None) -> dict[str, Any]:
+    """The compare document."""
+    doc: dict[str, Any] = head("compare")
+    doc.update(
+        {
+            "source": result.source,
+            "raw": result.raw,
+            "from": _side(result.spec_from),
+            "to": _side(result.spec_to),
+            "tolerance": result.tolerance,
+            "scale": result.scale,
+            "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
+            "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
+            "top_k": result.top_k,
+            "summary": {
+                "layers": len(result.layers),
+                "count": result.count,
+                "moved": result.moved,
+                "nonfinite": result.nonfinite,
+                "violations": result.violations,
+                "violation_fraction": result.violation_fraction,
+                "max_abs_change": jnum(result.max_abs_change),
+                "layers_affected": list(result.layers_affected),
+            },
+            "gate": gate_document(gate),
+            "layers": [_layer(layer) for layer in result.layers],
+        }
+    )
+    doc.update(skipped_document(result.skipped))
+    return doc
+
+
+# ----------------------------------------------------------------------------- text
+def _layer_details(layer: CompareLayer) -> list[RenderableType]:
+    eps_from = layer.spec_from.eps
+    out: list[RenderableType] = []
+    if layer.worst:
+        out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
+        worst = simple_table("index", "q", "q/eps_from", "factor", "change")
+        for m in layer.worst:
+            worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
+        out.append(worst)
+    if layer.decades:
+        out.append(Text(f"{_e(layer.name)}: by decade of q/eps_from (eps_from {eps_from:g})"))
+        dec = simple_table("q/eps_from", "count", "moved", "max |change|")
+        for d in layer.decades:
+            dec.add_row(
+                f"[1e{d.decade}, 1e{d.decade + 1})",
+                str(d.count),
+                str(d.moved),
+                _f(d.max_abs_change),
+            )
+        if layer.zero_count:
+            dec.add_row("q = 0", str(layer.zero_count), "0", "0")
+        out.append(dec)
+    if layer.nonfinite_examples:
+        shown = ", ".join(
+            f"{_idx(m.index)} q={m.q:g} factor={m.factor:g}" for m in layer.nonfinite_examples
+        )
+        out.append(
+            Text(
+                f"{_e(layer.name)}: {layer.nonfinite_q} nonfinite q ({layer.nan_count} NaN, "
+                f"{layer.inf_count} inf) and {layer.nonfinite_factor} nonfinite factor(s), each a "
+                f"violation: {shown}"
+            )
+        )
+    return out
+
+
+def _position_table(report: CompareReport) -> list[RenderableType]:
+    """For dumps with token positions: first token (position 0) next to the other tokens."""
+    return position_split_parts(
+        report.layers,
+        [
+            ("n", lambda p: str(p.count)),
+            ("max |change|", lambda p: _f(p.max_abs_change, 4)),
+            ("moved", lambda p: str(p.moved)),
+            ("viol", lambda p: str(p.violations)),
+        ],
+    )
+
+
+def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
+    """One line per distinct setting of a ``config`` side: the setting, its provenance, the
+    layers that use it (dump order)."""
+    groups: dict[EpsSpec, list[str]] = {}
+    for layer in report.layers:
+        spec = layer.spec_from if side == "from" else layer.spec_to
+        groups.setdefault(spec, []).append(_e(layer.name))
+    lines = []
+    for spec, names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
+        lines.append(f"    ({_e(spec.note)})")
+    return lines
+
+
+def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
+    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
+
+    kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
+    lines = [f"{_e(report.source)} ({kind})"]
+    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
+        head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
+        if side == "to" and report.scale != 1.0:
+            head += f", inputs scaled by {report.scale:g}"
+        lines.append(head)
+        if isinstance(spec, LayerSpecs):
+            lines += _per_layer_lines(side, report)
+    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
+        if isinstance(spec, EpsSpec) and spec.note:
+            lines.append(f"{side} default: {_e(spec.note)}")
+    lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
+    parts: list[RenderableType] = [Text("\n".join(lines))]
+    table = simple_table(
+        "layer",
+        "count",
+        "nonfinite",
+        "max |change|",
+        "min factor",
+        "max factor",
+        "moved",
+        "moved %",
+    )
+    for layer in report.layers:
+        table.add_row(
+            _e(layer.name),
+            str(layer.count),
+            str(layer.nonfinite_q + layer.nonfinite_factor),
+            _f(layer.max_abs_change),
+            _f(layer.min_factor),
+            _f(layer.max_factor),
+            str(layer.moved),
+            f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
+            style="bold" if layer.violations else None,
+        )
+    parts.append(table)
+    parts.extend(_position_table(report))
+    for layer in report.layers:
+        if layer.violations:
+            parts.extend(_layer_details(layer))
+    parts.append(
+        Text(
+            f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
+            f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
+            f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
+            f"max |change| {_f(report.max_abs_change)}"
+        )
+    )
+    parts.extend(tail_parts(report.skipped, options))
+    return parts
+
+
+def text(result: CompareReport, options: RenderOptions) -> str:
+    """The text report."""
+    return render_renderables(_compare_parts(result, options), options)
+
+
+# ----------------------------------------------------------------------------- checks
+COMPARE_RULES = (
+    Rule(
+        "compare/moved",
+        "moved",
+        "Inputs whose output moves by more than the tolerance when the setting changes: "
+        "|factor - 1| > tolerance with factor = y_to/y_from = den_from(q)/den_to(q) "
+        "(|change| equal to the tolerance passes).",
+    ),
+    Rule(
+        "compare/nonfinite",
+        "nonfinite",
+        "NaN or +inf q values and nonfinite factors (a denominator that overflowed or vanished); "
+        "each one counts as a violation.",
+    ),
+)
+
+
+def _spec_text(spec: Any) -> str:
+    """``eps=1e-06 inside float64`` (or ``per layer from FILE`` for settings from a config)."""
+    return str(spec.describe())
+
+
+def checks(report: Any, gate: Any = None) -> CheckReport:
+    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
+
+    ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
+    when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
+    ``warning`` when the gate passed within its budget.
+    """
+    passed = report.violations == 0 if gate is None else bool(gate.passed)
+    bad: Level = "warning" if passed else "error"
+    tol = report.tolerance
+    checks: list[Check] = []
+    for layer in report.layers:
+        nums: dict[str, Number] = {
+            "count": layer.count,
+            "moved": layer.moved,
+            "fraction": layer.moved / layer.count if layer.count else 0.0,
+            "max_abs_change": layer.max_abs_change,
+            "min_factor": layer.min_factor,
+            "max_factor": layer.max_factor,
+            "tolerance": tol,
+        }
+        if layer.moved:
+            w = layer.worst[0] if layer.worst else None
+            where = (
+                f"; largest at index {_idx(w.index)} (q {_g(w.q)}, q/eps_from {_g(w.ratio)}, "
+                f"change {w.change:+.6g})"
+                if w is not None
+                else ""
+            )
+            msg = (
+                f"{layer.name}: {layer.moved} of {layer.count} inputs "
+                f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
+                f"max |change| {_g(layer.max_abs_change)}{where}"
+            )
+        elif layer.max_abs_change is not None:
+            msg = (
+                f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
+                f"max |change| {_g(layer.max_abs_change)}"
+            )
+        else:
+            msg = f"{layer.name}: no finite factor to check"
+        checks.append(
+            Check(
+                "compare/moved",
+                layer.name,
+                layer.moved == 0,
+                "note" if layer.moved == 0 else bad,
+                msg,
+                nums,
+            )
+        )
+        nf = layer.nonfinite_q + layer.nonfinite_factor
+        nf_nums: dict[str, Number] = {
+            "count": layer.count,
+            "nonfinite": nf,
+            "nan": layer.nan_count,
+            "inf": layer.inf_count,
+            "nonfinite_factor": layer.nonfinite_factor,
+        }
+        if nf:
+            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+            where = f", first at index {_idx(first.index)}" if first is not None else ""
+            msg = (
+                f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
+                f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
+            )
+        else:
+            msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
+        checks.append(
+            Check(
+                "compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums
+            )
+        )
+    verdict = (
+        gate.reason
+        if gate is not None
+        else ("no violations" if passed else f"{report.violations} violation(s)")
+    )
+    kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
+    scale = "" if report.scale == 1.0 else f"; the --to side sees c*x with c = {_g(report.scale)}"
+    facts = (
+        ("source", f"{report.source} ({kind})"),
+        ("from", _spec_text(report.spec_from)),
+        ("to", _spec_text(report.spec_to) + scale),
+        ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
+        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
+        (
+            "violations",
+            f"{report.violations} ({report.moved} moved, {report.nonfinite} nonfinite) in "
+            f"{len(report.layers_affected)} layer(s); max |change| {_g(report.max_abs_change)}",
+        ),
+        verdict_fact(passed, verdict),
+    )
+    checked = CheckReport(
+        command="compare",
+        title=f"rmsnorm-eps compare: {report.source}",
+        source=report.source,
+        subject="layer",
+        rules=COMPARE_RULES,
+        checks=tuple(checks),
+        passed=passed,
+        verdict=verdict,
+        facts=facts,
+    )
+    return with_skipped(checked, tuple(report.skipped))

@@ -1,0 +1,129 @@
+"""``config show`` reports: a model's norm config as read from one file (defaults, then each
+layer pattern with every matching entry applied, with provenance): document and text.
+
+Values are unrounded in the document; the text shows eps with repr (shortest round trip) and,
+for float32-stored eps, the nearest short decimal. It checks nothing (text and json only).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.options import RenderOptions
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.config.model import NormConfig, NormSettings, Resolved
+
+__all__ = ["FORMATS", "document", "show_value", "text", "value_document"]
+
+FORMATS = frozenset({"text", "json"})
+
+
+def show_value(r: Resolved) -> str:
+    """A value for people: 'missing'/'conflict', true/false, eps with its float32 reading."""
+    if r.value is None:
+        return "conflict" if r.provenance.kind == "conflict" else "missing"
+    if isinstance(r.value, bool):
+        return "true" if r.value else "false"
+    if isinstance(r.value, float):
+        text = repr(r.value)
+        if r.stored is not None:
+            text += f" ({r.stored}; nearest short decimal {r.short})"
+        return text
+    return str(r.value)
+
+
+def value_document(r: Resolved) -> dict[str, Any]:
+    p = r.provenance
+    doc: dict[str, Any] = {
+        "value": r.value,
+        "provenance": {
+            "kind": p.kind,
+            "source": p.source or None,
+            "key": p.key,
+            "note": p.note or None,
+        },
+        "from": p.describe(),
+    }
+    if r.stored is not None:
+        doc["stored"] = r.stored
+        doc["short"] = r.short
+    return doc
+
+
+def _settings_doc(s: NormSettings) -> dict[str, Any]:
+    from rmsnorm_eps.config.model import FIELDS
+
+    return {name: value_document(s.get(name)) for name in FIELDS}
+
+
+def document(c: NormConfig, gate: Any = None) -> dict[str, Any]:
+    doc = _head("config show")
+    doc.update(
+        {
+            "path": c.path,
+            "kind": c.kind,
+            "model": c.model,
+            "source": c.source,
+            "notes": list(c.notes),
+            "defaults": _settings_doc(c.defaults),
+            "layers": [
+                {
+                    "pattern": pattern,
+                    "sets": [k for k, _ in entry.overrides],
+                    "settings": _settings_doc(settings),
+                }
+                for (pattern, settings), entry in zip(c.resolved_entries(), c.entries, strict=True)
+            ],
+        }
+    )
+    return doc
+
+
+def text(c: NormConfig, options: RenderOptions) -> str:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from rmsnorm_eps.config.model import FIELDS
+    from rmsnorm_eps.reports.formats.text import render_renderables
+
+    parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
+    if c.source:
+        parts.append(Text(_e(f"source: {c.source}")))
+    defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    defaults.add_column("setting", no_wrap=True)
+    defaults.add_column("value", no_wrap=True)
+    defaults.add_column("from")  # a long provenance wraps; the setting and value never do
+    for name in FIELDS:
+        r = c.defaults.get(name)
+        defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
+    parts.append(defaults)
+    layers = Table(
+        title="layers (defaults + every matching entry, in file order)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    layers.add_column("pattern")
+    for name in ("eps", "placement", "gain", "gain_baked", "dim", "norm"):
+        layers.add_column(name)
+    overrides: list[str] = []
+    for (pattern, s), entry in zip(c.resolved_entries(), c.entries, strict=True):
+        layers.add_row(
+            _e(pattern),
+            *(
+                _e(show_value(s.get(n)).split(" (")[0])
+                for n in ("eps", "placement", "gain", "gain_baked", "dim", "norm")
+            ),
+        )
+        overrides += [
+            f"{pattern}: {k} = {show_value(v)} ({v.provenance.describe(c.path)})"
+            for k, v in entry.overrides
+        ]
+    parts.append(layers)
+    parts += [Text(_e(line)) for line in overrides]
+    parts += [Text(_e(f"note: {n}")) for n in c.notes]
+    return render_renderables(parts, options)

@@ -1,0 +1,336 @@
+"""``parity`` reports: a norm implementation's outputs on the probe set against the float64
+reference: the document (also the acceptance record, ``--record``), the text report, and two
+checks per probe category (``tolerance`` and ``nonfinite``).
+
+The document has plain values, fixed key order, unrounded numbers, no timestamp unless one is
+given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
+from rmsnorm_eps.reports.checks import g as _g6
+from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.document import jnum as _jnum
+from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.options import RenderOptions
+from rmsnorm_eps.reports.registry import ALL_FORMATS
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.parity.api import ParityResult
+    from rmsnorm_eps.parity.infer import Inference
+
+__all__ = [
+    "FORMATS",
+    "NONFINITE_RULE",
+    "PARITY_RULES",
+    "checks",
+    "document",
+    "eps_summary",
+    "parity_document",
+    "text",
+]
+
+FORMATS = frozenset(ALL_FORMATS)
+
+NONFINITE_RULE = "checked separately: NaN always fails; inf passes only against the same inf"
+
+
+def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[str, Any]:
+    """The parity result as the acceptance record."""
+    p, inf, tol = result.probes, result.inference, result.tolerance
+    from rmsnorm_eps.parity.probes import REFERENCE_NAME
+
+    doc = _head("parity")
+    if timestamp is not None:
+        doc["generated_at"] = timestamp
+    doc.update(
+        {
+            "verdict": "pass" if result.passed else "fail",
+            "diagnosis": result.diagnosis,
+            "dimension": p.dim,
+            "normalization_axis": "last (-1)",
+            "input_dtype": p.dtype,
+            "gain_dtype": p.dtype,
+            "gain": p.gain_kind,
+            "gain_convention": p.gain_convention,
+            "output_dtype": result.output_dtype,
+            "judged_dtype": result.judged_dtype,
+            "configured_eps": p.eps,
+            "inferred_eps": _jnum(inf.eps),
+            "inferred_eps_interval": [_jnum(inf.eps_low), _jnum(inf.eps_high)],
+            "placement": inf.placement,
+            "reference": REFERENCE_NAME,
+            "probes": {
+                "source": result.probe_source,
+                "sha256": result.probe_sha256,
+                "seed": p.seed,
+                "rows": p.count,
+                "delta": p.delta,
+                "bound_ratio": p.bound_ratio,
+                "tool_version": p.version,
+            },
+            "implementation": {"source": result.actual_source, "sha256": result.actual_sha256},
+            "error_rule": {
+                "rule": tol.rule,
+                "formula": tol.formula(),
+                "atol": tol.atol,
+                "rtol": tol.rtol,
+                "thresholds_from": tol.source,
+                "nonfinite": NONFINITE_RULE,
+            },
+            "inference": {
+                "eps": _jnum(inf.eps),
+                "eps_low": _jnum(inf.eps_low),
+                "eps_high": _jnum(inf.eps_high),
+                "rel_uncertainty": _jnum(inf.rel_uncertainty),
+                "eps_ratio": _jnum(inf.eps_ratio),
+                "matches_configured": inf.eps_matches,
+                "placement": inf.placement,
+                "note": inf.note,
+                "rows_used": inf.rows_used,
+                "attenuated_rows": inf.attenuated_rows,
+                "rounding_of": inf.uncertainty_dtype,
+                "fits": [
+                    {
+                        "placement": f.placement,
+                        "eps": f.eps,
+                        "eps_low": f.eps_low,
+                        "eps_high": f.eps_high,
+                        "chi2_per_row": f.chi2_per_row,
+                    }
+                    for f in inf.fits
+                ],
+                "gain": {
+                    "finding": inf.gain.kind,
+                    "median_factor": _jnum(inf.gain.factor),
+                    "deviation": _jnum(inf.gain.deviation),
+                    "channels": list(inf.gain.channels),
+                },
+            },
+            "categories": [
+                {
+                    "name": c.name,
+                    "passed": c.passed,
+                    "rows": c.rows,
+                    "elements": c.elements,
+                    "failing": c.failing,
+                    "fraction_failing": c.fraction_failing,
+                    "failing_rows": c.failing_rows,
+                    "nan": c.nan,
+                    "inf": c.inf,
+                    "max_abs_error": _jnum(c.max_abs_error),
+                    "max_rel_error": _jnum(c.max_rel_error),
+                    "min_atol": _jnum(c.min_atol),
+                    "min_rtol": _jnum(c.min_rtol),
+                }
+                for c in result.categories
+            ],
+            "summary": {
+                "categories": len(result.categories),
+                "failing_categories": list(result.failing_categories),
+                "failing_elements": result.failing_elements,
+                "nonfinite": result.nonfinite,
+            },
+        }
+    )
+    return doc
+
+
+def document(result: ParityResult, gate: Any = None) -> dict[str, Any]:
+    """The parity document (:func:`parity_document` without a timestamp)."""
+    return parity_document(result)
+
+
+# ----------------------------------------------------------------------------- text
+def _g(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def eps_summary(inf: Inference) -> str:
+    """``1.19209e-07 +- 6.5e-07 relative (1 sigma), 0.1192x configured 1e-06``."""
+    if inf.eps is None:
+        return "none"
+    text = f"{inf.eps:.6g}"
+    if inf.rel_uncertainty is not None:
+        text += f" +- {inf.rel_uncertainty:.2g} relative (1 sigma)"
+    return text + f", {inf.eps / inf.configured_eps:.4g}x configured {inf.configured_eps!r}"
+
+
+def parity_parts(result: ParityResult) -> list[RenderableType]:
+    p, inf, tol = result.probes, result.inference, result.tolerance
+    parts: list[RenderableType] = [
+        Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
+        Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+        Text(f"configured eps {p.eps!r}, gain {p.gain_kind} (convention {p.gain_convention})"),
+        Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
+        Text(f"({tol.source}); nonfinite values checked separately"),
+    ]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in (
+        "category",
+        "rows",
+        "failing",
+        "max abs err",
+        "max rel err",
+        "min atol",
+        "min rtol",
+        "nonfinite",
+        "result",
+    ):
+        table.add_column(name, justify="left" if name in ("category", "result") else "right")
+    for c in result.categories:
+        table.add_row(
+            _e(c.name),
+            str(c.rows),
+            f"{c.failing}/{c.elements}",
+            _g(c.max_abs_error),
+            _g(c.max_rel_error),
+            _g(c.min_atol),
+            _g(c.min_rtol),
+            str(c.nan + c.inf),
+            "pass" if c.passed else "FAIL",
+            style=None if c.passed else "bold",
+        )
+    parts.append(table)
+    eps_line = f"inferred eps {eps_summary(inf)}; "
+    eps_line += f"placement {inf.placement}" + (f" ({inf.note})" if inf.note else "")
+    eps_line += f"; gain {inf.gain.kind}"
+    if inf.gain.factor is not None and inf.gain.kind != "match":
+        eps_line += f" (median channel factor {inf.gain.factor:.4g})"
+    parts.append(Text(eps_line))
+    parts.append(Text(result.diagnosis))
+    return parts
+
+
+def text(result: ParityResult, options: RenderOptions) -> str:
+    """The text report."""
+    return render_renderables(parity_parts(result), options)
+
+
+# ----------------------------------------------------------------------------- checks
+PARITY_RULES = (
+    Rule(
+        "parity/tolerance",
+        "tolerance",
+        "Every output element of the probe category must pass the error rule against the "
+        "float64 reference (torch: |a - r| <= atol + rtol |r|; polygraphy: fails only where "
+        "both atol and rtol are exceeded); nonfinite elements that fail count too.",
+    ),
+    Rule(
+        "parity/nonfinite",
+        "nonfinite",
+        "No NaN output, and an infinite output only against the same infinity in the reference.",
+    ),
+)
+
+
+def _source_file(source: str) -> str:
+    """The file of a parity outputs source: the CLI writes ``FILE [KEY]`` for an array key."""
+    if source.endswith("]") and " [" in source:
+        return source.rsplit(" [", 1)[0]
+    return source
+
+
+def checks(result: Any, gate: Any = None) -> CheckReport:
+    """Two checks per probe category of a :class:`~rmsnorm_eps.parity.api.ParityResult`.
+
+    ``parity/tolerance`` fails when some element of the category fails the rule (the
+    command's verdict); ``parity/nonfinite`` when a NaN, or an inf the reference does not
+    have, is among them (the category's minimum passing atol is then infinite).
+    """
+    tol = result.tolerance
+    checks: list[Check] = []
+    for c in result.categories:
+        nums: dict[str, Number] = {
+            "rows": c.rows,
+            "elements": c.elements,
+            "failing": c.failing,
+            "failing_rows": c.failing_rows,
+            "fraction_failing": c.fraction_failing,
+            "max_abs_error": c.max_abs_error,
+            "max_rel_error": c.max_rel_error,
+            "atol": tol.atol,
+            "rtol": tol.rtol,
+            "min_atol": c.min_atol,
+            "min_rtol": c.min_rtol,
+        }
+        errors = f"max abs error {_g6(c.max_abs_error, 4)}, max rel error {_g6(c.max_rel_error, 4)}"
+        if c.failing:
+            msg = (
+                f"{c.name}: {c.failing} of {c.elements} elements ({c.failing_rows} of {c.rows} "
+                f"rows) fail {tol.rule} (atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)}); {errors}; "
+                f"passing would need atol >= {_g6(c.min_atol, 4)} or rtol >= {_g6(c.min_rtol, 4)}"
+            )
+        else:
+            msg = (
+                f"{c.name}: all {c.elements} elements pass {tol.rule} (atol {_g6(tol.atol)}, "
+                f"rtol {_g6(tol.rtol)}); {errors}"
+            )
+        checks.append(
+            Check(
+                "parity/tolerance",
+                c.name,
+                c.passed,
+                "note" if c.passed else "error",
+                msg,
+                nums,
+            )
+        )
+        bad_nonfinite = c.min_atol == float("inf")
+        nf_msg = (
+            f"{c.name}: nonfinite outputs fail ({c.nan} NaN, {c.inf} inf of {c.elements} elements)"
+            if bad_nonfinite
+            else f"{c.name}: no failing nonfinite output ({c.nan} NaN, {c.inf} inf)"
+        )
+        checks.append(
+            Check(
+                "parity/nonfinite",
+                c.name,
+                not bad_nonfinite,
+                "error" if bad_nonfinite else "note",
+                nf_msg,
+                {"elements": c.elements, "nan": c.nan, "inf": c.inf},
+            )
+        )
+    inf = result.inference
+    p = result.probes
+    passed = bool(result.passed)
+    failing = tuple(result.failing_categories)
+    verdict = (
+        f"all {len(result.categories)} categories within tolerance"
+        if passed
+        else f"{len(failing)} of {len(result.categories)} categories fail: {', '.join(failing)}"
+    )
+    facts = (
+        ("outputs", f"{result.actual_source} ({result.output_dtype})"),
+        ("probes", f"{result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+        ("configured eps", _g6(p.eps, 12)),
+        (
+            "error rule",
+            f"{tol.rule}: {tol.formula()}; atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)} "
+            f"({tol.source})",
+        ),
+        ("inferred", f"eps {_g6(inf.eps, 4)}, placement {inf.placement}, gain {inf.gain.kind}"),
+        ("diagnosis", result.diagnosis),
+        verdict_fact(passed, verdict),
+    )
+    return CheckReport(
+        command="parity",
+        title=f"rmsnorm-eps parity: {result.actual_source}",
+        source=_source_file(result.actual_source),
+        subject="category",
+        rules=PARITY_RULES,
+        checks=tuple(checks),
+        passed=passed,
+        verdict=verdict,
+        facts=facts,
+    )

@@ -1,0 +1,97 @@
+"""``probe`` reports: what a probe set holds (metadata and, per category, the rows and the
+q/eps range): the document and the text table. It checks nothing (text and json only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.document import jnum as _jnum
+from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.options import RenderOptions
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
+
+__all__ = ["FORMATS", "document", "probe_document", "text"]
+
+FORMATS = frozenset({"text", "json"})
+
+
+def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
+    """What a probe set holds: metadata and, per category, rows and the q/eps range."""
+    import numpy as np
+
+    from rmsnorm_eps.parity.probes import CATEGORIES
+
+    doc = _head("probe")
+    doc.update(
+        {
+            "path": path,
+            **{k: v for k, v in probes.metadata().items() if k not in ("tool", "version")},
+        }
+    )
+    doc["rows"] = probes.count
+    cats = []
+    for name in CATEGORIES:
+        rows = probes.rows(name)
+        if rows.size == 0:
+            continue
+        ratio = probes.q[rows] / probes.eps
+        cats.append(
+            {
+                "name": name,
+                "rows": int(rows.size),
+                "min_ratio": _jnum(float(np.min(ratio))),
+                "max_ratio": _jnum(float(np.max(ratio))),
+            }
+        )
+    doc["categories"] = cats
+    return doc
+
+
+def document(result: ProbeSummary, gate: Any = None) -> dict[str, Any]:
+    """The probe document of a probe summary."""
+    return probe_document(result.probes, result.path)
+
+
+def _g(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
+    doc = probe_document(probes, path)
+    head = (
+        f"{probes.count} probes, d={probes.dim}, dtype {probes.dtype}, eps {probes.eps!r}, "
+        f"gain {probes.gain_kind} (convention {probes.gain_convention}), seed {probes.seed}"
+    )
+    if path:
+        head += f" -> {_e(path)}"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in [
+        ("category", "left"),
+        ("rows", "right"),
+        ("min q/eps", "right"),
+        ("max q/eps", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in doc["categories"]:
+        table.add_row(
+            _e(c["name"]), str(c["rows"]), _fmt_ratio(c["min_ratio"]), _fmt_ratio(c["max_ratio"])
+        )
+    return [Text(head), table]
+
+
+def _fmt_ratio(value: object) -> str:
+    return value if isinstance(value, str) else _g(value)  # type: ignore[arg-type]
+
+
+def text(result: ProbeSummary, options: RenderOptions) -> str:
+    """The text report."""
+    return render_renderables(probe_parts(result.probes, result.path), options)

@@ -1,0 +1,446 @@
+"""``ratio`` reports: the per-layer q/eps table, histograms and worst inputs (text), the
+canonical document (json), and two checks per layer (markdown, github, junit, sarif).
+
+A merged report (``merge``: a ratio report of shards) is rendered here too, with each worst
+input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
+from rmsnorm_eps.reports.checks import g as _g
+from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
+from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
+from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_renderables
+from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
+from rmsnorm_eps.reports.registry import ALL_FORMATS
+
+if TYPE_CHECKING:  # analysis imports numpy
+    from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
+
+__all__ = ["FORMATS", "RATIO_RULES", "checks", "document", "histogram_rows", "text"]
+
+FORMATS = frozenset(ALL_FORMATS)
+
+HISTOGRAM_BAR = 40  # characters of the longest bar
+
+
+# ----------------------------------------------------------------------------- json
+def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
+    """Merged reports only: which shard an input came from and its index there."""
+    if shard is None:
+        return {}
+    return {"shard": shard, "shard_index": list(index or ())}
+
+
+def _layer(layer: LayerResult) -> dict[str, Any]:
+    doc = _layer_figures(layer)
+    if layer.eps_source is not None:  # ratio --config: where this layer's eps came from
+        doc["eps_source"] = layer.eps_source
+    # Only for dumps with token positions: the same figures for position 0 and the rest.
+    if layer.first_token is not None and layer.other_tokens is not None:
+        doc["first_token"] = _layer_figures(layer.first_token)
+        doc["other_tokens"] = _layer_figures(layer.other_tokens)
+    return doc
+
+
+def _layer_figures(layer: LayerResult) -> dict[str, Any]:
+    return {
+        "name": layer.name,
+        "eps": layer.eps,
+        "shape": list(layer.shape),
+        "dtype": layer.dtype,
+        "raw_dim": layer.raw_dim,
+        "count": layer.count,
+        "nonfinite": layer.nonfinite,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "zero": layer.zero_count,
+        "below_bound": layer.below_bound,
+        "violations": layer.violations,
+        "violation_fraction": layer.violation_fraction,
+        "min_q": jnum(layer.min_q),
+        "max_q": jnum(layer.max_q),
+        "min_ratio": jnum(layer.min_ratio),
+        "min_attenuation": jnum(layer.min_attenuation),
+        "worst": [
+            {
+                "index": list(w.index),
+                "q": w.q,
+                "ratio": w.ratio,
+                "attenuation": w.attenuation,
+                "loss": w.loss,
+                **_shard(w.shard, w.shard_index),
+            }
+            for w in layer.worst
+        ],
+        "nonfinite_examples": [
+            {"index": list(n.index), "value": jnum(n.value), **_shard(n.shard, n.shard_index)}
+            for n in layer.nonfinite_examples
+        ],
+        "decades": [{"decade": k, "count": c} for k, c in layer.decades],
+    }
+
+
+def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, Any]:
+    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
+    doc = head("merge" if result.shards else "ratio")
+    doc.update(
+        {
+            "source": result.source,
+            "raw": result.raw,
+            "delta": result.delta,
+            "min_ratio": result.min_ratio,
+            "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+            "top_k": result.top_k,
+            "summary": {
+                "layers": len(result.layers),
+                "count": result.count,
+                "below_bound": result.below_bound,
+                "nonfinite": result.nonfinite,
+                "violations": result.violations,
+                "violation_fraction": result.violation_fraction,
+                "layers_affected": list(result.layers_affected),
+            },
+            "gate": gate_document(gate),
+            "layers": [_layer(layer) for layer in result.layers],
+        }
+    )
+    if result.shards:
+        doc["shards"] = list(result.shards)
+    doc.update(skipped_document(result.skipped))
+    return doc
+
+
+# ----------------------------------------------------------------------------- text
+def _shard_index(
+    index: tuple[int, ...], shard: int | None, shard_index: tuple[int, ...] | None
+) -> str:
+    """``[i, j]``, or in a merged report ``[i, j] (shard s [i', j])``."""
+    if shard is None:
+        return fmt_index(index)
+    return f"{fmt_index(index)} (shard {shard} {fmt_index(shard_index or ())})"
+
+
+def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
+    """ratio --config: one line per (eps, source) with the layers that took it."""
+    groups: dict[tuple[float, str], list[str]] = {}
+    for layer in report.layers:
+        if layer.eps_source is not None:
+            groups.setdefault((layer.eps, layer.eps_source), []).append(_e(layer.name))
+    lines = []
+    for (eps, source), names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"eps {fmt(eps)} from {_e(source)}: {shown}")
+    return [Text("\n".join(lines))] if lines else []
+
+
+def _layer_row(layer: LayerResult) -> list[str]:
+    return [
+        _e(layer.name),
+        fmt(layer.eps),
+        str(layer.count),
+        str(layer.nonfinite),
+        fmt(layer.min_q),
+        fmt(layer.min_ratio),
+        fmt(layer.min_attenuation),
+        str(layer.below_bound),
+        f"{100.0 * layer.violation_fraction:.3g}%",
+    ]
+
+
+def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str]]:
+    """``(label, count, mark)`` per decade of r = q/eps, then q = 0 and NaN/inf when present.
+
+    Decade k holds 10**k <= r < 10**(k+1). ``mark`` is "below bound" when the whole decade is
+    below the bound (10**(k+1) <= bound), "<- bound" when the bound falls inside it (some of
+    its inputs may pass), else "". Rows between the first and last decade are shown even when
+    empty, so bar positions read as a log axis.
+    """
+    from rmsnorm_eps.summary import decade_edge
+
+    counts = dict(layer.decades)
+    rows: list[tuple[str, int, str]] = []
+    if layer.zero_count:
+        rows.append(("q = 0", layer.zero_count, "below bound"))
+    if counts:
+        for k in range(min(counts), max(counts) + 1):
+            lo, hi = decade_edge(k), decade_edge(k + 1)
+            mark = "below bound" if hi <= bound else ("<- bound" if lo < bound else "")
+            rows.append((f"1e{k} <= r < 1e{k + 1}", counts.get(k, 0), mark))
+    if layer.nonfinite:
+        rows.append(("NaN/inf", layer.nonfinite, "violation"))
+    return rows
+
+
+def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
+    """The title line and the table (a table title would wrap at the table's width)."""
+    title = Text(f"{_e(layer.name)}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})")
+    rows = histogram_rows(layer, bound)
+    peak = max((c for _, c, _ in rows), default=0)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("r = q/eps")
+    table.add_column("count", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("")
+    for label, count, mark in rows:
+        n = 0 if count == 0 or peak == 0 else max(1, round(HISTOGRAM_BAR * count / peak))
+        style = "red" if color and mark in ("below bound", "violation") else None
+        table.add_row(label, str(count), "#" * n, mark, style=style)
+    return [title, table]
+
+
+def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOptions) -> bool:
+    mode = options.histogram
+    if mode == "auto":
+        mode = "all" if len(report.layers) <= HISTOGRAM_AUTO_LAYERS else "violating"
+    return mode == "all" or (mode == "violating" and layer.violations > 0)
+
+
+def _position_parts(report: RatioReport) -> list[RenderableType]:
+    return position_split_parts(
+        report.layers,
+        [
+            ("n", lambda p: str(p.count)),
+            ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
+            ("max q", lambda p: fmt(p.max_q, 4)),
+            ("viol", lambda p: str(p.violations)),
+        ],
+    )
+
+
+def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
+    parts.append(
+        Text(
+            f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
+            f"(delta {fmt(report.delta, 12)}) <=> q/eps >= {fmt(report.min_ratio, 12)}"
+        )
+    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in [
+        ("layer", "left"),
+        ("eps", "right"),
+        ("count", "right"),
+        ("nonfinite", "right"),
+        ("min q", "right"),
+        ("min q/eps", "right"),
+        ("min A", "right"),
+        ("below bound", "right"),
+        ("violating", "right"),
+    ]:
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for layer in report.layers:
+        table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
+    parts.append(table)
+    parts.extend(_eps_source_parts(report))
+    parts.extend(_position_parts(report))
+    for layer in report.layers:
+        if _wants_histogram(layer, report, options):
+            parts.extend(_histogram(layer, report.min_ratio, options.color))
+        if not layer.violations:
+            continue
+        if layer.worst:  # (--top 0 lists none)
+            # The title is a line of its own: a table title wraps at the table's width.
+            parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
+            worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            for name in ("index", "q", "q/eps", "A", "1 - A"):
+                worst.add_column(name, justify="left" if name == "index" else "right")
+            for w in layer.worst:
+                worst.add_row(
+                    _shard_index(w.index, w.shard, w.shard_index),
+                    fmt(w.q),
+                    fmt(w.ratio),
+                    fmt(w.attenuation),
+                    fmt(w.loss),
+                )
+            parts.append(worst)
+        if layer.nonfinite:
+            shown = ", ".join(
+                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                for n in layer.nonfinite_examples
+            )
+            parts.append(
+                Text(
+                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
+                    f"{layer.inf_count} inf), each a violation: {shown}"
+                )
+            )
+    affected = report.layers_affected
+    parts.append(
+        Text(
+            f"Total: {report.violations} violation(s) in {len(affected)} of "
+            f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
+            f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+            + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
+        )
+    )
+    parts.extend(tail_parts(report.skipped, options))
+    return parts
+
+
+def text(result: RatioReport, options: RenderOptions) -> str:
+    """The text report."""
+    return render_renderables(_ratio_parts(result, options), options)
+
+
+# ----------------------------------------------------------------------------- checks
+RATIO_RULES = (
+    Rule(
+        "ratio/below-bound",
+        "below-bound",
+        "Inputs whose q/eps is below the bound, i.e. eps attenuates them by more than delta: "
+        "A = sqrt(q/(q+eps)) < 1 - delta.",
+    ),
+    Rule(
+        "ratio/nonfinite",
+        "nonfinite",
+        "NaN or +inf q values (each one counts as a violation).",
+    ),
+)
+
+
+class _Shards:
+    """``merge`` reports are ratio reports of shards concatenated along axis 0: a check points
+    at the shard holding its worst input, and the report has no single file."""
+
+    def __init__(self, shards: tuple[str, ...]) -> None:
+        self.shards = shards
+
+    def of(self, item: Any) -> tuple[str, str | None]:
+        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None."""
+        s = getattr(item, "shard", None)
+        if not self.shards or s is None:
+            return "", None
+        inner = list(item.shard_index or ())
+        return f" (shard {s} {self.shards[s]} at {inner})", self.shards[s]
+
+
+def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> Check:
+    """``ratio/below-bound``: fails when some finite q has ``q/eps < min_ratio``."""
+    bound = report.min_ratio
+    finite = layer.count - layer.nonfinite
+    below = layer.below_bound
+    nums: dict[str, Number] = {
+        "eps": layer.eps,
+        "count": layer.count,
+        "finite": finite,
+        "below_bound": below,
+        "fraction": below / layer.count if layer.count else 0.0,
+        "min_ratio": layer.min_ratio,
+        "min_attenuation": layer.min_attenuation,
+        "bound_min_ratio": bound,
+        "delta": report.delta,
+    }
+    loc: str | None = None
+    if below:
+        w = layer.worst[0] if layer.worst else None
+        where = f" at index {list(w.index)}" if w is not None else ""
+        if w is not None:
+            in_shard, loc = shards.of(w)
+            where += in_shard
+        msg = (
+            f"{layer.name}: {below} of {layer.count} inputs "
+            f"({_g(100.0 * below / layer.count, 3)}%) have q/eps below {_g(bound, 12)} "
+            f"(A < {_g(1.0 - report.delta, 12)}); min q/eps {_g(layer.min_ratio)} "
+            f"(A = {_g(layer.min_attenuation)}){where}"
+        )
+    elif finite:
+        msg = (
+            f"{layer.name}: all {finite} finite inputs have q/eps >= {_g(bound, 12)}; "
+            f"min q/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
+        )
+    else:
+        msg = f"{layer.name}: no finite q value to check"
+    level: Level = "note" if below == 0 else bad
+    return Check("ratio/below-bound", layer.name, below == 0, level, msg, nums, loc)
+
+
+def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
+    """``ratio/nonfinite``: fails when some q is NaN or +inf."""
+    nf = layer.nonfinite
+    nums: dict[str, Number] = {
+        "count": layer.count,
+        "nonfinite": nf,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+    }
+    loc: str | None = None
+    if nf:
+        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+        where = f", first at index {list(first.index)}" if first is not None else ""
+        if first is not None:
+            in_shard, loc = shards.of(first)
+            where += in_shard
+        msg = (
+            f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
+            f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
+        )
+    else:
+        msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
+    level: Level = "note" if nf == 0 else bad
+    return Check("ratio/nonfinite", layer.name, nf == 0, level, msg, nums, loc)
+
+
+def checks(report: Any, gate: Any = None) -> CheckReport:
+    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
+
+    ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
+    ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
+    gate passed within its budget (then ``warning``).
+    """
+    passed = report.violations == 0 if gate is None else bool(gate.passed)
+    bad: Level = "warning" if passed else "error"
+    bound = report.min_ratio
+    shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
+    where = _Shards(shards)
+    checks: list[Check] = []
+    for layer in report.layers:
+        checks.append(_below_bound_check(layer, report, bad, where))
+        checks.append(_nonfinite_check(layer, bad, where))
+    verdict = (
+        gate.reason
+        if gate is not None
+        else ("no violations" if passed else f"{report.violations} violation(s)")
+    )
+    kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
+    facts: tuple[tuple[str, str], ...] = (
+        ("source", f"{report.source} ({kind})"),
+        (
+            "bound",
+            f"A >= {_g(1.0 - report.delta, 12)} <=> q/eps >= {_g(bound, 12)} "
+            f"(delta {_g(report.delta, 12)})",
+        ),
+        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
+        (
+            "violations",
+            f"{report.violations} ({report.below_bound} below the bound, "
+            f"{report.nonfinite} nonfinite) in {len(report.layers_affected)} "
+            f"layer(s)",
+        ),
+        ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
+    )
+    command = "merge" if shards else "ratio"
+    if shards:
+        facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
+    checked = CheckReport(
+        command=command,
+        title=f"rmsnorm-eps {command}: {report.source}",
+        source=None if shards else report.source,
+        subject="layer",
+        rules=RATIO_RULES,
+        checks=tuple(checks),
+        passed=passed,
+        verdict=verdict,
+        facts=facts,
+    )
+    return with_skipped(checked, tuple(getattr(report, "skipped", ())))

@@ -1,0 +1,44 @@
+"""What every reporter shares and nothing else: presentation options and the one error.
+
+A leaf module (it imports nothing from the package), so command and format modules can
+import it without going through :mod:`rmsnorm_eps.reports`, which imports them lazily.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "HISTOGRAM_AUTO_LAYERS",
+    "HISTOGRAM_CHOICES",
+    "RenderOptions",
+    "UnsupportedResult",
+    "color_wanted",
+]
+
+
+class UnsupportedResult(TypeError):
+    """The chosen format has no rendering for this kind of result."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Presentation choices; they never change a number, only how it is shown."""
+
+    color: bool = False
+    width: int = 200  # rich tables take only the width they need
+    gate: Any = None  # GateResult for commands that gate
+    #: text: per-layer histograms of log10(q/eps): "auto" (every layer when there are at
+    #: most HISTOGRAM_AUTO_LAYERS, else the layers with violations), "all", "violating", "none"
+    histogram: str = "auto"
+
+
+HISTOGRAM_CHOICES = ("auto", "all", "violating", "none")
+HISTOGRAM_AUTO_LAYERS = 8
+
+
+def color_wanted(stream_isatty: bool) -> bool:
+    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    return stream_isatty and not os.environ.get("NO_COLOR")
