@@ -229,15 +229,6 @@ class RawArraySource:
         return str(self.dtype.newbyteorder("="))
 
     @property
-    def header(self) -> Any:
-        """The ``.npy`` header this source was described by (compatibility; prefer
-        ``dtype``, ``shape``, ``order`` and ``size``)."""
-        from rmsnorm_eps.sources.npy import NpyHeader
-
-        start = self.skip if self.member is not None else (self.data_offset or 0)
-        return NpyHeader(self.dtype, self.shape, self.order == "F", start)
-
-    @property
     def _read_dtype(self) -> np.dtype[Any]:
         return np.dtype("<u2") if self.dtype.kind == "V" else self.dtype
 
