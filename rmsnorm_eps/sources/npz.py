@@ -16,6 +16,7 @@ it is attached to its layer (:meth:`RawArraySource.companion`).
 
 from __future__ import annotations
 
+import io
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.interface import Opened, Unreadable
-from rmsnorm_eps.sources.npy import check_declared_size, read_npy_header, stored
+from rmsnorm_eps.sources.npy import NpyHeader, check_declared_size, read_npy_header, stored
 from rmsnorm_eps.sources.raw import (
     ZIP_ERRORS,
     RawArraySource,
@@ -41,25 +42,37 @@ __all__ = ["COMPANION_SEP", "open_npz"]
 COMPANION_SEP = "::"
 
 _LOCAL_HEADER = 30  # fixed part of a zip local file header
+#: Bytes read for a member's .npy header: its 64 KiB limit plus the 12-byte prefix.
+_NPY_HEADER_READ = (1 << 16) + 12
+
+
+def _local_name(local: bytes, info: zipfile.ZipInfo) -> str:
+    """The name a local header holds, decoded as ``zipfile`` decodes it."""
+    raw = local[_LOCAL_HEADER:]
+    flags = int.from_bytes(local[6:8], "little")
+    return raw.decode("utf-8" if flags & 0x800 else "cp437", errors="replace")
 
 
 def _local_extents(
     fp: IO[bytes] | None, infos: list[zipfile.ZipInfo], end_of_data: int
 ) -> tuple[list[int | None], dict[int, str]]:
     """For each entry: the absolute offset of its data (None when its local header cannot be
-    read), and the problems of entries whose bytes overlap an earlier entry's or run past
-    ``end_of_data`` (the start of the central directory)."""
+    read), and the problems of entries whose local header names another file, or whose bytes
+    overlap an earlier entry's or run past ``end_of_data`` (the central directory)."""
     starts: list[int | None] = []
     spans: list[tuple[int, int, int]] = []  # (first byte, end, entry index)
+    problems: dict[int, str] = {}
     for i, info in enumerate(infos):
         local = b""
         if fp is not None:
             try:
                 fp.seek(info.header_offset)
                 local = fp.read(_LOCAL_HEADER)
+                if len(local) == _LOCAL_HEADER:
+                    local += fp.read(int.from_bytes(local[26:28], "little"))
             except (OSError, ValueError):
                 local = b""
-        if len(local) != _LOCAL_HEADER or local[:4] != ZIP_LOCAL_MAGIC:
+        if len(local) < _LOCAL_HEADER or local[:4] != ZIP_LOCAL_MAGIC:
             starts.append(None)
             continue
         name_len = int.from_bytes(local[26:28], "little")
@@ -67,16 +80,36 @@ def _local_extents(
         data = info.header_offset + _LOCAL_HEADER + name_len + extra_len
         starts.append(data)
         spans.append((info.header_offset, data + info.compress_size, i))
-    problems: dict[int, str] = {}
+        if _local_name(local, info) != info.orig_filename:
+            problems[i] = (
+                f"its local header names {_local_name(local, info)!r}, the directory "
+                f"{info.orig_filename!r}"
+            )
     reach, owner = -1, -1
     for first, end, i in sorted(spans):
         if first < reach:
-            problems[i] = f"its bytes overlap member {infos[owner].filename!r}"
+            problems.setdefault(i, f"its bytes overlap member {infos[owner].filename!r}")
         elif end > end_of_data:
-            problems[i] = "its bytes run into the zip central directory"
+            problems.setdefault(i, "its bytes run into the zip central directory")
         if end > reach:
             reach, owner = end, i
     return starts, problems
+
+
+def _read_header(archive: ZipArchive, info: zipfile.ZipInfo, in_place: int | None) -> NpyHeader:
+    """The member's ``.npy`` header: read in place for a stored member, else via zipfile."""
+    path = archive.path
+    key = info.filename[: -len(".npy")]
+    try:
+        if in_place is not None:
+            with open(path, "rb") as fh:
+                fh.seek(in_place)
+                head = fh.read(min(info.file_size, _NPY_HEADER_READ))
+            return read_npy_header(io.BytesIO(head), path, key)
+        with archive.open(info) as member:
+            return read_npy_header(member, path, key)
+    except ZIP_ERRORS as exc:
+        raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
 
 
 def _check_companion_dtype(dtype: np.dtype[Any], path: Path, key: str) -> None:
@@ -105,11 +138,14 @@ def _open_member(
     if key in seen:
         raise InputFileError(path, f"duplicate member {name!r}")
     seen.add(key)
-    try:
-        with archive.open(info) as member:
-            header = read_npy_header(member, path, key)
-    except ZIP_ERRORS as exc:
-        raise InputFileError(path, f"cannot read member: {exc}", key=key) from None
+    in_place = (
+        data_start
+        if data_start is not None
+        and info.compress_type == zipfile.ZIP_STORED
+        and not info.flag_bits & 0x1
+        else None
+    )
+    header = _read_header(archive, info, in_place)
     companion = COMPANION_SEP in key  # an integer side array of a layer, not a layer
     if companion:
         _check_companion_dtype(header.dtype, path, key)
@@ -123,18 +159,13 @@ def _open_member(
             f"{header.header_len + header.nbytes}",
             key=key,
         )
-    in_place = (
-        data_start is not None
-        and info.compress_type == zipfile.ZIP_STORED
-        and not info.flag_bits & 0x1
-    )
     return RawArraySource(
         path,
         key,
         header.dtype,
         header.shape,
         header.order,
-        data_offset=data_start + header.header_len if in_place and data_start is not None else None,
+        data_offset=None if in_place is None else in_place + header.header_len,
         member=name,
         info=info,
         archive=archive,

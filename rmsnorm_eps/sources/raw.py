@@ -233,8 +233,11 @@ class RawArraySource:
         return np.dtype("<u2") if self.dtype.kind == "V" else self.dtype
 
     def _open(self) -> IO[bytes]:
+        """A stream positioned at the first data byte. A member stored uncompressed (it has a
+        ``data_offset``) is read in place like a plain file, its CRC-32 checked by
+        :meth:`iter_elements`; others go through ``zipfile`` (decompression, CRC)."""
         try:
-            if self.archive is None or self.info is None:
+            if self.archive is None or self.info is None or self.data_offset is not None:
                 fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 (closed by the caller)
                 fh.seek(self.data_offset or 0)
                 return fh
@@ -246,6 +249,21 @@ class RawArraySource:
             return member
         except ZIP_ERRORS as exc:
             raise InputFileError(self.path, f"cannot read: {exc}", key=self.key) from None
+
+    def _crc_start(self, stream: IO[bytes]) -> int | None:
+        """CRC-32 of the member's bytes before the data, when read in place; else None."""
+        if self.member_crc is None or self.data_offset is None or self.member is None:
+            return None
+        try:
+            head = os.pread(stream.fileno(), self.skip, self.data_offset - self.skip)
+        except OSError as exc:
+            raise InputFileError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        return zlib.crc32(head)
+
+    def _bad_crc(self) -> InputFileError:
+        return InputFileError(
+            self.path, f"cannot read data: Bad CRC-32 for file {self.member!r}", key=self.key
+        )
 
     def _truncated(self, start: int, got: int) -> InputFileError:
         return InputFileError(
@@ -269,6 +287,7 @@ class RawArraySource:
         native = dtype.newbyteorder("=") if not dtype.isnative else None
         stream = self._open()
         try:
+            crc = self._crc_start(stream)
             start = 0
             while start < total:
                 n = min(per, total - start)
@@ -281,6 +300,10 @@ class RawArraySource:
                     ) from None
                 if got < nbytes:
                     raise self._truncated(start, got)
+                if crc is not None:  # checked before the last chunk is used, as zipfile does
+                    crc = zlib.crc32(raw[:nbytes], crc)
+                    if start + n >= total and crc != self.member_crc:
+                        raise self._bad_crc()
                 chunk = buf[:n]
                 if native is not None:
                     chunk = chunk.byteswap().view(native)
@@ -375,11 +398,7 @@ class _ParallelReader:
                     nbytes = min(per, total - s) * self.dtype.itemsize
                     crc = zlib.crc32(buf.data.cast("B")[:nbytes], crc)
                     if s + per >= total and crc != src.member_crc:
-                        raise InputFileError(
-                            src.path,
-                            f"cannot read data: Bad CRC-32 for file {src.member!r}",
-                            key=src.key,
-                        )
+                        raise src._bad_crc()
                 yield s, result
                 nxt = next(starts, None)  # the consumer is done with ``buf``: reuse it
                 if nxt is not None:

@@ -128,6 +128,9 @@ def test_npz_bad_crc_detected_by_parallel_reader(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match="CRC"):
         for _ in src.iter_mapped(1000, lambda s, v: v, threads=2):
             pass
+    with pytest.raises(InputFileError, match=r"\[x\]: cannot read data: Bad CRC-32"):
+        for _ in src.iter_elements(1000):  # the sequential in-place read checks it too
+            pass
 
 
 def _zip_with(path: Path, entries: list[tuple[str, bytes]]) -> Path:
@@ -184,7 +187,27 @@ def test_overlapping_members_reported(tmp_path: Path) -> None:
     sources, skipped = open_dump_lenient(path)
     assert [s.name for s in sources] == ["a"]
     assert [u.name for u in skipped] == ["b.npy"] or [u.name for u in skipped] == ["b"]
-    assert "overlap" in skipped[0].problem
+    # the entry points at a's local header: it names another file and overlaps a's bytes
+    assert "its local header names 'a.npy', the directory 'b.npy'" in skipped[0].problem
+
+
+def test_overlapping_members_with_matching_names_reported(tmp_path: Path) -> None:
+    """Two directory entries for the same local header (and name): the second overlaps."""
+    data = npy_bytes(np.ones(4, np.float32))
+    path = _zip_with(tmp_path / "d.npz", [("a.npy", data)])
+    raw = path.read_bytes()
+    cd = raw.index(b"PK\x01\x02")
+    eocd = raw.index(b"PK\x05\x06")
+    entry = raw[cd:eocd]
+    end = bytearray(raw[eocd:])
+    end[8:10] = end[10:12] = struct.pack("<H", 2)
+    end[12:16] = struct.pack("<I", len(entry) * 2)
+    path.write_bytes(raw[:cd] + entry + entry + bytes(end))
+    opened = open_sources(path, lenient=True)
+    assert [s.name for s in opened.sources] == ["a"]
+    assert opened.members_total == 2
+    (problem,) = [u.problem for u in opened.unreadable]
+    assert "overlap member 'a.npy'" in problem
 
 
 def test_companion_without_layer_is_listed_when_lenient(tmp_path: Path) -> None:
