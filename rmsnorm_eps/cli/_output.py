@@ -48,10 +48,10 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def emit(
+def render_for(
     result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
-) -> None:
-    """Render ``result`` and write it to ``output`` (atomic) or stdout."""
+) -> str:
+    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
     from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
@@ -61,13 +61,24 @@ def emit(
         gate=gate,
         histogram=histogram,
     )
-    text = render_or_usage_error(result, fmt, options)
+    return render_or_usage_error(result, fmt, options)
+
+
+def write_text(output: Path | None, text: str) -> None:
+    """Write a rendered report to ``output`` (atomically) or to stdout."""
     if output is not None:
         from rmsnorm_eps.atomic import atomic_write_text
 
         atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
+
+
+def emit(
+    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+) -> None:
+    """Render ``result`` and write it to ``output`` (atomic) or stdout."""
+    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
 
 
 def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
