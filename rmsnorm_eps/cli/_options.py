@@ -28,11 +28,11 @@ __all__ = [
     "PlotLayersOpt",
     "PlotOpt",
     "ReportOpt",
-    "parse_report_specs",
     "SkipUnreadableOpt",
     "SummaryOpt",
     "TopOpt",
     "canonical_dtype",
+    "parse_report_specs",
 ]
 
 

@@ -361,6 +361,7 @@ def compare_dump(
     top_k: int = 5,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     skip_unreadable: bool = False,
+    dtype: str | None = None,
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a ``.npy``/``.npz`` dump.
 
@@ -369,7 +370,8 @@ def compare_dump(
     ``(..., d)`` and ``q = mean(x**2)`` over the last axis is computed in float64.
     A :class:`~rmsnorm_eps.compare.spec.LayerSpecs` side gives each layer its own setting.
     A layer that cannot be read raises, unless ``skip_unreadable``: then it is listed in
-    ``CompareReport.skipped``.
+    ``CompareReport.skipped``. ``dtype="bfloat16"`` reads uint16 (or V2) arrays as bfloat16 bit
+    patterns, as in :func:`rmsnorm_eps.analysis.analyze_dump`.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -379,7 +381,7 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped = open_layers(path, None, skip_unreadable)
+    sources, skipped = open_layers(path, dtype, skip_unreadable)
     layers = map_layers(
         sources,
         lambda src: _compare_layer(
