@@ -52,10 +52,9 @@ def test_help_is_clean_and_consistent(cli: Cli, command: tuple[str, ...]) -> Non
     assert "default: (" not in text  # one way to show a default: [default: VALUE]
     if command != ("capture",):  # capture's help is converted with the capture work
         assert "(default" not in text.lower()  # not in the prose either
-    if command and command != ("capture",):  # capture: converted with the capture work
-        if "--format" in text:
-            assert "--format [text|json|markdown|github|junit|sarif]" in text
-            assert "default: text]" in text
+    if command and command != ("capture",) and "--format" in text:
+        assert "--format [text|json|markdown|github|junit|sarif]" in text
+        assert "default: text]" in text
 
 
 def test_help_shows_argument_help(cli: Cli) -> None:

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
-
+ROOT = Path(__file__).resolve().parents[1]
 Cli = Callable[..., object]
 
 

@@ -123,7 +123,7 @@ def test_step_summary(
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_plot(command: str, run: Callable[..., tuple[int, str, list[str]]], tmp_path: Path):
-    code, out, err = run(command, "--plot", "fig.txt", "-o", "o.txt")
+    code, _, err = run(command, "--plot", "fig.txt", "-o", "o.txt")
     assert code == 2 and "fig.txt" in err[0] and not (tmp_path / "o.txt").exists()
     pytest.importorskip("matplotlib")
     code, _, err = run(command, "--plot", "fig.png")
