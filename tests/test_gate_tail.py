@@ -101,7 +101,8 @@ def test_extra_reports_match_their_format_and_leave_stdout_alone(
 def test_bad_report_spec_is_a_usage_error_before_any_work(
     command: str, run: Callable[..., tuple[int, str, list[str]]], tmp_path: Path
 ) -> None:
-    for spec in ("xml=r.xml", "json", "json="):
+    (tmp_path / "adir").mkdir()
+    for spec in ("xml=r.xml", "json", "json=", "json=adir"):
         code, out, err = run(command, "-o", "o.txt", "--report", spec)
         assert code == 2 and out == "" and len(err) == 1 and "--report" in err[0], spec
         assert not (tmp_path / "o.txt").exists()

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, usage_error
 from rmsnorm_eps.cli._options import Format, parse_report_specs
 from rmsnorm_eps.cli._output import (
     append_step_summary,
@@ -87,6 +87,9 @@ def tail_options(
         exit_zero=exit_zero,
         histogram=str(getattr(histogram, "value", histogram)),
     )
+    for label, path in [*options.outputs(), *extra_outputs]:
+        if path is not None and Path(path).is_dir():  # found now, not after stdout is written
+            raise usage_error(f"{label.rstrip('=')} {path} is a directory; give a file")
     check_outputs(inputs, [*options.outputs(), *extra_outputs])
     return options
 
