@@ -103,11 +103,14 @@ def finish(
     message: str,
     skipped: tuple[Any, ...] = (),
     draw: Callable[[str], bytes] | None = None,
+    verdict: bool = True,
 ) -> NoReturn:
     """Write every report of ``result``, the summary line, and exit (see the module doc).
 
     ``message`` is the counts part of the summary line (prefixed by the verdict unless it
     already starts with it); ``draw(plot_format)`` returns the ``--plot`` figure's bytes.
+    ``verdict=False`` (a command that records rather than judges, e.g. ``capture``) prints
+    ``message`` alone; skipped layers still make it INCOMPLETE and exit 1.
     """
     main = render_for(result, options.fmt.value, options.output, gate, options.histogram)
     extra = [
@@ -121,8 +124,8 @@ def finish(
         append_step_summary(result, gate)
     if options.plot is not None and options.plot_fmt is not None and draw is not None:
         write_plot(options.plot, draw(options.plot_fmt))
-    verdict = "INCOMPLETE" if skipped else "PASS" if passed else "FAIL"
-    line = message if message.startswith(verdict) else f"{verdict}: {message}"
+    word = "INCOMPLETE" if skipped else "PASS" if passed else "FAIL"
+    line = message if message.startswith(word) or not (verdict or skipped) else f"{word}: {message}"
     summary_line(line + skipped_suffix(skipped))
     if skipped:  # never 0, whatever --exit-zero says: part of the input was not checked
         raise typer.Exit(EXIT_FINDINGS)

@@ -17,6 +17,7 @@ import typer
 
 __all__ = [
     "DTYPE_ALIASES",
+    "DeprecatedOutOpt",
     "DtypeChoice",
     "ExitZeroOpt",
     "Format",
@@ -32,6 +33,7 @@ __all__ = [
     "SummaryOpt",
     "TopOpt",
     "canonical_dtype",
+    "data_output",
     "parse_report_specs",
 ]
 
@@ -216,6 +218,34 @@ SkipUnreadableOpt = Annotated[
         "with --exit-zero: part of the input was not checked.",
     ),
 ]
+#: ``--out``: the deprecated spelling of ``--save-data`` (hidden; see :func:`data_output`).
+DeprecatedOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", hidden=True, dir_okay=False, help="Deprecated spelling of --save-data."),
+]
+
+
+def data_output(save_data: Path | None, out: Path | None, what: str) -> Path:
+    """The data file of ``probe``/``capture``: ``--save-data FILE`` (data) is named apart from
+    ``-o/--output`` (the report). ``--out``, its old spelling, still works and prints one
+    warning line on stderr; giving both, or neither, is a usage error (``what`` names the
+    file in that message)."""
+    from rmsnorm_eps.cli._app import usage_error
+
+    if save_data is not None and out is not None:
+        raise usage_error("give --save-data once (--out is its deprecated spelling)")
+    if out is not None:
+        typer.echo(
+            "rmsnorm-eps: warning: --out is deprecated, use --save-data "
+            "(-o/--output is the report)",
+            err=True,
+        )
+        return out
+    if save_data is None:
+        raise usage_error(f"give --save-data FILE ({what})")
+    return save_data
+
+
 ExitZeroOpt = Annotated[
     bool,
     typer.Option(

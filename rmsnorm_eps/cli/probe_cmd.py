@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import app, usage_error
-from rmsnorm_eps.cli._options import DtypeChoice, Format, FormatOpt, OutputOpt
+from rmsnorm_eps.cli._app import app
+from rmsnorm_eps.cli._options import (
+    DeprecatedOutOpt,
+    DtypeChoice,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    data_output,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,21 +29,6 @@ class GainConvention(str, Enum):
 
     W = "w"
     ONE_PLUS_W = "1+w"
-
-
-def save_data_path(save_data: Path | None, out: Path | None) -> Path:
-    """The data file, from ``--save-data`` or its deprecated spelling ``--out`` (one warning
-    line on stderr); giving both, or neither, is a usage error."""
-    from rmsnorm_eps.cli._output import summary_line
-
-    if save_data is not None and out is not None:
-        raise usage_error("give --save-data once (--out is its deprecated spelling)")
-    if out is not None:
-        summary_line("warning: --out is deprecated, use --save-data (-o/--output is the report)")
-        return out
-    if save_data is None:
-        raise usage_error("give --save-data FILE (the probe file to write)")
-    return save_data
 
 
 def _read_gain(path: Path, dim: int) -> np.ndarray:
@@ -117,12 +109,7 @@ def probe(
             dir_okay=False,
         ),
     ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", hidden=True, dir_okay=False, help="Deprecated spelling of --save-data."
-        ),
-    ] = None,
+    out: DeprecatedOutOpt = None,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
 ) -> None:
@@ -135,7 +122,7 @@ def probe(
     from rmsnorm_eps.cli._paths import check_outputs
     from rmsnorm_eps.parity.probes import ProbeSummary, make_probes, write_probes
 
-    data_path = save_data_path(save_data, out)
+    data_path = data_output(save_data, out, "the probe file to write")
     gain_file = None if gain in ("ones", "random") else Path(gain)
     check_outputs([("--gain", gain_file)], [("--save-data", data_path), ("-o/--output", output)])
     weight: str | np.ndarray = gain if gain in ("ones", "random") else _read_gain(Path(gain), dim)
