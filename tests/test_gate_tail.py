@@ -189,3 +189,32 @@ def test_tail_options_is_one_frozen_object(tmp_path: Path) -> None:
     assert options.reports == ((Format.JSON, Path("a.json")), (Format.SARIF, Path("b.sarif")))
     with pytest.raises(AttributeError):
         options.exit_zero = False  # type: ignore[misc]
+
+
+def test_finish_without_verdict_for_recording_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """capture (which records rather than judges) prints its own line; skipped layers still
+    make the run INCOMPLETE with exit 1."""
+    import typer
+
+    from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
+    from rmsnorm_eps.cli._gate import finish
+    from rmsnorm_eps.dumps import Unreadable
+
+    path = tmp_path / "q.npy"
+    np.save(path, np.array([1.0, 2.0]))
+    report = analyze_dump(path, 1e-5)
+    options = tail_options(Format.JSON, tmp_path / "r.json")
+    with pytest.raises(typer.Exit) as exit_info:
+        finish(
+            report, evaluate_gate(report), options, passed=True, message="captured", verdict=False
+        )
+    assert exit_info.value.exit_code == 0
+    assert capsys.readouterr().err == "rmsnorm-eps: captured\n"
+    assert json.loads((tmp_path / "r.json").read_text("utf-8"))["command"] == "ratio"
+    skipped = (Unreadable("layer.b", "cannot read data"),)
+    with pytest.raises(typer.Exit) as exit_info:
+        finish(report, None, options, passed=True, message="x", skipped=skipped, verdict=False)
+    assert exit_info.value.exit_code == 1
+    assert capsys.readouterr().err.startswith("rmsnorm-eps: INCOMPLETE: x; skipped 1")
