@@ -171,7 +171,17 @@ def test_probe_save_data_and_deprecated_out(cli: Cli, tmp_path: Path) -> None:
     assert not re.search(
         r"--out\b(?!put)", _help(cli, "probe")
     )  # hidden: the help teaches the new name only
-    fp = cli("probe", "--dim", "8", "--eps", "1e-6", "--dtype", "bf16", "--save-data", "c.npz")
+    fp = cli(
+        "probe",
+        "--dim",
+        "8",
+        "--eps",
+        "1e-6",
+        "--dtype",
+        "bf16",
+        "--save-data",
+        str(tmp_path / "c.npz"),
+    )
     assert fp.exit_code == 0, fp  # type: ignore[attr-defined]
 
 
