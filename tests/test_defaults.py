@@ -98,7 +98,7 @@ def test_full_table_text(cli: Cli) -> None:
     ("args", "needle"),
     [
         (("--framework", "caffe"), "unknown framework 'caffe'"),
-        (("--dtype", "float8"), "dtype must be one of"),
+        (("--dtype", "float8"), "'float8' is not one of"),
         (
             ("--framework", "torch", "--dtype", "float16", "--torch-version", "two"),
             "torch version must look like",

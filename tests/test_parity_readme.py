@@ -47,7 +47,7 @@ def test_console_blocks_print_what_they_show(monkeypatch: pytest.MonkeyPatch) ->
 def test_probe_output_and_example_file(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples" / "parity").mkdir(parents=True)
-    command = "rmsnorm-eps probe --dim 64 --eps 1e-6 --out examples/parity/probes.npz"
+    command = "rmsnorm-eps probe --dim 64 --eps 1e-6 --save-data examples/parity/probes.npz"
     assert f"$ {command}" in DOC.read_text(encoding="utf-8")
     res = cli(*shlex.split(command)[1:])
     assert res.exit_code == 0

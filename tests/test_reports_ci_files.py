@@ -45,7 +45,7 @@ def _steps() -> list[dict[str, Any]]:
 
 def _commands(step: dict[str, Any]) -> list[list[str]]:
     out = []
-    for line in step.get("run", "").splitlines():
+    for line in step.get("run", "").replace("\\\n", " ").splitlines():
         if line.strip().startswith("rmsnorm-eps "):
             for key, value in step["_env"].items():
                 line = line.replace(f'"${key}"', shlex.quote(str(value)))
@@ -64,11 +64,8 @@ def test_workflow_runs_as_documented(
     monkeypatch.chdir(tmp_path)
     summary = tmp_path / "summary.md"
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
-    reports = _commands(steps["Reports (JSON, JUnit, SARIF; never fail here)"])
-    assert len(reports) == 3
-    for args in reports:
-        assert cli(*args, env=env).exit_code == 0
-    gate = _commands(steps["Gate (annotations, job summary, plot; exit 1 on violations)"])
+    assert not any(name.startswith("Reports") for name in steps)  # the dump is read once
+    gate = _commands(steps["Gate (annotations, reports, job summary, plot; exit 1 on violations)"])
     assert len(gate) == 1
     res = cli(*gate[0], env=env)
     assert res.exit_code == 1  # the documented example fails on its 9 violations

@@ -417,7 +417,10 @@ def test_cli_unsupported_combination_is_a_usage_error(cli: Callable[..., Any]) -
 
 def test_cli_bad_histogram_choice(cli: Callable[..., Any], in_root: None) -> None:
     res = cli("ratio", "--eps", "1e-5", "--q-file", EXAMPLE, "--histogram", "some")
-    assert res.exit_code == 2 and "'some' is not one of auto, all, violating, none" in res.stderr
+    assert (
+        res.exit_code == 2
+        and "'some' is not one of 'auto', 'all', 'violating', 'none'" in res.stderr
+    )
 
 
 def test_cli_output_file_holds_the_report(

@@ -1,6 +1,6 @@
 """Run torch.nn.RMSNorm on the parity probes and save its outputs (the README walkthrough).
 
-    rmsnorm-eps probe --dim 64 --eps 1e-6 --out examples/parity/probes.npz
+    rmsnorm-eps probe --dim 64 --eps 1e-6 --save-data examples/parity/probes.npz
     python examples/parity/run_torch.py None examples/parity/torch_eps_none.npy
     python examples/parity/run_torch.py 1e-6 examples/parity/torch_eps_1e-6.npy
 

@@ -9,24 +9,32 @@ instead, showing the traceback.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
-
-try:  # typer >= 0.20 vendors click as typer._click
-    from typer._click import exceptions as _cx
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as _cx  # type: ignore[no-redef]
+from click import Option as _ClickOption
+from click import exceptions as _cx
+from typer.core import TyperCommand, TyperGroup
 
 from rmsnorm_eps import __version__
 
-__all__ = ["EXIT_ERROR", "EXIT_FINDINGS", "EXIT_OK", "app", "fail", "usage_error"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FINDINGS",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "Typer",
+    "app",
+    "fail",
+    "usage_error",
+]
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
 def _one_line(text: str) -> str:
@@ -47,12 +55,100 @@ def usage_error(message: str) -> Exception:
     return _cx.UsageError(message)
 
 
-_PASS_THROUGH = (
-    _cx.ClickException,
-    typer.Exit,
-    typer.Abort,
-    getattr(typer, "TyperException", _cx.ClickException),  # typer < 0.20 has none
-)
+_PASS_THROUGH = (_cx.ClickException, typer.Exit, typer.Abort)
+
+
+def interrupted() -> None:
+    """Ctrl-C: one line on stderr and exit 130. Outputs are written atomically (a temporary
+    file renamed over the target), so an interrupted run leaves every existing file intact."""
+    typer.echo("rmsnorm-eps: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+_QUOTED_DEFAULT = re.compile(r"default: \(([^()]*)\)")
+
+
+def _clean_help(text: str) -> str:
+    """One spelling for the ``[...]`` suffix of every option's help.
+
+    typer < 0.20 passes the suffix through ``rich.markup.escape`` whenever rich is installed,
+    even when click renders the help (``rich_markup_mode=None``), which printed ``\\[required]``;
+    click puts a ``show_default`` text in parentheses (``[default: (0.01)]``) but not a value.
+    No help text of ours contains a backslash or ``default: (``.
+    """
+    return _QUOTED_DEFAULT.sub(r"default: \1", text.replace("\\[", "["))
+
+
+def _repeated_option(command: Any, ctx: Any, args: list[str]) -> str | None:
+    """The first single-value option given more than once (click keeps the last silently)."""
+    parser = command.make_parser(ctx)
+    parser.ignore_unknown_options = True
+    try:
+        _opts, _rest, order = parser.parse_args(args=list(args))
+    except _cx.ClickException:
+        return None  # the real parse reports it
+    seen: set[str] = set()
+    for param in order:
+        if not isinstance(param, _ClickOption) or param.multiple or param.count:
+            continue
+        if param.is_flag or param.name is None:
+            continue
+        if param.name in seen:
+            return max(param.opts, key=len)
+        seen.add(param.name)
+    return None
+
+
+class _Command(TyperCommand):
+    """A command whose help shows ``[default: ...]`` plainly and whose single-value options
+    may be given once: ``-q a -q b`` is a usage error, not "the last one wins"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Refuse a repeated single-value option, then parse as click does."""
+        repeated = _repeated_option(self, ctx, args)
+        if repeated is not None:
+            raise _cx.UsageError(f"{repeated} given more than once (give it once)", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+    def _argument_help(self, name: str | None) -> str:
+        """An argument's help from its ``Annotated`` declaration: click >= 8.2 resets the
+        ``help`` that typer 0.19 sets on its arguments, so the plain help lost it."""
+        import typing
+
+        function = getattr(self.callback, "__wrapped__", None)
+        if function is None or name is None:
+            return ""
+        hint = typing.get_type_hints(function, include_extras=True).get(name)
+        for info in getattr(hint, "__metadata__", ()):
+            if isinstance(getattr(info, "help", None), str):
+                return str(info.help)
+        return ""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """The Arguments and Options sections, with each argument's help (typer's plain help
+        shows only an argument's name) and every suffix cleaned by :func:`_clean_help`."""
+        sections: dict[str, list[tuple[str, str]]] = {"argument": [], "option": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None or param.param_type_name not in sections:
+                continue
+            name, text = record
+            own = getattr(param, "help", None) or self._argument_help(param.name)
+            if own and own not in text:
+                text = f"{own}  {text}".strip()
+            sections[param.param_type_name].append((name, _clean_help(text)))
+        for title, key in (("Arguments", "argument"), ("Options", "option")):
+            if sections[key]:
+                with formatter.section(title):
+                    formatter.write_dl(sections[key])
+
+
+class Typer(typer.Typer):
+    """``typer.Typer`` whose commands are :class:`_Command` (plain help, no repeated options)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
 
 
 def _debug_enabled(ctx: typer.Context) -> bool:
@@ -88,6 +184,8 @@ class _Group(TyperGroup):
         except typer.Abort:
             typer.echo("rmsnorm-eps: aborted", err=True)
             sys.exit(EXIT_ERROR)
+        except KeyboardInterrupt:
+            interrupted()
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def invoke(self, ctx: Any) -> Any:
@@ -97,6 +195,8 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except _PASS_THROUGH:
             raise
+        except KeyboardInterrupt:
+            interrupted()
         except RmsnormEpsError as exc:
             if _debug_enabled(ctx):
                 raise
@@ -115,7 +215,7 @@ class _Group(TyperGroup):
         return None
 
 
-app = typer.Typer(
+app = Typer(
     name="rmsnorm-eps",
     cls=_Group,
     help=(
@@ -124,10 +224,14 @@ app = typer.Typer(
         "by A = sqrt(q/(q+eps)). Exit codes: 0 clean, 1 violations, 2 usage or input error."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "max_content_width": 100,
+        "show_default": True,
+    },
 )
 
 
@@ -140,11 +244,14 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    debug: bool = typer.Option(
-        False, "--debug", help="Show tracebacks instead of one-line errors."
-    ),
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     ctx.meta["rmsnorm_eps.debug"] = debug

@@ -1,4 +1,6 @@
-"""Shared CLI plumbing: choosing a format, writing the report, the stderr summary line."""
+"""Shared CLI plumbing: rendering and writing a report, the job summary, the plot file, the
+stderr summary line. The options themselves are declared in :mod:`rmsnorm_eps.cli._options`;
+``format_option``/``output_option``/``check_format`` remain for ``capture`` (older style)."""
 
 from __future__ import annotations
 
@@ -48,10 +50,10 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def emit(
+def render_for(
     result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
-) -> None:
-    """Render ``result`` and write it to ``output`` (atomic) or stdout."""
+) -> str:
+    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
     from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
@@ -61,13 +63,24 @@ def emit(
         gate=gate,
         histogram=histogram,
     )
-    text = render_or_usage_error(result, fmt, options)
+    return render_or_usage_error(result, fmt, options)
+
+
+def write_text(output: Path | None, text: str) -> None:
+    """Write a rendered report to ``output`` (atomically) or to stdout."""
     if output is not None:
         from rmsnorm_eps.atomic import atomic_write_text
 
         atomic_write_text(output, text)
     else:
         typer.echo(text, nl=False)
+
+
+def emit(
+    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+) -> None:
+    """Render ``result`` and write it to ``output`` (atomic) or stdout."""
+    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
 
 
 def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
@@ -79,15 +92,6 @@ def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
         return render(result, fmt, options)
     except UnsupportedResult:
         raise usage_error(f"--format {fmt} is not available for this output") from None
-
-
-def summary_option() -> Any:
-    return typer.Option(
-        False,
-        "--summary",
-        help="Also append a Markdown report to the file named by "
-        "GITHUB_STEP_SUMMARY (GitHub Actions job summary); ignored with a note when unset.",
-    )
 
 
 def append_step_summary(result: object, gate: Any = None) -> Path | None:
@@ -114,17 +118,6 @@ def append_step_summary(result: object, gate: Any = None) -> Path | None:
             path, f"cannot append the job summary: {exc.strerror or exc}", key=None
         ) from None
     return path
-
-
-def plot_option(
-    what: str = "A against q/eps with the data's distribution, per layer",
-) -> Any:
-    return typer.Option(
-        None,
-        "--plot",
-        help=f"Also draw {what}, to FILE.png or FILE.svg (needs the [plot] extra).",
-        dir_okay=False,
-    )
 
 
 def prepare_plot(plot: Path | None) -> str | None:
@@ -157,48 +150,9 @@ def summary_line(text: str) -> None:
     typer.echo(f"rmsnorm-eps: {message(text)}", err=True)
 
 
-def skip_unreadable_option() -> Any:
-    """``--skip-unreadable``: report on the readable layers, list the others, exit 1 at least."""
-    return typer.Option(
-        False,
-        "--skip-unreadable",
-        help="Analyse the layers that can be read and list the others (name and problem) in "
-        "the report, instead of failing with exit 2. The exit code is then 1 at least, even "
-        "with --exit-zero: part of the dump was not checked.",
-    )
-
-
 def skipped_suffix(skipped: tuple[Any, ...]) -> str:
     """``; skipped N unreadable layer(s): a, b`` for the summary line (empty when none)."""
     if not skipped:
         return ""
     names = ", ".join(u.name for u in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
     return f"; skipped {len(skipped)} unreadable layer(s): {names}"
-
-
-def top_option() -> Any:
-    """``--top/-k``: how many worst inputs to list per layer."""
-    return typer.Option(5, "--top", "-k", min=0, help="Worst inputs listed per layer.")
-
-
-def max_violations_option() -> Any:
-    """``--max-violations``: the allowed number of violations (a budget)."""
-    return typer.Option(
-        None, "--max-violations", min=0, help="Allowed number of violations before exit 1."
-    )
-
-
-def max_fraction_option() -> Any:
-    """``--max-fraction``: the allowed fraction of violating inputs (a budget)."""
-    return typer.Option(
-        None,
-        "--max-fraction",
-        min=0.0,
-        max=1.0,
-        help="Allowed fraction of violating inputs (of all inputs) before exit 1.",
-    )
-
-
-def exit_zero_option(when: str) -> Any:
-    """``--exit-zero``: turn exit 1 into 0 (``when`` says what exit 1 means); never hides 2."""
-    return typer.Option(False, "--exit-zero", help=f"Exit 0 even {when} (never hides exit 2).")

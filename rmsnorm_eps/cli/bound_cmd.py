@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
-from rmsnorm_eps.cli._output import check_format, emit, format_option, output_option
+from rmsnorm_eps.cli._options import Format, FormatOpt, OutputOpt
 
 
 def _parse_ratios(text: str) -> list[float]:
@@ -35,23 +35,36 @@ def _parse_ratios(text: str) -> list[float]:
     ),
 )
 def bound(
-    delta: float = typer.Option(
-        None,
-        "--delta",
-        help="Tolerated attenuation loss: A >= 1 - delta (0 < delta < 1). Default 0.01.",
-    ),
-    eps: float = typer.Option(
-        None, "--eps", help="Epsilon: also print the minimum q and input RMS (or q for ratios)."
-    ),
-    ratio: float = typer.Option(None, "--ratio", help="Print A and 1 - A at this q/eps instead."),
-    table: bool = typer.Option(
-        False, "--table", help="Print A at q/eps = 0.01, 0.1, 1, 10, 100 (or --ratios)."
-    ),
-    ratios: str = typer.Option(
-        None, "--ratios", help="Comma-separated q/eps values for --table.", show_default=False
-    ),
-    fmt: str = format_option(),
-    output: Path = output_option(),
+    delta: Annotated[
+        float | None,
+        typer.Option(
+            "--delta",
+            help="Tolerated attenuation loss: A >= 1 - delta (0 < delta < 1).",
+            show_default="0.01",
+        ),
+    ] = None,
+    eps: Annotated[
+        float | None,
+        typer.Option(
+            "--eps", help="Epsilon: also print the minimum q and input RMS (or q for ratios)."
+        ),
+    ] = None,
+    ratio: Annotated[
+        float | None,
+        typer.Option("--ratio", help="Print A and 1 - A at this q/eps instead."),
+    ] = None,
+    table: Annotated[
+        bool,
+        typer.Option("--table", help="Print A at q/eps = 0.01, 0.1, 1, 10, 100 (or --ratios)."),
+    ] = False,
+    ratios: Annotated[
+        str | None,
+        typer.Option(
+            "--ratios", metavar="R[,R...]", help="Comma-separated q/eps values for --table."
+        ),
+    ] = None,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
 ) -> None:
     """Minimum q/eps for A = sqrt(q/(q+eps)) >= 1 - delta: (1-delta)^2 / (delta (2-delta)).
 
@@ -59,8 +72,10 @@ def bound(
     sqrt(q). With --ratio, --table or --ratios: A = sqrt(r/(r+1)) and 1 - A at r = q/eps.
     """
     from rmsnorm_eps.bound import SEED_RATIOS, bound_for_delta, figures_for_ratios
+    from rmsnorm_eps.cli._output import emit
+    from rmsnorm_eps.cli._paths import check_outputs
 
-    check_format(fmt)
+    check_outputs([], [("-o/--output", output)])
     wants_ratios = ratio is not None or table or ratios is not None
     if wants_ratios and delta is not None:
         raise usage_error("--delta cannot be combined with --ratio/--table/--ratios")

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app
-from rmsnorm_eps.cli._output import (
-    append_step_summary,
-    check_format,
-    emit,
-    exit_zero_option,
-    format_option,
-    output_option,
-    summary_line,
-    summary_option,
-)
+from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, Typer, app
+from rmsnorm_eps.cli._options import ExitZeroOpt, Format, FormatOpt, OutputOpt, SummaryOpt
 
-config_app = typer.Typer(
+config_app = Typer(
     help="Model normalization configs (our YAML, Hugging Face config.json, GGUF metadata): "
     "every resolved value with where it came from.",
     no_args_is_help=True,
@@ -41,19 +34,24 @@ app.add_typer(
     ),
 )
 def show(
-    file: Path = typer.Argument(
-        ...,
-        help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file.",
-        dir_okay=False,
-    ),
-    fmt: str = format_option(),
-    output: Path = output_option(),
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file.",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ],
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
 ) -> None:
     """Show every norm's resolved eps, placement, gain, reduction dtype, dim and norm type,
     each with its provenance (file and key, framework default, derived, or missing)."""
+    from rmsnorm_eps.cli._output import emit, summary_line
+    from rmsnorm_eps.cli._paths import check_outputs
     from rmsnorm_eps.config import load_config
 
-    check_format(fmt)
+    check_outputs([("config", file)], [("-o/--output", output)])
     config = load_config(file)
     emit(config, fmt, output)
     eps = config.defaults.eps
@@ -75,21 +73,32 @@ def show(
     ),
 )
 def diff(
-    a: Path = typer.Argument(..., help="First config (YAML, JSON or GGUF).", dir_okay=False),
-    b: Path = typer.Argument(..., help="Second config.", dir_okay=False),
-    exit_zero: bool = exit_zero_option("when the configs differ"),
-    fmt: str = format_option(),
-    output: Path = output_option(),
-    summary: bool = summary_option(),
+    a: Annotated[
+        Path,
+        typer.Argument(
+            help="First config (YAML, JSON or GGUF).", dir_okay=False, show_default=False
+        ),
+    ],
+    b: Annotated[Path, typer.Argument(help="Second config.", dir_okay=False, show_default=False)],
+    exit_zero: ExitZeroOpt = False,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
+    summary: SummaryOpt = False,
 ) -> None:
     """Compare two configs norm by norm; one line per difference.
 
     eps a and b agree when |a - b| <= 1e-6 * max(|a|, |b|) (absorbs GGUF's float32 storage).
     Differences in gain_baked, reduction dtype, weight-after-cast and dim are reported as notes.
     """
+    from rmsnorm_eps.cli._output import append_step_summary, emit, summary_line
+    from rmsnorm_eps.cli._paths import check_outputs
     from rmsnorm_eps.config import diff_configs, load_config
 
-    check_format(fmt)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY", "") if summary else ""
+    check_outputs(
+        [("config", a), ("config", b)],
+        [("-o/--output", output), ("--summary", Path(summary_file) if summary_file else None)],
+    )
     result = diff_configs(load_config(a), load_config(b))
     emit(result, fmt, output)
     if summary:

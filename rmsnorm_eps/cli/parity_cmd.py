@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, app, usage_error
-from rmsnorm_eps.cli._output import (
-    append_step_summary,
-    check_format,
-    emit,
-    exit_zero_option,
-    format_option,
-    output_option,
-    plot_option,
-    prepare_plot,
-    summary_line,
-    summary_option,
-    write_plot,
+from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._options import (
+    ExitZeroOpt,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    PlotOpt,
+    ReportOpt,
+    SummaryOpt,
 )
+
+
+class Rule(str, Enum):
+    """``--rule``: how an element's error is judged."""
+
+    TORCH = "torch"
+    POLYGRAPHY = "polygraphy"
 
 
 def _sha256(path: Path) -> str:
@@ -47,40 +52,62 @@ def _sha256(path: Path) -> str:
         "--record parity.yaml\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npz --rule polygraphy "
         "--atol 1e-4 --rtol 1e-3\n\n"
+        "Plot: the max abs and rel error per probe category against the tolerance.\n\n"
         "Exit codes: 0 every category passes, 1 some element fails (or is nonfinite), "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
 )
 def parity(
-    probes_path: Path = typer.Option(
-        ..., "--probes", "-p", help="Probe file from `probe`.", dir_okay=False
-    ),
-    actual: Path = typer.Option(
-        ...,
-        "--actual",
-        "-a",
-        help="Implementation outputs (n, d): .npy, .npz or .safetensors (bfloat16 allowed there).",
-        dir_okay=False,
-    ),
-    key: str = typer.Option(None, "--key", help="Array name inside a .npz/.safetensors file."),
-    rule: str = typer.Option("torch", "--rule", help="Error rule: torch or polygraphy."),
-    atol: float = typer.Option(
-        None, "--atol", help="Absolute tolerance (default: the rule's, per dtype for torch)."
-    ),
-    rtol: float = typer.Option(None, "--rtol", help="Relative tolerance (default: the rule's)."),
-    record: Path = typer.Option(
-        None, "--record", help="Write the acceptance record (.yaml, .json or .md).", dir_okay=False
-    ),
-    record_time: bool = typer.Option(
-        False,
-        "--record-time",
-        help="Add the UTC time to the record (off by default: records are byte-identical).",
-    ),
-    exit_zero: bool = exit_zero_option("on a failed verdict"),
-    fmt: str = format_option(),
-    output: Path = output_option(),
-    summary: bool = summary_option(),
-    plot: Path = plot_option("the max abs and rel error per probe category against the tolerance"),
+    probes_path: Annotated[
+        Path, typer.Option("--probes", "-p", help="Probe file from `probe`.", dir_okay=False)
+    ],
+    actual: Annotated[
+        Path,
+        typer.Option(
+            "--actual",
+            "-a",
+            help="Implementation outputs (n, d): .npy, .npz or .safetensors (bfloat16 allowed "
+            "there).",
+            dir_okay=False,
+        ),
+    ],
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Array name inside a .npz/.safetensors file."),
+    ] = None,
+    rule: Annotated[Rule, typer.Option("--rule", help="Error rule.")] = Rule.TORCH,
+    atol: Annotated[
+        float | None,
+        typer.Option(
+            "--atol", help="Absolute tolerance.", show_default="the rule's, per dtype for torch"
+        ),
+    ] = None,
+    rtol: Annotated[
+        float | None,
+        typer.Option("--rtol", help="Relative tolerance.", show_default="the rule's"),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            metavar="FILE",
+            help="Write the acceptance record (.yaml, .json or .md).",
+            dir_okay=False,
+        ),
+    ] = None,
+    record_time: Annotated[
+        bool,
+        typer.Option(
+            "--record-time",
+            help="Add the UTC time to the record (off by default: records are byte-identical).",
+        ),
+    ] = False,
+    exit_zero: ExitZeroOpt = False,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
+    report_to: ReportOpt = None,
+    summary: SummaryOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -89,15 +116,22 @@ def parity(
     """
     from dataclasses import replace
 
+    from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
     from rmsnorm_eps.parity.probes import load_probes
     from rmsnorm_eps.parity.record import record_format, write_record
 
-    check_format(fmt)
-    plot_fmt = prepare_plot(plot)
-    if rule not in ("torch", "polygraphy"):
-        raise usage_error(f"--rule must be torch or polygraphy, got {rule!r}")
+    options = tail_options(
+        fmt,
+        output,
+        reports=report_to,
+        summary=summary,
+        plot=plot,
+        exit_zero=exit_zero,
+        inputs=[("--probes", probes_path), ("--actual", actual)],
+        extra_outputs=[("--record", record)],
+    )
     if record is not None:
         try:
             record_format(record)
@@ -110,7 +144,7 @@ def parity(
         probes,
         outputs.values,
         output_dtype=outputs.dtype,
-        rule=rule,
+        rule=rule.value,
         atol=atol,
         rtol=rtol,
         probe_source=str(probes_path),
@@ -124,14 +158,10 @@ def parity(
 
             stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         write_record(result, record, stamp)
-    emit(result, fmt, output)
-    if summary:
-        append_step_summary(result)
-    if plot is not None and plot_fmt is not None:
+
+    def draw(plot_fmt: str) -> bytes:
         from rmsnorm_eps.plot import plot_parity
 
-        write_plot(plot, plot_parity(result, plot_fmt).data)
-    summary_line(result.diagnosis)
-    if not result.passed and not exit_zero:
-        raise typer.Exit(EXIT_FINDINGS)
-    raise typer.Exit(EXIT_OK)
+        return plot_parity(result, plot_fmt).data
+
+    finish(result, None, options, passed=result.passed, draw=draw, message=result.diagnosis)

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import app, usage_error
-from rmsnorm_eps.cli._output import check_format, emit, format_option, output_option, summary_line
+from rmsnorm_eps.cli._app import app
+from rmsnorm_eps.cli._options import (
+    DeprecatedOutOpt,
+    DtypeChoice,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    data_output,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+class GainConvention(str, Enum):
+    """``--gain-convention``: how the reference applies the weight."""
+
+    W = "w"
+    ONE_PLUS_W = "1+w"
 
 
 def _read_gain(path: Path, dim: int) -> np.ndarray:
@@ -40,54 +55,76 @@ def _read_gain(path: Path, dim: int) -> np.ndarray:
     short_help="Write probe inputs where eps matters, with float64 reference outputs.",
     epilog=(
         "Examples:\n\n"
-        "  rmsnorm-eps probe --dim 64 --eps 1e-6 --out probes.npz\n\n"
+        "  rmsnorm-eps probe --dim 64 --eps 1e-6 --save-data probes.npz\n\n"
         "  rmsnorm-eps probe --dim 2048 --eps 1e-5 --dtype bfloat16 --gain random --seed 1 "
-        "--out probes.npz\n\n"
+        "--save-data probes.npz\n\n"
         "  rmsnorm-eps probe --dim 640 --eps 1e-6 --gain weight.npy --gain-convention 1+w "
-        "--out probes.npz\n\n"
+        "--save-data probes.npz\n\n"
         "The file holds inputs (n, d) float64 (exactly representable in --dtype), weight (d,), "
         "reference (n, d), category, q and metadata. Run your implementation on inputs cast "
         "to --dtype with that weight, save the outputs and run `rmsnorm-eps parity`."
     ),
 )
 def probe(
-    dim: int = typer.Option(..., "--dim", "-d", min=1, help="Vector dimension d."),
-    eps: float = typer.Option(..., "--eps", help="The configured epsilon (inside the sqrt)."),
-    gain: str = typer.Option(
-        "ones",
-        "--gain",
-        help="Weight: ones, random (seeded; extreme channels 30, 0.01, -2) "
-        "or a .npy/.npz FILE of shape (d,).",
-    ),
-    gain_convention: str = typer.Option(
-        "w", "--gain-convention", help="How the reference applies the weight: w or 1+w."
-    ),
-    dtype: str = typer.Option(
-        "float32", "--dtype", help="Input and weight dtype: float16, bfloat16, float32, float64."
-    ),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random probe vectors."),
-    delta: float = typer.Option(
-        0.01,
-        "--delta",
-        help="The chosen bound A >= 1 - delta: the at-bound probes sit at "
-        "q/eps = (1-delta)^2/(delta(2-delta)).",
-    ),
-    out: Path = typer.Option(..., "--out", help="Probe file to write (.npz).", dir_okay=False),
-    fmt: str = format_option(),
-    output: Path = output_option(),
+    dim: Annotated[int, typer.Option("--dim", "-d", min=1, help="Vector dimension d.")],
+    eps: Annotated[float, typer.Option("--eps", help="The configured epsilon (inside the sqrt).")],
+    gain: Annotated[
+        str,
+        typer.Option(
+            "--gain",
+            help="Weight: ones, random (seeded; extreme channels 30, 0.01, -2) or a .npy/.npz "
+            "FILE of shape (d,).",
+        ),
+    ] = "ones",
+    gain_convention: Annotated[
+        GainConvention,
+        typer.Option("--gain-convention", help="How the reference applies the weight."),
+    ] = GainConvention.W,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            click_type=DtypeChoice(_DTYPES),
+            help="The dtype of the data: the probe inputs and the weight are exactly "
+            "representable in it. Aliases: bf16, fp16, fp32, fp64...",
+        ),
+    ] = "float32",
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, help="Seed of the random probe vectors.")
+    ] = 0,
+    delta: Annotated[
+        float,
+        typer.Option(
+            "--delta",
+            help="The chosen bound A >= 1 - delta: the at-bound probes sit at "
+            "q/eps = (1-delta)^2/(delta(2-delta)).",
+        ),
+    ] = 0.01,
+    save_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-data",
+            metavar="FILE",
+            help="The probe file to write (.npz; read by `parity --probes`). Required.",
+            dir_okay=False,
+        ),
+    ] = None,
+    out: DeprecatedOutOpt = None,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
 ) -> None:
     """Probe inputs where eps matters, each with its float64 reference RMSNorm output.
 
     Categories: zero, tiny (q/eps << 1), near-eps (q/eps 0.1-10), at-bound, ordinary,
     constant, mixed-scale, large (x^2 near the dtype's overflow), gain-extreme.
     """
+    from rmsnorm_eps.cli._output import emit, summary_line
+    from rmsnorm_eps.cli._paths import check_outputs
     from rmsnorm_eps.parity.probes import ProbeSummary, make_probes, write_probes
 
-    check_format(fmt)
-    if dtype not in _DTYPES:
-        raise usage_error(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    if gain_convention not in ("w", "1+w"):
-        raise usage_error(f"--gain-convention must be w or 1+w, got {gain_convention!r}")
+    data_path = data_output(save_data, out, "the probe file to write")
+    gain_file = None if gain in ("ones", "random") else Path(gain)
+    check_outputs([("--gain", gain_file)], [("--save-data", data_path), ("-o/--output", output)])
     weight: str | np.ndarray = gain if gain in ("ones", "random") else _read_gain(Path(gain), dim)
     probes = make_probes(
         dim,
@@ -95,13 +132,13 @@ def probe(
         gain=weight,
         dtype=dtype,
         seed=seed,
-        gain_convention=gain_convention,
+        gain_convention=gain_convention.value,
         delta=delta,
     )
     if weight is not gain:
         from dataclasses import replace
 
         probes = replace(probes, gain_kind=f"file:{Path(gain).name}")
-    write_probes(probes, out)
-    emit(ProbeSummary(probes, str(out)), fmt, output)
-    summary_line(f"wrote {probes.count} probes (d={dim}, {dtype}, eps {eps!r}) to {out}")
+    write_probes(probes, data_path)
+    emit(ProbeSummary(probes, str(data_path)), fmt, output)
+    summary_line(f"wrote {probes.count} probes (d={dim}, {dtype}, eps {eps!r}) to {data_path}")

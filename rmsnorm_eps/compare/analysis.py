@@ -381,6 +381,7 @@ def compare_dump(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     skip_unreadable: bool = False,
     config: NormConfig | None = None,
+    dtype: str | None = None,
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
@@ -393,6 +394,8 @@ def compare_dump(
     A layer (container member) that cannot be read raises, unless ``skip_unreadable``: then it
     is listed in ``CompareReport.skipped`` (before the config is matched: an unreadable member
     needs no settings). ``members_total`` / ``members_analysed`` account for every member.
+    ``dtype="bfloat16"`` reads uint16 (or V2) arrays as bfloat16 bit patterns, as in
+    :func:`rmsnorm_eps.analysis.analyze_dump`.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -402,7 +405,7 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped, total = open_sources(path, None, lenient=skip_unreadable)
+    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable)
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
     opened_skips = len(skipped)

@@ -37,7 +37,17 @@ DIM = 8
 PARITY = ("parity", "--probes", "{dir}/" + PROBES, "--actual", "{file}")
 PARITY_PROBES = ("parity", "--probes", "{file}", "--actual", "{dir}/" + ACTUAL)
 PARITY_RECORD = (*PARITY[:4], "{dir}/" + ACTUAL, "--record", "{file}")
-GAIN = ("probe", "--dim", str(DIM), "--eps", "1e-5", "--gain", "{file}", "--out", "{file}.out.npz")
+GAIN = (
+    "probe",
+    "--dim",
+    str(DIM),
+    "--eps",
+    "1e-5",
+    "--gain",
+    "{file}",
+    "--save-data",
+    "{file}.out.npz",
+)
 MERGE = ("merge", "{file}")
 MERGE_TWO = ("merge", "{dir}/" + SUMMARY, "{file}")
 

@@ -1,0 +1,91 @@
+"""The dump argument of ``ratio`` and ``compare``: ``DUMP`` positional or ``-q/--q-file``, and
+the ``--raw`` hint when a negative "q" is really an activation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rmsnorm_eps.cli._options import DtypeChoice
+
+__all__ = ["DumpArg", "DumpDtypeOpt", "QFileOpt", "RawOpt", "one_dump", "with_raw_hint"]
+
+DumpArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="[DUMP]",
+        help=".npy (one layer) or .npz (one array per layer) of q values, or of activations "
+        "with --raw.",
+        show_default=False,
+    ),
+]
+QFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--q-file",
+        "-q",
+        metavar="DUMP",
+        help="The dump, as an option (same as the DUMP argument; give one of them).",
+    ),
+]
+RawOpt = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        help="Arrays hold activations x of shape (..., d); q = mean(x^2) over the last axis is "
+        "computed here.",
+    ),
+]
+DumpDtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        click_type=DtypeChoice(("bfloat16",)),
+        help="The dtype of the data, when the arrays hold its bit patterns (uint16 or V2 arrays "
+        "of bfloat16 bits). Aliases: bf16.",
+        show_default="the array's own",
+    ),
+]
+
+#: A last axis at least this long, in a dump refused for a negative q, is probably the hidden
+#: dimension of activations: the error then suggests --raw.
+HIDDEN_DIM_MIN = 64
+
+
+def one_dump(dump: Path | None, q_file: Path | None) -> Path:
+    """The dump, given once: as the DUMP argument or as ``-q/--q-file``."""
+    from rmsnorm_eps.cli._app import usage_error
+
+    if dump is not None and q_file is not None:
+        raise usage_error("give the dump once: as the DUMP argument or as -q/--q-file")
+    path = dump if dump is not None else q_file
+    if path is None:
+        raise usage_error(
+            "give the dump: DUMP or -q/--q-file DUMP (a .npy or .npz file of q, or of x with --raw)"
+        )
+    return path
+
+
+def with_raw_hint(exc: Exception, raw: bool, dtype: str | None = None) -> Exception:
+    """``exc`` with a ``--raw`` suggestion appended when it reports a negative q in an array
+    whose last axis looks like a hidden dimension (>= 64 entries): activations have both
+    signs, a mean of squares never does. Otherwise ``exc`` unchanged."""
+    from rmsnorm_eps.errors import InputFileError
+
+    if raw or not isinstance(exc, InputFileError) or not exc.problem.startswith("negative q"):
+        return exc
+    try:
+        from rmsnorm_eps.dumps import open_dump
+
+        shapes = [src.shape for src in open_dump(exc.path, dtype) if src.key == exc.key]
+    except Exception:  # the hint is optional: never hide the first error behind a second one
+        return exc
+    if not shapes or not shapes[0] or shapes[0][-1] < HIDDEN_DIM_MIN:
+        return exc
+    hint = (
+        f"; its last axis has {shapes[0][-1]} entries: if the arrays hold activations x of "
+        "shape (..., d) rather than q, add --raw"
+    )
+    return InputFileError(exc.path, exc.problem + hint, key=exc.key)

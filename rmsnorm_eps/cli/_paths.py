@@ -1,0 +1,66 @@
+"""Nothing destroyed: an output may never be an input, nor another output of the same run.
+
+Files are compared by identity, not spelling: an existing regular file by ``(st_dev, st_ino)``
+(so ``./q.npz``, ``q.npz``, a symlink or a hard link to it are all the same file); an output
+that does not exist yet by its resolved real path (``os.path.realpath``), against the other
+outputs. Special files (``/dev/stdout``, ``/dev/null``, FIFOs) are not compared: writing to
+them never replaces a file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["Named", "check_outputs"]
+
+#: ``(label, path)``: how the user named the file (``-o/--output``, ``the dump``) and its path.
+Named = tuple[str, Path | None]
+
+
+def _identity(path: Path) -> tuple[object, ...] | None:
+    """``(dev, ino)`` of an existing regular file, ``("new", realpath)`` of a missing path,
+    None for special files (devices, FIFOs, directories: not compared)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ("new", os.path.realpath(path))
+    except OSError:
+        return None  # unreadable: the reader or the writer reports it
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _show(label: str, path: Path) -> str:
+    return f"{label}{path}" if label.endswith("=") else f"{label} {path}"
+
+
+def check_outputs(inputs: Sequence[Named], outputs: Sequence[Named]) -> None:
+    """Exit 2 with one line, before anything is written, when an output is the same file as an
+    input or as another output. ``None`` paths (options not given) are ignored."""
+    from rmsnorm_eps.cli._app import fail
+
+    seen: dict[tuple[object, ...], str] = {}
+    for label, path in inputs:
+        if path is None:
+            continue
+        ident = _identity(Path(path))
+        if ident is not None and ident[0] != "new":
+            seen.setdefault(ident, f"input {_show(label, Path(path))}")
+    for label, path in outputs:
+        if path is None:
+            continue
+        ident = _identity(Path(path))
+        if ident is None:
+            continue
+        other = seen.get(ident)
+        if other is not None:
+            what = "an input" if other.startswith("input ") else "another output"
+            fail(
+                f"{_show(label, Path(path))} is the same file as {other}: refusing to "
+                f"overwrite {what} (give the output its own path)"
+            )
+        seen[ident] = f"output {_show(label, Path(path))}"
