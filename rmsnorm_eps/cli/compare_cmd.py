@@ -110,7 +110,7 @@ def compare(
     from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.compare.analysis import compare_dump
-    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs, is_config_spec, parse_spec
+    from rmsnorm_eps.compare.spec import is_config_spec
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     q_path = one_dump(dump, q_file)
@@ -130,23 +130,16 @@ def compare(
         raise usage_error("--from config and --to config would both read --config: give one SPEC")
     if config is not None and not wants_config:
         raise usage_error("--config is used by --from config or --to config; give one of them")
-    sides: list[EpsSpec | LayerSpecs] = []
-    for option, text in (("--from", spec_from), ("--to", spec_to)):
-        if is_config_spec(text) and config is not None:
-            from rmsnorm_eps.compare.spec import specs_from_config
-            from rmsnorm_eps.config import load_config
-            from rmsnorm_eps.dumps import open_layers
+    loaded = None
+    if config is not None:
+        from rmsnorm_eps.config import load_config
 
-            names = [src.name for src in open_layers(q_path, dtype, skip_unreadable)[0]]
-            sides.append(specs_from_config(load_config(config), names, option))
-        else:
-            sides.append(parse_spec(text, option))
-    a, b = sides
+        loaded = load_config(config)
     try:
         report = compare_dump(
             q_path,
-            a,
-            b,
+            spec_from,
+            spec_to,
             tolerance=tolerance,
             scale=scale,
             raw=raw,
@@ -154,6 +147,7 @@ def compare(
             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
             skip_unreadable=skip_unreadable,
             dtype=dtype,
+            config=loaded,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None

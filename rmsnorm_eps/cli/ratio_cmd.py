@@ -149,20 +149,15 @@ def ratio(
         raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
-    layer_eps: float | dict[str, float] | None = eps
-    eps_sources: dict[str, str] | None = None
+    loaded = None
     if config is not None:
-        from rmsnorm_eps.config import eps_for_layers, load_config
-        from rmsnorm_eps.dumps import open_layers
+        from rmsnorm_eps.config import load_config
 
-        names = [src.name for src in open_layers(q_path, dtype, skip_unreadable)[0]]
-        assigned = eps_for_layers(load_config(config), names, fallback=eps)
-        layer_eps, eps_sources = assigned.eps, assigned.provenance
-    assert layer_eps is not None  # --eps or --config, checked above
+        loaded = load_config(config)
     try:
         report = analyze_dump(
             q_path,
-            layer_eps,
+            eps,
             delta=delta,
             min_ratio=min_ratio,
             raw=raw,
@@ -170,8 +165,8 @@ def ratio(
             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
             threads=threads,
             dtype=dtype,
-            eps_sources=eps_sources,
             skip_unreadable=skip_unreadable,
+            config=loaded,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
