@@ -25,9 +25,10 @@ from rmsnorm_eps.config.model import (
     Resolved,
     missing,
 )
+from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["EPS_KEYS", "HF_FAMILIES", "read_hf_config"]
+__all__ = ["EPS_KEYS", "HF_FAMILIES", "MAX_JSON_BYTES", "load_json", "read_hf_config"]
 
 #: Keys that hold a norm eps, in the order they are reported.
 EPS_KEYS = (
@@ -100,22 +101,56 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: Largest config.json read. Real ones are a few KiB (a classifier's id2label a few hundred
+#: KiB); a JSON object costs Python about 40 times its text size, so 4 MiB stays far under
+#: the 256 MiB peak-memory promise whatever the file holds.
+MAX_JSON_BYTES = 4 << 20
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: a JSON object whose keys repeat is refused (json would keep the last
+    one silently, and two readers may pick different ones)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_json(path: Path) -> Any:
-    """Parse strict JSON (NaN/Infinity refused) into Python objects."""
+    """Parse strict JSON (NaN/Infinity and duplicate keys refused, at most
+    :data:`MAX_JSON_BYTES`) into Python objects."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text") from None
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise InputFileError(
+            path, f"JSON config larger than {MAX_JSON_BYTES >> 20} MiB: refused (size cap)"
+        )
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not UTF-8 text") from None
+    del raw
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_pairs)
     except RecursionError:
         raise InputFileError(path, "invalid JSON: nested too deeply") from None
+    except _DuplicateKey as exc:
+        raise InputFileError(path, "duplicate key in a JSON object", key=shorten(exc.key)) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:
-        raise InputFileError(path, f"invalid JSON: {exc}") from None
+        raise InputFileError(path, f"invalid JSON: {shorten(str(exc))}") from None
 
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:

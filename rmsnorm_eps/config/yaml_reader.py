@@ -34,11 +34,15 @@ from rmsnorm_eps.config.model import (
 )
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["MAX_YAML_BYTES", "TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
+__all__ = ["MAX_YAML_BYTES", "MAX_YAML_NODES", "TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
 
 #: Largest YAML config read (a generated config for a 1000-layer model is under 1 MiB); the
 #: PyYAML node tree costs about 100 bytes of memory per byte of YAML.
 MAX_YAML_BYTES = 2 << 20
+#: Largest number of YAML nodes (scalars, mappings, sequences, aliases) composed. A node tree
+#: costs about 1 KiB per node in PyYAML; 120,000 nodes hold 30,000 layer entries
+#: ``"glob": {eps: 1e-6}``. Counted on the event stream first, in constant memory.
+MAX_YAML_NODES = 120_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 YAML_SCHEMA_VERSION = 1
@@ -83,6 +87,22 @@ def _check_duplicates(
             _check_duplicates(item, path, f"{where}[{i}]", visited)
 
 
+def _count_nodes(yaml: Any, text: str, loader_cls: Any, path: Path) -> None:
+    """Refuse a document of more than MAX_YAML_NODES nodes before building any of them."""
+    kinds = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent)
+    count = 0
+    for event in yaml.parse(text, Loader=loader_cls):
+        if isinstance(event, kinds):
+            count += 1
+            if count > MAX_YAML_NODES:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise InputFileError(
+                    path,
+                    f"YAML config has over {MAX_YAML_NODES} values (at line {line}): "
+                    "refused (size cap)",
+                )
+
+
 def _load(path: Path) -> Any:
     import yaml
 
@@ -103,6 +123,7 @@ def _load(path: Path) -> Any:
     try:
         # compose builds nodes only (tags are not resolved to objects); checked, then built
         # by the safe constructor from the same nodes (one parse).
+        _count_nodes(yaml, text, loader_cls, path)
         node = yaml.compose(text, Loader=loader_cls)
         if node is None:
             return None
