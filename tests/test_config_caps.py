@@ -118,14 +118,14 @@ def test_json_duplicate_key_refused(tmp_path: Path) -> None:
 
 
 def test_long_key_error_is_bounded(tmp_path: Path) -> None:
-    key = "k" * 5_000_000
+    key = "k" * 1_000_000
     p = tmp_path / "config.json"
-    p.write_text('{"%s": 1, "%s": 2}' % (key, key))
+    p.write_text(f'{{"{key}": 1, "{key}": 2}}')
     with pytest.raises(InputFileError) as info:
         load_config(p)
     assert len(str(info.value)) < 600
     y = tmp_path / "c.yaml"
-    y.write_text(f'schema_version: 1\nlayers:\n  "{key[:1_000_000]}": {{eps: -1}}\n')
+    y.write_text(f'schema_version: 1\nlayers:\n  "{key}": {{eps: -1}}\n')
     with pytest.raises(InputFileError) as info:
         load_config(y)
     assert len(str(info.value)) < 600

@@ -146,8 +146,7 @@ def test_twenty_thousand_globs_in_seconds(tmp_path: Path) -> None:
 def test_yaml_merge_key_refused(tmp_path: Path) -> None:
     p = tmp_path / "m.yaml"
     p.write_text(
-        "schema_version: 1\nbase: &b {eps: 1e-2}\n"
-        "defaults:\n  <<: *b\n  placement: inside\n",
+        "schema_version: 1\nbase: &b {eps: 1e-2}\ndefaults:\n  <<: *b\n  placement: inside\n",
         encoding="utf-8",
     )
     with pytest.raises(InputFileError, match=r"merge key <<"):

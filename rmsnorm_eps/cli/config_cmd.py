@@ -43,8 +43,9 @@ app.add_typer(
 def show(
     file: Path = typer.Argument(
         ...,
-        help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file.",
-        dir_okay=False,
+        help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file, or a "
+        "model directory (its config.json, else its single .gguf).",
+        dir_okay=True,
     ),
     fmt: str = format_option(),
     output: Path = output_option(),
@@ -75,8 +76,8 @@ def show(
     ),
 )
 def diff(
-    a: Path = typer.Argument(..., help="First config (YAML, JSON or GGUF).", dir_okay=False),
-    b: Path = typer.Argument(..., help="Second config.", dir_okay=False),
+    a: Path = typer.Argument(..., help="First config (YAML, JSON, GGUF or model directory).", dir_okay=True),
+    b: Path = typer.Argument(..., help="Second config.", dir_okay=True),
     exit_zero: bool = exit_zero_option("when the configs differ"),
     fmt: str = format_option(),
     output: Path = output_option(),

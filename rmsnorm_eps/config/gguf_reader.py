@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -29,7 +30,6 @@ from rmsnorm_eps.config.model import (
     Resolved,
     missing,
 )
-from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.errors import InputFileError, brief
 
 __all__ = [
@@ -176,7 +176,9 @@ class _Cursor:
             self.pos += count * struct.calcsize(code)
             return name, count
         # strings need 8 bytes each at least, arrays 12: refuse an absurd count at once
-        self.need(count * (8 if etype == _STRING else 12), f"{shorten(key)}: array of {count} {name}")
+        self.need(
+            count * (8 if etype == _STRING else 12), f"{shorten(key)}: array of {count} {name}"
+        )
         in_array = f"{shorten(key)}: string in array"
         for _ in range(count):
             if etype == _STRING:
@@ -227,7 +229,9 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
         if t == _STRING:
             n = cur.scalar("Q", f"{shorten(key)}: string length")
             if n > MAX_STRING_BYTES:
-                raise cur.fail(f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})")
+                raise cur.fail(
+                    f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})"
+                )
             cur.need(n, f"{shorten(key)}: string")
             if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
                 cur.pos -= 8

@@ -22,6 +22,7 @@ __all__ = [
     "diff_configs",
     "eps_for_layers",
     "load_config",
+    "model_dir_config",
 ]
 
 #: eps values a and b agree when |a - b| <= DIFF_REL_TOL * max(|a|, |b|) (absorbs float32).
@@ -30,8 +31,34 @@ DIFF_REL_TOL = 1e-6
 SIGNIFICANT_FIELDS = ("eps", "placement", "gain", "norm")
 
 
+def model_dir_config(directory: Path) -> Path:
+    """The config file of a model directory: ``config.json`` (as ``capture --model DIR``
+    reads), else its single ``.gguf`` file. Several GGUF files and no config.json: an error
+    naming them (pick one)."""
+    from rmsnorm_eps.errors import InputFileError
+
+    config = directory / "config.json"
+    if config.is_file():
+        return config
+    try:
+        ggufs = sorted(x for x in directory.iterdir() if x.suffix.lower() == ".gguf")
+    except OSError as exc:
+        raise InputFileError(directory, f"cannot list: {exc.strerror or exc}") from None
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if not ggufs:
+        raise InputFileError(directory, "a directory without config.json or a .gguf file")
+    raise InputFileError(
+        directory,
+        f"no config.json and {len(ggufs)} GGUF files ({_listed(x.name for x in ggufs)}): "
+        "give one of them",
+    )
+
+
 def load_config(path: str | os.PathLike[str]) -> NormConfig:
     """Read a YAML, JSON (HF config.json / Meta params.json) or GGUF config.
+
+    A directory is a model directory: its ``config.json``, else its single GGUF file.
 
     GGUF is recognised by its magic bytes; JSON by a ``.json`` extension or a leading ``{``;
     anything else is read as our YAML schema.
@@ -39,6 +66,8 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
     from rmsnorm_eps.dumps import check_regular_file
 
     p = Path(path)
+    if p.is_dir():
+        p = model_dir_config(p)
     size = check_regular_file(p)
     if size == 0:
         raise InputFileError(p, "empty file")
@@ -279,8 +308,8 @@ def diff_configs(
     for field in FIELDS:
         if field in shown or _canonical_equal(a, b, field):
             continue
-        base_a, rows_a = _canonical(a, field)
-        base_b, rows_b = _canonical(b, field)
+        rows_a = _canonical(a, field)[1]
+        rows_b = _canonical(b, field)[1]
         why = (
             f"not proven equal for every layer name: A sets {field} by {len(rows_a)} "
             f"pattern(s), B by {len(rows_b)}, in different ways"

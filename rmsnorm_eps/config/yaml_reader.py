@@ -34,7 +34,13 @@ from rmsnorm_eps.config.model import (
 )
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["MAX_YAML_BYTES", "MAX_YAML_NODES", "TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
+__all__ = [
+    "MAX_YAML_BYTES",
+    "MAX_YAML_NODES",
+    "TOP_KEYS",
+    "YAML_SCHEMA_VERSION",
+    "read_yaml_config",
+]
 
 #: Largest YAML config read (a generated config for a 1000-layer model is under 1 MiB); the
 #: PyYAML node tree costs about 100 bytes of memory per byte of YAML.
