@@ -76,7 +76,9 @@ def show(
     ),
 )
 def diff(
-    a: Path = typer.Argument(..., help="First config (YAML, JSON, GGUF or model directory).", dir_okay=True),
+    a: Path = typer.Argument(
+        ..., help="First config (YAML, JSON, GGUF or model directory).", dir_okay=True
+    ),
     b: Path = typer.Argument(..., help="Second config.", dir_okay=True),
     exit_zero: bool = exit_zero_option("when the configs differ"),
     fmt: str = format_option(),
