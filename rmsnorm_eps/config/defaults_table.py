@@ -51,7 +51,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default; Llama-2/3 checkpoints set 1e-5; fp32 reduction, cast back, then x weight",
         "as of 5.24",
-        "transformers 5.24 src/transformers/models/llama/configuration_llama.py (rms_norm_eps: float = 1e-6) and "
+        "transformers 5.24 src/transformers/models/"
+        "llama/configuration_llama.py (rms_norm_eps: float = 1e-6) and "
         "modeling_llama.py (LlamaRMSNorm); AutoConfig.for_model('llama') on transformers 5.24",
         name="hf-llama",
         reduction="float32",
@@ -62,7 +63,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default; Mistral-7B checkpoints set 1e-5",
         "as of 5.24",
-        "transformers 5.24 src/transformers/models/mistral/configuration_mistral.py (rms_norm_eps: float = 1e-6)",
+        "transformers 5.24 src/transformers/models/"
+        "mistral/configuration_mistral.py (rms_norm_eps: float = 1e-6)",
         name="hf-mistral",
         reduction="float32",
     ),
@@ -72,7 +74,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "gain (1 + w), multiplied in fp32, then cast",
         "as of 5.24",
-        "transformers 5.24 src/transformers/models/gemma/modeling_gemma.py (GemmaRMSNorm(dim, eps=1e-6): "
+        "transformers 5.24 src/transformers/models/"
+        "gemma/modeling_gemma.py (GemmaRMSNorm(dim, eps=1e-6): "
         "output * (1.0 + self.weight.float()), then type_as(x)); gemma2, gemma3 the same",
         name="hf-gemma",
         reduction="float32",
@@ -83,7 +86,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "class default; OLMo-2 checkpoints appear to use 1e-6",
         "as of 5.24",
-        "transformers 5.24 src/transformers/models/olmo2/configuration_olmo2.py (rms_norm_eps: float = 1e-5)",
+        "transformers 5.24 src/transformers/models/"
+        "olmo2/configuration_olmo2.py (rms_norm_eps: float = 1e-5)",
         name="hf-olmo2",
         reduction="float32",
     ),
@@ -93,7 +97,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default",
         "as of 5.24",
-        "transformers 5.24 src/transformers/models/t5/configuration_t5.py (layer_norm_epsilon: float = 1e-6), "
+        "transformers 5.24 src/transformers/models/"
+        "t5/configuration_t5.py (layer_norm_epsilon: float = 1e-6), "
         "modeling_t5.py (T5LayerNorm: no mean subtraction, no bias)",
         name="hf-t5",
         reduction="float32",
