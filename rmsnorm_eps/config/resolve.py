@@ -47,7 +47,9 @@ def model_dir_config(directory: Path) -> Path:
     if len(ggufs) == 1:
         return ggufs[0]
     if not ggufs:
-        raise InputFileError(directory, "a directory without config.json or a .gguf file")
+        raise InputFileError(
+            directory, "is a directory without config.json or a .gguf file (not a model directory)"
+        )
     raise InputFileError(
         directory,
         f"no config.json and {len(ggufs)} GGUF files ({_listed(x.name for x in ggufs)}): "
