@@ -90,8 +90,18 @@ def test_diff_order_of_overlapping_globs_is_not_equivalent(tmp_path: Path) -> No
     assert a.settings_for("xy").eps.value != b.settings_for("xy").eps.value  # type: ignore[union-attr]
     d = diff_configs(a, b)
     assert not d.equivalent
+    assert d.significant[0].patterns == ("xy",)  # joined from the witnesses of x* and *y
+    assert (d.significant[0].a.value, d.significant[0].b.value) == (1e-2, 1e-6)
+
+
+def test_diff_not_proven_when_no_name_is_found(tmp_path: Path) -> None:
+    """[ab] equals [a] plus [b]; the normal forms differ and no tried name shows a difference:
+    not proven equal, so DIFFERENT (a gate never says EQUIVALENT without proof)."""
+    a = load_config(_cfg(tmp_path, "a.yaml", '  "x[ab]": {eps: 1e-6}\n'))
+    b = load_config(_cfg(tmp_path, "b.yaml", '  "xa": {eps: 1e-6}\n  "xb": {eps: 1e-6}\n'))
+    d = diff_configs(a, b)
+    assert not d.equivalent
     assert "not proven equal" in d.significant[0].a.provenance.note
-    assert diff_configs(a, b, names=["xy"]).significant[0].a.value == 1e-2
 
 
 def test_diff_equivalent_spellings(tmp_path: Path) -> None:

@@ -254,6 +254,30 @@ def _canonical_equal(a: NormConfig, b: NormConfig, field: str) -> bool:
     )
 
 
+#: Pairs of patterns tried for a name that both match (``x*`` and ``*y`` -> ``xy``).
+_MAX_PAIR_PATTERNS = 200
+
+
+def _distinguishing_name(
+    a: NormConfig, b: NormConfig, field: str, patterns: list[str], rel_tol: float
+) -> tuple[str, Resolved, Resolved] | None:
+    """A layer name on which A and B give ``field`` different values, found by joining the
+    witnesses of two patterns (a name that both may match); None when none of those shows one
+    (or there are too many patterns to try pairs)."""
+    unique = list(dict.fromkeys(patterns))
+    if len(unique) > _MAX_PAIR_PATTERNS:
+        return None
+    witnesses = [w for w in (witness(p) for p in unique) if w is not None]
+    for first in witnesses:
+        for second in witnesses:
+            name = first + second
+            ra = _settings_or_defaults(a, name).get(field)
+            rb = _settings_or_defaults(b, name).get(field)
+            if _differs(field, ra, rb, rel_tol):
+                return name, ra, rb
+    return None
+
+
 def diff_configs(
     a: NormConfig,
     b: NormConfig,
@@ -273,8 +297,10 @@ def diff_configs(
     ``*y`` differ from ``*y`` then ``x*`` only on names like ``xy``), so a field that no
     compared name shows different must also have the same normal form on both sides
     (:func:`_canonical`: the ordered (pattern, value) pairs that set it, after dropping shadowed
-    entries); otherwise it is a difference "not proven equal for every layer name". Equivalent
-    therefore means: equal for every possible layer name, not just the ones tried.
+    entries). When the normal forms differ, names joined from two witnesses are tried (``xy``
+    from ``x*`` and ``*y``) and the first that differs is reported; if none does, the field is
+    a difference "not proven equal for every layer name". Equivalent therefore means: equal for
+    every possible layer name, not just the ones tried.
     """
     patterns: list[str] = []
     seen: set[str] = set()
@@ -312,13 +338,18 @@ def diff_configs(
             continue
         rows_a = _canonical(a, field)[1]
         rows_b = _canonical(b, field)[1]
+        example = _distinguishing_name(a, b, field, [p for p, _ in (*rows_a, *rows_b)], rel_tol)
+        if example is not None:
+            name, ra, rb = example
+            grouped.setdefault((field, ra, rb), []).append(name)
+            continue
         why = (
             f"not proven equal for every layer name: A sets {field} by {len(rows_a)} "
             f"pattern(s), B by {len(rows_b)}, in different ways"
         )
         ra = Resolved(None, Provenance("conflict", a.path, note=why))
         rb = Resolved(None, Provenance("conflict", b.path, note=why))
-        grouped[(field, ra, rb)] = [p for p, _ in (*rows_a, *rows_b)][:20]
+        grouped[(field, ra, rb)] = list(dict.fromkeys(p for p, _ in (*rows_a, *rows_b)))[:20]
     diffs = tuple(
         FieldDifference(field, ra, rb, tuple(pats), field in SIGNIFICANT_FIELDS)
         for (field, ra, rb), pats in grouped.items()
