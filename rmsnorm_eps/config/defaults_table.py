@@ -140,7 +140,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "layer default",
         "Keras 3",
-        "FACTS.md section 2",
+        "keras-team/keras keras/src/layers/normalization/rms_normalization.py "
+        "(RMSNormalization(axis=-1, epsilon=1e-6))",
         name="keras",
     ),
     FrameworkDefault(
@@ -167,7 +168,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "functional default",
         "all",
-        "FACTS.md section 2",
+        "NVIDIA/apex apex/normalization/fused_layer_norm.py "
+        "(fused_rms_norm(input, normalized_shape, eps=1e-6))",
         name="apex-functional",
     ),
     FrameworkDefault(
