@@ -42,8 +42,10 @@ __all__ = [
 ]
 
 GGUF_MAGIC = b"GGUF"
-#: Architectures whose converter adds the Gemma +1 into the stored norm weights (FACTS.md 3).
-GEMMA_ARCHS = ("gemma", "gemma2", "gemma3", "gemma3n")
+#: Architectures whose converter adds the Gemma +1 into the stored norm weights. Not gemma3n:
+#: its norms multiply by w itself (transformers Gemma3nRMSNorm), and llama.cpp's
+#: convert_hf_to_gguf.py Gemma3NModel uses norm_shift 0.0 (nothing added).
+GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
 _LLAMA_CPP = "llama.cpp ggml_rms_norm: x / sqrt(mean(x^2) + eps)"
 
 #: GGUF value types (gguf spec): id -> (name, struct code or None for string/array).
