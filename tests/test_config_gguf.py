@@ -211,3 +211,10 @@ def test_metadata_read_does_not_load_tensor_data(tmp_path: Path) -> None:
     assert grown_kib < 32 * 1024, f"peak RSS grew by {grown_kib} KiB for 256 MiB of tensors"
     touched_kib = _peak_rss_kib(big, _TOUCH_SCRIPT) - _peak_rss_kib(small, _TOUCH_SCRIPT)
     assert touched_kib > 200 * 1024  # the measure does see data that is really read
+
+
+def test_gemma3n_gain_is_w_not_baked(tmp_path: Path) -> None:
+    """Gemma 3n norms multiply by w (Gemma3nRMSNorm); the converter adds nothing."""
+    cfg = load_config(write_gguf(tmp_path / "g3n.gguf", arch="gemma3n"))
+    assert cfg.defaults.gain.value == "w"
+    assert cfg.defaults.gain_baked.value is False

@@ -37,8 +37,9 @@ def show(
     file: Annotated[
         Path,
         typer.Argument(
-            help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file.",
-            dir_okay=False,
+            help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file, or a "
+            "model directory (its config.json, else its single .gguf).",
+            dir_okay=True,
             show_default=False,
         ),
     ],
@@ -76,10 +77,12 @@ def diff(
     a: Annotated[
         Path,
         typer.Argument(
-            help="First config (YAML, JSON or GGUF).", dir_okay=False, show_default=False
+            help="First config (YAML, JSON, GGUF or model directory).",
+            dir_okay=True,
+            show_default=False,
         ),
     ],
-    b: Annotated[Path, typer.Argument(help="Second config.", dir_okay=False, show_default=False)],
+    b: Annotated[Path, typer.Argument(help="Second config.", dir_okay=True, show_default=False)],
     exit_zero: ExitZeroOpt = False,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,

@@ -1,7 +1,8 @@
 """The framework defaults table, as data: one row per API, each with its source.
 
-Sources: FACTS.md section 2 (which cites each project's code or docs); the torch row was also
-measured here on torch 2.13.0 CPU (F.rms_norm with eps=None equals eps=finfo(float32).eps for
+Sources: each row's ``source`` names the public code or docs (the transformers rows: the
+configuration/modeling files read in transformers 5.24); the torch row was also measured here
+on torch 2.13.0 CPU (F.rms_norm with eps=None equals eps=finfo(float32).eps for
 float16, bfloat16 and float32 inputs, and finfo(float64).eps for float64 inputs).
 Edit this table, not the code, when a framework changes.
 """
@@ -26,7 +27,7 @@ class FrameworkDefault:
     #: Unique row name: ``defaults --framework NAME`` and ``compare --to framework=NAME``.
     name: str = ""
     #: Where ``q + eps`` is formed: "float32" (always), "opmath" (float32 for half and float32
-    #: inputs, float64 for float64 inputs) or None (not documented in FACTS.md).
+    #: inputs, float64 for float64 inputs) or None (not documented by the source).
     reduction: str | None = None
 
 
@@ -50,7 +51,9 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default; Llama-2/3 checkpoints set 1e-5; fp32 reduction, cast back, then x weight",
         "as of 5.24",
-        "FACTS.md section 2; AutoConfig.for_model('llama') on transformers 5.24",
+        "transformers 5.24 src/transformers/models/"
+        "llama/configuration_llama.py (rms_norm_eps: float = 1e-6) and "
+        "modeling_llama.py (LlamaRMSNorm); AutoConfig.for_model('llama') on transformers 5.24",
         name="hf-llama",
         reduction="float32",
     ),
@@ -60,7 +63,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default; Mistral-7B checkpoints set 1e-5",
         "as of 5.24",
-        "FACTS.md section 2",
+        "transformers 5.24 src/transformers/models/"
+        "mistral/configuration_mistral.py (rms_norm_eps: float = 1e-6)",
         name="hf-mistral",
         reduction="float32",
     ),
@@ -70,7 +74,9 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "gain (1 + w), multiplied in fp32, then cast",
         "as of 5.24",
-        "FACTS.md section 2",
+        "transformers 5.24 src/transformers/models/"
+        "gemma/modeling_gemma.py (GemmaRMSNorm(dim, eps=1e-6): "
+        "output * (1.0 + self.weight.float()), then type_as(x)); gemma2, gemma3 the same",
         name="hf-gemma",
         reduction="float32",
     ),
@@ -80,7 +86,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "class default; OLMo-2 checkpoints appear to use 1e-6",
         "as of 5.24",
-        "FACTS.md section 2",
+        "transformers 5.24 src/transformers/models/"
+        "olmo2/configuration_olmo2.py (rms_norm_eps: float = 1e-5)",
         name="hf-olmo2",
         reduction="float32",
     ),
@@ -90,7 +97,9 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "class default",
         "as of 5.24",
-        "FACTS.md section 2",
+        "transformers 5.24 src/transformers/models/"
+        "t5/configuration_t5.py (layer_norm_epsilon: float = 1e-6), "
+        "modeling_t5.py (T5LayerNorm: no mean subtraction, no bias)",
         name="hf-t5",
         reduction="float32",
     ),
@@ -100,7 +109,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "ModelArgs.norm_eps is 1e-5; LLaMA-1 checkpoints used 1e-6",
         "llama reference code",
-        "FACTS.md section 2",
+        "meta-llama/llama llama/model.py (RMSNorm(dim, eps: float = 1e-6); "
+        "ModelArgs.norm_eps: float = 1e-5)",
         name="meta-llama",
     ),
     FrameworkDefault(
@@ -119,7 +129,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "reductions in >= fp32",
         "linen and nnx",
-        "FACTS.md section 2",
+        "google/flax flax/linen/normalization.py (RMSNorm.epsilon: float = 1e-6, "
+        "force_float32_reductions=True)",
         name="flax",
         reduction="opmath",
     ),
@@ -129,7 +140,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "layer default",
         "Keras 3",
-        "FACTS.md section 2",
+        "keras-team/keras keras/src/layers/normalization/rms_normalization.py "
+        "(RMSNormalization(axis=-1, epsilon=1e-6))",
         name="keras",
     ),
     FrameworkDefault(
@@ -138,7 +150,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "mx.fast.rms_norm has no default",
         "all",
-        "FACTS.md section 2",
+        "ml-explore/mlx python/mlx/nn/layers/normalization.py (RMSNorm(dims, eps: float = 1e-5))",
         name="mlx",
     ),
     FrameworkDefault(
@@ -156,7 +168,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "functional default",
         "all",
-        "FACTS.md section 2",
+        "NVIDIA/apex apex/normalization/fused_layer_norm.py "
+        "(fused_rms_norm(input, normalized_shape, eps=1e-6))",
         name="apex-functional",
     ),
     FrameworkDefault(
@@ -182,9 +195,9 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "torchtune",
         "torchtune RMSNorm",
         1e-6,
-        "x weight in fp32 before the cast",
+        "normalizes in fp32, casts back (type_as(x)), then x scale",
         "all",
-        "FACTS.md section 2",
+        "pytorch/torchtune torchtune/modules/rms_norm.py (RMSNorm(dim, eps: float = 1e-6))",
         name="torchtune",
     ),
     FrameworkDefault(
@@ -205,7 +218,7 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "function default",
         "all",
-        "FACTS.md section 2",
+        "flashinfer-ai/flashinfer flashinfer/norm.py (rmsnorm(input, weight, eps: float = 1e-6))",
         name="flashinfer",
     ),
 )

@@ -13,7 +13,19 @@ from typing import Any
 from rmsnorm_eps.config.model import GAINS, NORMS, PLACEMENTS, REDUCTION_DTYPES, Value
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["parse_dim", "parse_eps", "parse_setting"]
+__all__ = ["parse_dim", "parse_eps", "parse_setting", "shorten"]
+
+#: Longest piece of input text (a key, a glob) quoted in an error message.
+MAX_QUOTED = 200
+
+
+def shorten(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text`` cut in the middle with an ellipsis past ``limit`` characters (error lines stay
+    short whatever the input holds)."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}...({len(text) - 2 * keep} characters)...{text[-keep:]}"
 
 
 def _number(raw: Any, path: str, key: str) -> float:

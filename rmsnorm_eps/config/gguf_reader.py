@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -41,8 +42,10 @@ __all__ = [
 ]
 
 GGUF_MAGIC = b"GGUF"
-#: Architectures whose converter adds the Gemma +1 into the stored norm weights (FACTS.md 3).
-GEMMA_ARCHS = ("gemma", "gemma2", "gemma3", "gemma3n")
+#: Architectures whose converter adds the Gemma +1 into the stored norm weights. Not gemma3n:
+#: its norms multiply by w itself (transformers Gemma3nRMSNorm), and llama.cpp's
+#: convert_hf_to_gguf.py Gemma3NModel uses norm_shift 0.0 (nothing added).
+GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
 _LLAMA_CPP = "llama.cpp ggml_rms_norm: x / sqrt(mean(x^2) + eps)"
 
 #: GGUF value types (gguf spec): id -> (name, struct code or None for string/array).
@@ -66,6 +69,15 @@ _STRING, _ARRAY = 8, 9
 MAX_KEY_BYTES = 1 << 16
 MAX_STRING_BYTES = 1 << 26
 MAX_ARRAY_ELEMENTS = 1 << 24  # in all arrays of the file together
+#: Key/value pairs and tensors a file may declare (real models: about 40 keys, a few
+#: thousand tensors); the caps keep the peak memory bounded whatever a header declares.
+MAX_KV = 1 << 16
+MAX_TENSORS = 1 << 16
+#: Strings longer than this are skipped (value None, ``count`` their byte length); so are
+#: all strings once this many bytes are held. The reader needs only short strings
+#: (general.architecture, general.name); a chat template or license text is not kept.
+MAX_KEPT_STRING = 1024
+MAX_KEPT_STRING_TOTAL = 1 << 22
 MAX_DIMS = 8
 MAX_ARRAY_DEPTH = 4
 
@@ -81,7 +93,8 @@ def short_float32(value: float) -> str:
 class GgufValue:
     """One metadata value: its GGUF type name and, for scalars and strings, the value.
 
-    Arrays are not materialized: ``value`` is ``None`` and ``count`` their length.
+    Arrays are not materialized: ``value`` is ``None`` and ``count`` their length. Nor are
+    strings over :data:`MAX_KEPT_STRING` bytes: ``value`` None, ``count`` the byte length.
     """
 
     type: str
@@ -91,7 +104,9 @@ class GgufValue:
 
 @dataclass(frozen=True)
 class GgufMetadata:
-    """The header of a GGUF file: metadata by key and every tensor's shape (ggml order)."""
+    """The header of a GGUF file: metadata by key, and the shapes (ggml order) of the tensors of
+    the first block (``blk.0.*``: per-head norm dims) and of the norm tensors outside blocks;
+    the others are checked (extent within the file, no duplicate name) but not kept."""
 
     version: int
     fields: dict[str, GgufValue]
@@ -151,22 +166,25 @@ class _Cursor:
     def skip_array(self, key: str, depth: int) -> tuple[str, int]:
         """Skip an array value (type, count, elements); return (element type name, count)."""
         if depth > MAX_ARRAY_DEPTH:
-            raise self.fail(f"{key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
-        etype = self.value_type(f"{key}: array element type")
-        count = self.scalar("Q", f"{key}: array length")
+            raise self.fail(f"{shorten(key)}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
+        etype = self.value_type(f"{shorten(key)}: array element type")
+        count = self.scalar("Q", f"{shorten(key)}: array length")
         self.elements += count
         if self.elements > MAX_ARRAY_ELEMENTS:
-            raise self.fail(f"{key}: arrays hold over {MAX_ARRAY_ELEMENTS} elements")
+            raise self.fail(f"{shorten(key)}: arrays hold over {MAX_ARRAY_ELEMENTS} elements")
         name, code = _TYPES[etype]
         if code is not None:  # fixed size: one bounds check for the whole array
-            self.need(count * struct.calcsize(code), f"{key}: array of {count} {name}")
+            self.need(count * struct.calcsize(code), f"{shorten(key)}: array of {count} {name}")
             self.pos += count * struct.calcsize(code)
             return name, count
         # strings need 8 bytes each at least, arrays 12: refuse an absurd count at once
-        self.need(count * (8 if etype == _STRING else 12), f"{key}: array of {count} {name}")
+        self.need(
+            count * (8 if etype == _STRING else 12), f"{shorten(key)}: array of {count} {name}"
+        )
+        in_array = f"{shorten(key)}: string in array"
         for _ in range(count):
             if etype == _STRING:
-                self.skip_string(f"{key}: string in array")
+                self.skip_string(in_array)
             else:
                 self.skip_array(key, depth + 1)
         return name, count
@@ -200,15 +218,30 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
     n_kv = cur.scalar("Q", "key/value count")
     # a key/value needs 8 (key length) + 4 (type) + 1 bytes at least; a tensor 8 + 4 + 4 + 8
     cur.need(n_kv * 13, f"{n_kv} key/value pairs")
+    if n_kv > MAX_KV:
+        raise cur.fail(f"{n_kv} key/value pairs declared (limit {MAX_KV})")
     fields: dict[str, GgufValue] = {}
+    kept = 0
     for _ in range(n_kv):
         key = cur.string("key", MAX_KEY_BYTES)
         if key in fields:
             raise cur.fail(f"duplicate key {brief(key)}")
-        t = cur.value_type(f"{key}: value type")
+        t = cur.value_type(f"{shorten(key)}: value type")
         name, code = _TYPES[t]
         if t == _STRING:
-            fields[key] = GgufValue(name, cur.string(f"{key}: string"))
+            n = cur.scalar("Q", f"{shorten(key)}: string length")
+            if n > MAX_STRING_BYTES:
+                raise cur.fail(
+                    f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})"
+                )
+            cur.need(n, f"{shorten(key)}: string")
+            if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
+                cur.pos -= 8
+                fields[key] = GgufValue(name, cur.string(f"{shorten(key)}: string"))
+                kept += n
+            else:
+                cur.pos += n
+                fields[key] = GgufValue(name, None, n)
         elif t == _ARRAY:
             etype, count = cur.skip_array(key, 1)
             fields[key] = GgufValue(f"array of {etype}", None, count)
@@ -216,7 +249,10 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
             assert code is not None
             fields[key] = GgufValue(name, cur.scalar(code, key))
     cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")
+    if n_tensors > MAX_TENSORS:
+        raise cur.fail(f"{n_tensors} tensor descriptions declared (limit {MAX_TENSORS})")
     shapes: dict[str, tuple[int, ...]] = {}
+    names: set[str] = set()
     extents: list[tuple[str, int, int, tuple[int, ...]]] = []
     for _ in range(n_tensors):
         tname = cur.string("tensor name", MAX_KEY_BYTES)
@@ -226,9 +262,11 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
         dims = tuple(cur.scalar("Q", f"tensor {brief(tname)}: dimension") for _ in range(n_dims))
         ttype = cur.scalar("I", f"tensor {brief(tname)}: type")
         offset = cur.scalar("Q", f"tensor {brief(tname)}: offset")
-        if tname in shapes:
+        if tname in names:
             raise cur.fail(f"duplicate tensor {brief(tname)}")
-        shapes[tname] = dims
+        names.add(tname)
+        if tname.startswith("blk.0.") or ("norm" in tname and not tname.startswith("blk.")):
+            shapes[tname] = dims
         extents.append((tname, ttype, offset, dims))
     _check_tensor_extents(cur, fields, extents)
     return GgufMetadata(version, fields, shapes)

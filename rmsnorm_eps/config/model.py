@@ -15,10 +15,12 @@ Nothing is ever filled in silently: each :class:`Resolved` value says where it c
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import ClassVar, Literal
+
+from rmsnorm_eps.config.globs import GlobIndex, glob_matches, witness
 
 __all__ = [
     "FIELDS",
@@ -34,8 +36,11 @@ __all__ = [
 ]
 
 PLACEMENTS = ("inside", "outside", "clamp", "sum")
-GAINS = ("w", "1+w")
-NORMS = ("rms", "layer")
+#: ``none``: the norm has no weight (OLMo-1's LayerNorm, Llama 4's L2 norm).
+GAINS = ("w", "1+w", "none")
+#: ``rms`` q = mean(x^2); ``layer`` v = mean((x - mean(x))^2); ``gated-rms`` mean of the squares
+#: of the gated input per group (Mamba2); ``l2`` x * rsqrt(mean(x^2) + eps) without a weight.
+NORMS = ("rms", "layer", "gated-rms", "l2")
 REDUCTION_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 #: The settings of one norm, in display order.
@@ -142,8 +147,12 @@ class ConfigEntry:
     overrides: tuple[tuple[str, Resolved], ...]
 
     def matches(self, name: str) -> bool:
-        """fnmatch, case-sensitive; ``*`` also matches dots (``*.q_norm`` covers every layer)."""
-        return fnmatch.fnmatchcase(name, self.pattern)
+        """fnmatch, case-sensitive; ``*`` also matches dots (``*.q_norm`` covers every layer).
+
+        The syntax is documented in :mod:`rmsnorm_eps.config.globs`; a config resolves many
+        names at once through :meth:`NormConfig.matching` (same semantics, indexed).
+        """
+        return glob_matches(name, self.pattern)
 
 
 @dataclass(frozen=True)
@@ -165,26 +174,56 @@ class NormConfig:
     notes: tuple[str, ...] = ()
     source: str | None = None
 
+    @cached_property
+    def _index(self) -> GlobIndex:
+        return GlobIndex.build(e.pattern for e in self.entries)
+
+    @cached_property
+    def _overlays(self) -> dict[tuple[int, ...], NormSettings]:
+        return {}
+
     def matching(self, name: str) -> tuple[ConfigEntry, ...]:
-        return tuple(e for e in self.entries if e.matches(name))
+        """The entries whose pattern matches ``name``, in file order."""
+        return tuple(self.entries[i] for i in self._index.matches(name))
 
     def settings_for(self, name: str) -> NormSettings | None:
-        """The resolved settings of layer ``name``, or None when no entry matches it."""
-        hits = self.matching(name)
+        """The resolved settings of layer ``name``, or None when no entry matches it.
+
+        The defaults with every matching entry applied in file order (later ones override the
+        keys they set). This is the one resolution of every command (``ratio``/``compare
+        --config``, ``config show``, ``config diff``).
+        """
+        hits = self._index.matches(name)
         if not hits:
             return None
+        cached = self._overlays.get(hits)
+        if cached is not None:
+            return cached
         settings = self.defaults
-        for entry in hits:
-            settings = settings.overlay(dict(entry.overrides))
+        for i in hits:
+            if self.entries[i].overrides:
+                settings = settings.overlay(dict(self.entries[i].overrides))
+        if len(self._overlays) < 65536:
+            self._overlays[hits] = settings
         return settings
 
+    def entry_settings(self, position: int) -> tuple[str | None, NormSettings]:
+        """The settings shown for entry ``position``: those of its witness name (the shortest
+        name its glob matches, :func:`~rmsnorm_eps.config.globs.witness`) resolved like any
+        layer, so a later entry that also matches it is applied. Without a witness (a glob
+        that matches nothing): the defaults with this entry's own keys."""
+        entry = self.entries[position]
+        name = witness(entry.pattern)
+        settings = self.settings_for(name) if name is not None else None
+        if settings is None:
+            settings = self.defaults.overlay(dict(entry.overrides))
+        return name, settings
+
     def resolved_entries(self) -> tuple[tuple[str, NormSettings], ...]:
-        """Each entry's pattern with the settings a layer matching only it would get."""
-        out = []
-        for entry in self.entries:
-            settings = self.settings_for(entry.pattern)
-            out.append((entry.pattern, settings if settings is not None else self.defaults))
-        return tuple(out)
+        """Each entry's pattern with the settings of :meth:`entry_settings`."""
+        return tuple(
+            (entry.pattern, self.entry_settings(i)[1]) for i, entry in enumerate(self.entries)
+        )
 
     def unmatched(self, names: Iterable[str]) -> tuple[str, ...]:
-        return tuple(n for n in names if not self.matching(n))
+        return tuple(n for n in names if not self._index.matches(n))

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from rmsnorm_eps.config.model import FIELDS, NormConfig, NormSettings, Resolved
+from rmsnorm_eps.config.fields import shorten
+from rmsnorm_eps.config.globs import witness
+from rmsnorm_eps.config.model import FIELDS, NormConfig, NormSettings, Provenance, Resolved, Value
 from rmsnorm_eps.errors import ConfigError, InputFileError
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "diff_configs",
     "eps_for_layers",
     "load_config",
+    "model_dir_config",
 ]
 
 #: eps values a and b agree when |a - b| <= DIFF_REL_TOL * max(|a|, |b|) (absorbs float32).
@@ -29,8 +32,36 @@ DIFF_REL_TOL = 1e-6
 SIGNIFICANT_FIELDS = ("eps", "placement", "gain", "norm")
 
 
+def model_dir_config(directory: Path) -> Path:
+    """The config file of a model directory: ``config.json`` (as ``capture --model DIR``
+    reads), else its single ``.gguf`` file. Several GGUF files and no config.json: an error
+    naming them (pick one)."""
+    from rmsnorm_eps.errors import InputFileError
+
+    config = directory / "config.json"
+    if config.is_file():
+        return config
+    try:
+        ggufs = sorted(x for x in directory.iterdir() if x.suffix.lower() == ".gguf")
+    except OSError as exc:
+        raise InputFileError(directory, f"cannot list: {exc.strerror or exc}") from None
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if not ggufs:
+        raise InputFileError(
+            directory, "is a directory without config.json or a .gguf file (not a model directory)"
+        )
+    raise InputFileError(
+        directory,
+        f"no config.json and {len(ggufs)} GGUF files ({_listed(x.name for x in ggufs)}): "
+        "give one of them",
+    )
+
+
 def load_config(path: str | os.PathLike[str]) -> NormConfig:
     """Read a YAML, JSON (HF config.json / Meta params.json) or GGUF config.
+
+    A directory is a model directory: its ``config.json``, else its single GGUF file.
 
     GGUF is recognised by its magic bytes; JSON by a ``.json`` extension or a leading ``{``;
     anything else is read as our YAML schema.
@@ -38,6 +69,8 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
     from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
 
     p = Path(path)
+    if p.is_dir():
+        p = model_dir_config(p)
     size = check_regular_file(p)
     if size == 0:
         raise InputFileError(p, "empty file")
@@ -66,7 +99,7 @@ class EpsAssignment:
 
 def _listed(names: Iterable[str], limit: int = 20) -> str:
     items = list(names)
-    shown = ", ".join(items[:limit])
+    shown = ", ".join(shorten(n, 80) for n in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
@@ -164,26 +197,126 @@ def _differs(field: str, a: Resolved, b: Resolved, rel_tol: float) -> bool | Non
     return a.value != b.value
 
 
-def _settings_or_defaults(config: NormConfig, pattern: str) -> NormSettings:
-    settings = config.settings_for(pattern)
+def _settings_or_defaults(config: NormConfig, name: str) -> NormSettings:
+    settings = config.settings_for(name)
     return settings if settings is not None else config.defaults
 
 
-def diff_configs(a: NormConfig, b: NormConfig, rel_tol: float = DIFF_REL_TOL) -> ConfigDiff:
-    """Compare A and B for every layer pattern either of them names.
+def _canonical(config: NormConfig, field: str) -> tuple[Value, tuple[tuple[str, Value], ...]]:
+    """(base value, ((pattern, value), ...)): field ``field`` of ``config`` as a function of
+    the layer name, in a normal form.
 
-    For each pattern, each side's settings are those a layer of that name would get (its
-    defaults when none of its entries matches). eps agree within ``rel_tol`` (relative); the
-    other settings must be equal. A significant setting (eps, placement, gain, norm) that is
-    missing on either side is a difference: equivalence cannot be shown.
+    The value for a name is that of the last entry setting the field whose glob matches the
+    name, else the base (the defaults). Simplifications that keep the function: an entry
+    followed by a later one with the same pattern is dropped; an entry ``*`` (matches every
+    name) replaces the base and drops everything before it; a first entry whose value equals
+    the base is dropped (repeatedly).
+    """
+    base = config.defaults.get(field).value
+    rows: list[tuple[str, Value]] = []
+    for entry in config.entries:
+        for name, resolved in entry.overrides:
+            if name == field:
+                rows.append((entry.pattern, resolved.value))
+    last = {pattern: i for i, (pattern, _) in enumerate(rows)}
+    rows = [row for i, row in enumerate(rows) if last[row[0]] == i]
+    stars = [i for i, (pattern, _) in enumerate(rows) if pattern and set(pattern) == {"*"}]
+    if stars:
+        base = rows[stars[-1]][1]
+        rows = rows[stars[-1] + 1 :]
+    while rows and _same(field, rows[0][1], base):
+        rows.pop(0)
+    return base, tuple(rows)
+
+
+def _same(field: str, a: Value, b: Value) -> bool:
+    if field == "eps" and isinstance(a, float) and isinstance(b, float):
+        return eps_equal(a, b)
+    return a == b and type(a) is type(b)
+
+
+def _canonical_equal(a: NormConfig, b: NormConfig, field: str) -> bool:
+    base_a, rows_a = _canonical(a, field)
+    base_b, rows_b = _canonical(b, field)
+    return (
+        _same(field, base_a, base_b)
+        and len(rows_a) == len(rows_b)
+        and all(
+            pa == pb and _same(field, va, vb)
+            for (pa, va), (pb, vb) in zip(rows_a, rows_b, strict=True)
+        )
+    )
+
+
+#: Pairs of patterns tried for a name that both match (``x*`` and ``*y`` -> ``xy``).
+_MAX_PAIR_PATTERNS = 200
+
+
+def _distinguishing_name(
+    a: NormConfig, b: NormConfig, field: str, patterns: list[str], rel_tol: float
+) -> tuple[str, Resolved, Resolved] | None:
+    """A layer name on which A and B give ``field`` different values, found by joining the
+    witnesses of two patterns (a name that both may match); None when none of those shows one
+    (or there are too many patterns to try pairs)."""
+    unique = list(dict.fromkeys(patterns))
+    if len(unique) > _MAX_PAIR_PATTERNS:
+        return None
+    witnesses = [w for w in (witness(p) for p in unique) if w is not None]
+    for first in witnesses:
+        for second in witnesses:
+            name = first + second
+            ra = _settings_or_defaults(a, name).get(field)
+            rb = _settings_or_defaults(b, name).get(field)
+            if _differs(field, ra, rb, rel_tol):
+                return name, ra, rb
+    return None
+
+
+def diff_configs(
+    a: NormConfig,
+    b: NormConfig,
+    rel_tol: float = DIFF_REL_TOL,
+    names: Iterable[str] = (),
+) -> ConfigDiff:
+    """Compare the settings A and B give every layer name, resolved as ``ratio --config`` does.
+
+    Names compared: the witness of every pattern of A and of B (the shortest name the glob
+    matches: ``model.layers.[0-9].input_layernorm`` -> ``model.layers.0.input_layernorm``) and
+    ``names`` (e.g. a dump's layers). Each side resolves each name with
+    :meth:`NormConfig.settings_for` (its defaults when no entry matches). eps agree within
+    ``rel_tol`` (relative); other settings must be equal. A significant setting (eps,
+    placement, gain, norm) missing on either side is a difference: equivalence cannot be shown.
+
+    Names spelled by the patterns cannot show every difference of two glob sets (``x*`` then
+    ``*y`` differ from ``*y`` then ``x*`` only on names like ``xy``), so a field that no
+    compared name shows different must also have the same normal form on both sides
+    (:func:`_canonical`: the ordered (pattern, value) pairs that set it, after dropping shadowed
+    entries). When the normal forms differ, names joined from two witnesses are tried (``xy``
+    from ``x*`` and ``*y``) and the first that differs is reported; if none does, the field is
+    a difference "not proven equal for every layer name". Equivalent therefore means: equal for
+    every possible layer name, not just the ones tried.
     """
     patterns: list[str] = []
+    seen: set[str] = set()
     for entry in (*a.entries, *b.entries):
-        if entry.pattern not in patterns:
+        if entry.pattern not in seen:
+            seen.add(entry.pattern)
             patterns.append(entry.pattern)
-    grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
+    probes: list[tuple[str, str]] = []  # (name, label shown: the pattern it comes from)
+    probed: set[str] = set()
     for pattern in patterns:
-        sa, sb = _settings_or_defaults(a, pattern), _settings_or_defaults(b, pattern)
+        name = witness(pattern)
+        if name is not None and name not in probed:
+            probed.add(name)
+            probes.append((name, pattern))
+    for name in names:
+        if name not in probed:
+            probed.add(name)
+            probes.append((name, name))
+    grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
+    shown: set[str] = set()
+    for name, label in probes:
+        sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
         for field in FIELDS:
             ra, rb = sa.get(field), sb.get(field)
             differs = _differs(field, ra, rb, rel_tol)
@@ -192,7 +325,25 @@ def diff_configs(a: NormConfig, b: NormConfig, rel_tol: float = DIFF_REL_TOL) ->
                 differs is None and ra.value is None and rb.value is None and not significant
             ):
                 continue
-            grouped.setdefault((field, ra, rb), []).append(pattern)
+            shown.add(field)
+            grouped.setdefault((field, ra, rb), []).append(label)
+    for field in FIELDS:
+        if field in shown or _canonical_equal(a, b, field):
+            continue
+        rows_a = _canonical(a, field)[1]
+        rows_b = _canonical(b, field)[1]
+        example = _distinguishing_name(a, b, field, [p for p, _ in (*rows_a, *rows_b)], rel_tol)
+        if example is not None:
+            name, ra, rb = example
+            grouped.setdefault((field, ra, rb), []).append(name)
+            continue
+        why = (
+            f"not proven equal for every layer name: A sets {field} by {len(rows_a)} "
+            f"pattern(s), B by {len(rows_b)}, in different ways"
+        )
+        ra = Resolved(None, Provenance("conflict", a.path, note=why))
+        rb = Resolved(None, Provenance("conflict", b.path, note=why))
+        grouped[(field, ra, rb)] = list(dict.fromkeys(p for p, _ in (*rows_a, *rows_b)))[:20]
     diffs = tuple(
         FieldDifference(field, ra, rb, tuple(pats), field in SIGNIFICANT_FIELDS)
         for (field, ra, rb), pats in grouped.items()

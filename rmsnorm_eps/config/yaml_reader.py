@@ -10,9 +10,12 @@
       "*.input_layernorm": {}
       "*.self_attn.q_norm": {eps: 1e-6, dim: 128}
 
-Only ``yaml.safe_load`` parses values (no tag can run code); the node tree from
-``yaml.compose`` (no construction) is used first to refuse duplicate keys, which safe_load
-would silently resolve to the last one. Unknown keys are errors.
+The text is parsed once into a node tree with ``yaml.compose`` (no construction; libyaml's
+CSafeLoader when installed), which is checked first: duplicate keys (which safe_load would
+resolve silently to the last one) and merge keys ``<<`` (which would copy settings from
+elsewhere without saying so) are refused. Values are then built by PyYAML's SafeConstructor
+only (no tag can run code). Unknown keys are errors. Files over :data:`MAX_YAML_BYTES` are
+refused before parsing.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_eps.config.fields import parse_setting
+from rmsnorm_eps.config.fields import parse_setting, shorten
 from rmsnorm_eps.config.model import (
     FIELDS,
     ConfigEntry,
@@ -31,7 +34,22 @@ from rmsnorm_eps.config.model import (
 )
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["TOP_KEYS", "YAML_SCHEMA_VERSION", "read_yaml_config"]
+__all__ = [
+    "MAX_YAML_BYTES",
+    "MAX_YAML_NODES",
+    "TOP_KEYS",
+    "YAML_SCHEMA_VERSION",
+    "read_yaml_config",
+]
+
+#: Largest YAML config read (a generated config for a 1000-layer model is under 1 MiB); the
+#: PyYAML node tree costs about 100 bytes of memory per byte of YAML.
+MAX_YAML_BYTES = 2 << 20
+#: Largest number of YAML nodes (scalars, mappings, sequences, aliases) composed. A node tree
+#: costs about 1 KiB per node in PyYAML; 120,000 nodes hold 30,000 layer entries
+#: ``"glob": {eps: 1e-6}``. Counted on the event stream first, in constant memory.
+MAX_YAML_NODES = 120_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 YAML_SCHEMA_VERSION = 1
 TOP_KEYS = ("schema_version", "model", "source", "defaults", "layers")
@@ -54,7 +72,14 @@ def _check_duplicates(
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode):
                 key = str(key_node.value)
-                sub = f"{where}.{key}" if where else key
+                sub = f"{where}.{shorten(key)}" if where else shorten(key)
+                if key_node.tag == _MERGE_TAG:
+                    raise InputFileError(
+                        path,
+                        f"YAML merge key << (line {key_node.start_mark.line + 1}) is not "
+                        "allowed: write the settings out",
+                        key=sub,
+                    )
                 if key in seen:
                     raise InputFileError(
                         path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
@@ -68,24 +93,56 @@ def _check_duplicates(
             _check_duplicates(item, path, f"{where}[{i}]", visited)
 
 
+def _count_nodes(yaml: Any, text: str, loader_cls: Any, path: Path) -> None:
+    """Refuse a document of more than MAX_YAML_NODES nodes before building any of them."""
+    kinds = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent)
+    count = 0
+    for event in yaml.parse(text, Loader=loader_cls):
+        if isinstance(event, kinds):
+            count += 1
+            if count > MAX_YAML_NODES:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise InputFileError(
+                    path,
+                    f"YAML config has over {MAX_YAML_NODES} values (at line {line}): "
+                    "refused (size cap)",
+                )
+
+
 def _load(path: Path) -> Any:
     import yaml
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text") from None
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise InputFileError(
+            path, f"YAML config larger than {MAX_YAML_BYTES >> 20} MiB: refused (size cap)"
+        )
     try:
-        # compose builds nodes only (tags are not resolved to objects), then safe_load.
-        _check_duplicates(yaml.compose(text, Loader=yaml.SafeLoader), str(path))
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not UTF-8 text") from None
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        # compose builds nodes only (tags are not resolved to objects); checked, then built
+        # by the safe constructor from the same nodes (one parse).
+        _count_nodes(yaml, text, loader_cls, path)
+        node = yaml.compose(text, Loader=loader_cls)
+        if node is None:
+            return None
+        _check_duplicates(node, str(path))
+        constructor = yaml.constructor.SafeConstructor()
+        return constructor.construct_document(node)
     except RecursionError:
         raise InputFileError(path, "invalid YAML: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
         raise InputFileError(path, f"invalid YAML: {' '.join(str(exc).split())}") from None
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(exc):  # libyaml's own depth limit
+            raise InputFileError(path, "invalid YAML: nested too deeply") from None
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
@@ -149,7 +206,7 @@ def read_yaml_config(path: Path) -> NormConfig:
                     f"layer pattern must be a non-empty string, got {brief(pattern)}",
                     key="layers",
                 )
-            where = f'layers["{pattern}"]'
+            where = f'layers["{shorten(pattern)}"]'
             entries.append(ConfigEntry(pattern, tuple(_settings(raw, p, where).items())))
     notes: tuple[str, ...] = ()
     if not entries:
