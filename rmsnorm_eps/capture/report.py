@@ -101,11 +101,13 @@ def render_capture_text(doc: dict[str, Any], width: int) -> str:
     from rmsnorm_eps.reports.text import fmt, render_renderables
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("module", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps"):
+    names = ("module", "norm", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps")
+    for name in names:
         table.add_column(name, justify="left" if name in ("module", "layout") else "right")
     for m in doc["modules"]:
         table.add_row(
             m["name"],
+            m.get("norm") or "-",
             fmt(m["eps"], 8),
             str(m["dim"] or "-"),
             m["input_dtype"] or "-",
@@ -121,6 +123,15 @@ def render_capture_text(doc: dict[str, Any], width: int) -> str:
     )
     written = [f"{k}: {v}" for k, v in doc["outputs"].items() if v]
     parts: list[Any] = [head, table]
+    for m in doc["modules"]:
+        if m.get("norm") == "unknown":
+            parts.append(
+                Text(
+                    f"not analysed: {m['name']} ({m['class']}): unknown norm kind: {m['reason']}"
+                )
+            )
+    if any(m.get("norm") == "layer" for m in doc["modules"]):
+        parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
     if written:
         parts.append(Text("wrote " + "; ".join(written)))
     return render_renderables(parts, RenderOptions(width=width))
