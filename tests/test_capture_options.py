@@ -132,8 +132,16 @@ def test_layer_norm_is_found_and_a_listed_non_norm_is_listed_as_unknown(
     assert (head["name"], head["norm"], head["count"]) == ("lm_head", "unknown", 0)
     assert "output does not have its input's shape" in head["reason"]
     args = [a for t in TEXTS for a in ("--text", t)]
-    r = cli("capture", "--model", str(model_dir), *args, "--out", str(tmp_path / "c.npz"),
-            "--module", "lm_head")
+    r = cli(
+        "capture",
+        "--model",
+        str(model_dir),
+        *args,
+        "--out",
+        str(tmp_path / "c.npz"),
+        "--module",
+        "lm_head",
+    )
     assert r.exit_code == 0 and "not analysed: lm_head (Linear): unknown norm kind" in r.stdout
     r = cli(
         "capture",

@@ -81,7 +81,7 @@ def _probe_copy(module: Any) -> Any:
 
     try:
         dup = copy.deepcopy(module)
-    except Exception:  # noqa: BLE001 - an uncopyable module is probed as it is
+    except Exception:  # an uncopyable module is probed as it is
         return module, False
     gen = torch.Generator().manual_seed(1234)
     with torch.no_grad():
@@ -187,7 +187,7 @@ def classify_module(
                 out = dup.forward(px, pg)
             else:
                 out = dup.forward(px)
-    except Exception as exc:  # noqa: BLE001 - any failure makes the kind unknown
+    except Exception as exc:  # any failure makes the kind unknown
         msg = " ".join(str(exc).split())[:120]
         return NormKind("unknown", reason=f"the probe call failed ({type(exc).__name__}: {msg})")
     if isinstance(out, tuple | list):

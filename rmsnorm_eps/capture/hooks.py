@@ -214,7 +214,7 @@ class QCapture:
         config = getattr(self.model, "config", None)
         if not getattr(config, "is_encoder_decoder", False):
             return []
-        found = []
+        found: list[Any] = []
         for getter in ("get_encoder", "get_decoder"):
             fn = getattr(self.model, getter, None)
             sub = fn() if callable(fn) else None
@@ -315,9 +315,12 @@ class QCapture:
         if isinstance(shape, tuple | list) and len(shape) > 1:
             return len(shape)
         w = getattr(st.module, "weight", None)
-        if isinstance(w, torch.Tensor) and 1 < w.ndim < x.ndim:
-            if tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape):
-                return int(w.ndim)
+        if (
+            isinstance(w, torch.Tensor)
+            and 1 < w.ndim < x.ndim
+            and tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape)
+        ):
+            return int(w.ndim)
         return max(st.spec.norm_ndim, 1)
 
     def _classify(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> NormKind:
@@ -393,7 +396,7 @@ class QCapture:
             raise CaptureError(
                 f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})"
             )
-        st.layout, st.heads = layout, int(q_bth.shape[2])
+        st.layout, st.heads = layout, max(st.heads, int(q_bth.shape[2]))
         mask = ctx.mask
         if mask is None:
             mask = torch.ones(tuple(int(n) for n in q_bth.shape[:2]), dtype=torch.bool)
@@ -409,7 +412,7 @@ class QCapture:
         for p in pending:
             st = p.state
             q_host = p.q.detach().to("cpu")
-            batch_n, _, heads = (int(n) for n in q_host.shape)
+            heads = int(q_host.shape[2])
             pos_all = torch.cumsum(p.mask.to(torch.int64), dim=1) - 1
             b_idx, t_idx = torch.nonzero(p.mask, as_tuple=True)
             qv = q_host[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)

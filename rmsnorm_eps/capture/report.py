@@ -126,9 +126,7 @@ def render_capture_text(doc: dict[str, Any], width: int) -> str:
     for m in doc["modules"]:
         if m.get("norm") == "unknown":
             parts.append(
-                Text(
-                    f"not analysed: {m['name']} ({m['class']}): unknown norm kind: {m['reason']}"
-                )
+                Text(f"not analysed: {m['name']} ({m['class']}): unknown norm kind: {m['reason']}")
             )
     if any(m.get("norm") == "layer" for m in doc["modules"]):
         parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
