@@ -26,9 +26,13 @@ __all__ = ["NORM_KINDS", "reduce_rows"]
 NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
 
 
-def _compute_dtype(device: Any) -> Any:
+def _compute_dtype(device: Any, compute: str | None) -> Any:
     import torch
 
+    if compute is not None:
+        if compute not in ("float32", "float64"):
+            raise ValueError(f"compute must be float32 or float64, got {compute!r}")
+        return getattr(torch, compute)
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
@@ -40,13 +44,15 @@ def reduce_rows(
     group_size: int | None = None,
     gate: Any = None,
     gate_before: bool = True,
+    compute: str | None = None,
 ) -> Any:
     """q per vector of ``x`` (see the module docstring), on ``x``'s device.
 
     ``ndim``: trailing axes normalized together. ``group_size``: the normalized elements are
     split into consecutive groups of this size, one q each (a gated norm's groups). The result
     has shape ``x.shape[:-ndim] + (groups,)`` (groups = 1 when ungrouped), dtype float64
-    (float32 on a device without float64).
+    (float32 on a device without float64). ``compute`` forces the reduction's dtype ('float32':
+    the scaled accelerator path; default: float64 on the CPU, float32 elsewhere).
     """
     import torch
 
@@ -59,7 +65,7 @@ def reduce_rows(
     size = group_size if group_size else width
     if size <= 0 or width % size:
         raise ValueError(f"group size {size} does not divide the normalized width {width}")
-    dtype = _compute_dtype(x.device)
+    dtype = _compute_dtype(x.device, compute)
     with torch.no_grad():
         a = x.detach().reshape(*lead, width // size, size).to(dtype)
         if kind == "gated-rms" and gate is not None and gate_before:
