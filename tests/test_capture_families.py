@@ -140,8 +140,18 @@ FAMILIES = [
             "intermediate_size": [64, 64],
         },
     ),
-    Family("mamba2", {"num_heads": 4, "head_dim": 16, "state_size": 8, "n_groups": 2,
-                      "expand": 2, "chunk_size": 8, "conv_kernel": 4}),
+    Family(
+        "mamba2",
+        {
+            "num_heads": 4,
+            "head_dim": 16,
+            "state_size": 8,
+            "n_groups": 2,
+            "expand": 2,
+            "chunk_size": 8,
+            "conv_kernel": 4,
+        },
+    ),
     Family("bamba", {**MAMBA, "attn_layer_indices": [1]}),
     Family(
         "nemotron_h",
@@ -181,8 +191,19 @@ FAMILIES = [
         },
     ),
     Family("bert", {"layer_norm_eps": 1e-12}, family="encoder"),
-    Family("t5", {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": HEADS, "num_layers": 1,
-                  "num_decoder_layers": 1, "decoder_start_token_id": 0}, family="encoder-decoder"),
+    Family(
+        "t5",
+        {
+            "d_model": 32,
+            "d_kv": 8,
+            "d_ff": 64,
+            "num_heads": HEADS,
+            "num_layers": 1,
+            "num_decoder_layers": 1,
+            "decoder_start_token_id": 0,
+        },
+        family="encoder-decoder",
+    ),
 ]
 
 # class name -> (norm, gain, gated: gate before normalizing?) as the modeling files compute it.

@@ -42,14 +42,26 @@ def _model_dir(tmp: Path, kind: str) -> Path:
     torch.manual_seed(0)
     if kind == "t5":
         cfg = T5Config(
-            vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=2,
-            num_heads=4, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
+            vocab_size=32,
+            d_model=16,
+            d_kv=4,
+            d_ff=32,
+            num_layers=1,
+            num_decoder_layers=2,
+            num_heads=4,
+            pad_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=0,
         )
         model: Any = T5ForConditionalGeneration(cfg)
     else:
         cfg = BertConfig(
-            vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-            num_attention_heads=4, layer_norm_eps=1e-12,
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            layer_norm_eps=1e-12,
         )
         model = BertForMaskedLM(cfg)
     d = tmp / kind
@@ -61,8 +73,18 @@ def _model_dir(tmp: Path, kind: str) -> Path:
 def _capture(cli: Callable[..., Any], d: Path, tmp: Path) -> tuple[dict[str, Any], Path, Path]:
     args = [a for t in TEXTS for a in ("--text", t)]
     out, cfg = tmp / f"{d.name}.npz", tmp / f"{d.name}.yaml"
-    r = cli("capture", "--model", str(d), *args, "--out", str(out), "--config-out", str(cfg),
-            "--format", "json")
+    r = cli(
+        "capture",
+        "--model",
+        str(d),
+        *args,
+        "--out",
+        str(out),
+        "--config-out",
+        str(cfg),
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout), out, cfg
 

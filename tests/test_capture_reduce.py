@@ -129,4 +129,6 @@ def test_undeterminable_layout_is_refused_naming_the_module() -> None:
     m = cap.result().modules[0]
     assert m.layout == "heads [B, T, H, D]" and m.count == 2 * 2 * 3 + 2 * 3 * 3
     x = model.emb(ids).detach().double()
-    np.testing.assert_allclose(m.q[-18:], np.repeat((x**2).mean(-1).reshape(-1).numpy(), 3), rtol=1e-12)
+    np.testing.assert_allclose(
+        m.q[-18:], np.repeat((x**2).mean(-1).reshape(-1).numpy(), 3), rtol=1e-12
+    )
