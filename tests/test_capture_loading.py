@@ -102,10 +102,13 @@ def test_t5_encoder_and_decoder_stacks(cli: Callable[..., Any], tmp_path: Path) 
     with np.load(out) as z:
         # decoder inputs are the texts shifted right (teacher forcing): same lengths
         for name in (enc[0], dec[0]):
-            assert z[name + "::position"].tolist() == list(range(9)) + [0, 1]
+            assert z[name + "::position"].tolist() == [*range(9), 0, 1]
             assert z[name + "::batch"].tolist() == [0] * 9 + [1] * 2
     written = yaml.safe_load(cfg.read_text())
     assert written["defaults"]["norm"] == "rms" and written["defaults"]["gain"] == "w"
+    r = cli("ratio", "--config", str(cfg), "--q-file", str(out), "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout)["layers"]) == len(mods)
 
 
 def test_bert_base_model_layer_norms(cli: Callable[..., Any], tmp_path: Path) -> None:
@@ -121,6 +124,10 @@ def test_bert_base_model_layer_norms(cli: Callable[..., Any], tmp_path: Path) ->
     assert written["defaults"]["norm"] == "layer" and written["defaults"]["eps"] == 1e-12
     with np.load(out) as z:
         assert z["embeddings.LayerNorm::norm"].tolist() == [1] * 11
+    # ratio reads the dump (v/eps against the same bound), companions and all
+    r = cli("ratio", "--eps", "1e-12", "--q-file", str(out), "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [ly["name"] for ly in json.loads(r.stdout)["layers"]] == names
 
 
 def test_unsupported_architecture_is_named_in_one_line(
