@@ -271,6 +271,7 @@ class QCapture:
     def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._stack = [self._read_call(args, kwargs)]
         self._calls = {}
+        self._pending = []  # left by a forward pass that raised: not recorded
 
     def _root_post(self, module: Any, args: Any, output: Any) -> None:
         self._flush()
