@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
+from rmsnorm_eps.capture.output import config_document  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -412,6 +413,15 @@ def test_family_capture_matches_independent_float64_hook(fam: Family) -> None:
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=0, err_msg=name)
         assert m.max_calls == 1 + max(k[3] for k in keys)
     assert not [m.name for m in result.modules if m.norm == "unknown"]
+    # the written config names every module's kind and gain exactly (defaults + overrides)
+    doc = config_document(result, fam.model_type, "test")
+    defaults = doc["defaults"]
+    assert set(doc["layers"]) == ran_expected
+    for name, entry in doc["layers"].items():
+        m = captured[name]
+        assert entry.get("norm", defaults["norm"]) == m.norm, name
+        assert entry.get("gain", defaults["gain"]) == m.gain, name
+        assert entry["eps"] == m.eps and entry["dim"] == m.dim, name
     assert support_row(fam, result) in DOCS.read_text(encoding="utf-8").splitlines()
 
 
