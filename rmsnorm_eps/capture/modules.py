@@ -42,9 +42,11 @@ _ONE_PLUS_W = re.compile(r"\b1(?:\.0*)?\s*\+\s*self\.weight\b")
 
 @dataclass(frozen=True)
 class NormModule:
-    """A hooked module. ``kind``: 'torch.nn.RMSNorm', 'RMSNorm-like', 'T5LayerNorm' or 'listed'.
+    """A hooked module. ``kind`` says why it is a candidate: 'torch.nn.RMSNorm',
+    'torch.nn.LayerNorm', 'RMSNorm-like', 'T5LayerNorm', 'named *Norm*', 'eps attribute' or
+    'listed' (what it computes is found later, by :mod:`rmsnorm_eps.capture.classify`).
 
-    ``eps_attr`` is the attribute the forward reads (``eps`` or ``variance_epsilon``);
+    ``eps_attr`` is its eps attribute (``eps``, ``variance_epsilon``, ``epsilon``; "" if none);
     ``norm_ndim`` the number of trailing axes normalized (torch's normalized_shape may have
     several); ``gain`` is 'w', '1+w' or 'none' (no weight).
     """
@@ -156,25 +158,6 @@ def resolve_torch_default_eps(dtype_name: str) -> float:
     got = float(y[0].double())
     best = min(candidates, key=lambda e: abs(c / math.sqrt(c * c + e) - got))
     return best
-
-
-def resolve_eps(module: Any, spec: NormModule, dtype_name: str) -> tuple[float, str]:
-    """The live epsilon of ``module`` for an input of ``dtype_name``, and where it came from."""
-    value = getattr(module, spec.eps_attr, None)
-    if value is None:
-        if spec.kind == "torch.nn.RMSNorm":
-            eps = resolve_torch_default_eps(dtype_name)
-            return eps, f"torch.nn.RMSNorm eps=None: torch's default for {dtype_name} input"
-        raise CaptureError(f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} is None")
-    try:
-        eps = float(value)
-    except (TypeError, ValueError):
-        raise CaptureError(
-            f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} = {value!r} is not a number"
-        ) from None
-    if not (eps >= 0.0 and math.isfinite(eps)):
-        raise CaptureError(f"module {spec.name!r}: {spec.eps_attr} = {eps!r} is not >= 0")
-    return eps, f"attribute {spec.eps_attr}"
 
 
 def weight_stats(module: Any) -> dict[str, float] | None:
