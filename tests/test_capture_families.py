@@ -253,7 +253,7 @@ def expected_eps(module: Any) -> float:
     return HARD_CODED_EPS[type(module).__name__]
 
 
-def build(fam: Family) -> Any:
+def build(fam: Family, dtype: Any = None) -> Any:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     kw = {k: v for k, v in {**BASE, **fam.extra}.items() if k not in fam.drop}
@@ -267,7 +267,7 @@ def build(fam: Family) -> Any:
         for name, p in model.named_parameters():
             if "norm" in name.lower() and p.ndim >= 1:
                 p.add_(torch.rand(p.shape) * 0.5)
-    return model.float().eval()
+    return model.to(dtype or torch.float32).eval()
 
 
 class Reference:
@@ -363,9 +363,9 @@ def batches() -> list[tuple[Any, Any]]:
     return out
 
 
-def run_family(fam: Family) -> tuple[Any, Reference]:
+def run_family(fam: Family, dtype: Any = None) -> tuple[Any, Reference]:
     try:
-        model = build(fam)
+        model = build(fam, dtype)
     except Exception as exc:  # an architecture this transformers cannot build: reported
         pytest.skip(f"{fam.model_type} cannot be built here: {type(exc).__name__}: {exc}"[:300])
     ref = Reference(model, fam)
@@ -383,9 +383,16 @@ def run_family(fam: Family) -> tuple[Any, Reference]:
     return cap.result(), ref
 
 
-@pytest.mark.parametrize("fam", FAMILIES, ids=[f.model_type for f in FAMILIES])
-def test_family_capture_matches_independent_float64_hook(fam: Family) -> None:
-    result, ref = run_family(fam)
+BF16 = ("gemma3_text", "olmo", "mamba2", "bert")
+
+
+@pytest.mark.parametrize(
+    ("fam", "dtype"),
+    [(f, None) for f in FAMILIES] + [(f, torch.bfloat16) for f in FAMILIES if f.model_type in BF16],
+    ids=[f.model_type for f in FAMILIES] + [f"{m}-bfloat16" for m in BF16],
+)
+def test_family_capture_matches_independent_float64_hook(fam: Family, dtype: Any) -> None:
+    result, ref = run_family(fam, dtype)
     captured = {m.name: m for m in result.modules}
     ran_expected = {n for n, v in ref.values.items() if v}
     found = {n for n, m in captured.items() if m.count > 0}
@@ -422,6 +429,9 @@ def test_family_capture_matches_independent_float64_hook(fam: Family) -> None:
         assert entry.get("norm", defaults["norm"]) == m.norm, name
         assert entry.get("gain", defaults["gain"]) == m.gain, name
         assert entry["eps"] == m.eps and entry["dim"] == m.dim, name
+    if dtype is not None:
+        assert "bfloat16" in {m.input_dtype for m in result.modules if m.count}
+        return
     assert support_row(fam, result) in DOCS.read_text(encoding="utf-8").splitlines()
 
 
