@@ -33,6 +33,7 @@ __all__ = [
     "attenuation",
     "attenuation_loss",
     "delta_for_ratio",
+    "layernorm_reference",
     "min_q",
     "min_ratio",
     "min_ratio_textbook",
@@ -254,5 +255,49 @@ def rmsnorm_reference(
     if gain is not None:
         g = np.asarray(gain, dtype=np.float64)
         y = y * g
+    out: FloatArray = y
+    return out
+
+
+def layernorm_reference(
+    x: ArrayLike,
+    eps: float,
+    gain: ArrayLike | None = None,
+    bias: ArrayLike | None = None,
+) -> FloatArray:
+    """Reference LayerNorm over the last axis in float64: ``y = g * (x - mu) / sqrt(v + eps) + b``
+    with ``mu = mean(x)`` and ``v = mean((x - mu)**2)`` (the biased variance).
+
+    With ``m = max|x|`` per vector and ``s = x/m``: the mean is taken twice (``mu_s = mean(s)``,
+    then corrected by the mean of ``s - mu_s``), so the centred values ``c = s - mu_s`` carry no
+    cancellation error from the first pass; ``v = m**2 * mean(c**2)`` is never formed:
+    ``sqrt(v + eps) = hypot(m * sqrt(mean(c**2)), sqrt(eps))`` and ``x - mu = m * c``. Nothing
+    overflows (|x| up to 1e308) or underflows to 0/0. A constant vector has v = 0 exactly:
+    its output is ``b`` (0 without bias), whatever eps. ``gain`` defaults to ones, ``bias`` to
+    zeros (both broadcast against the last axis). Input must be finite.
+    """
+    e = validate_eps(eps)
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:
+        raise InvalidParameterError("layernorm_reference needs at least one axis")
+    if arr.shape[-1] == 0:
+        raise InvalidParameterError("layernorm_reference needs a non-empty last axis")
+    if not bool(np.all(np.isfinite(arr))):
+        raise InvalidParameterError("layernorm_reference needs finite input")
+    m = np.max(np.abs(arr), axis=-1, keepdims=True)
+    safe_m = np.where(m > 0.0, m, 1.0)
+    scaled = arr / safe_m
+    mu = np.mean(scaled, axis=-1, keepdims=True)
+    mu = mu + np.mean(scaled - mu, axis=-1, keepdims=True)
+    centred = scaled - mu
+    std = safe_m * np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True))
+    den = np.hypot(std, math.sqrt(e))
+    num = safe_m * centred
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(num == 0.0, 0.0, num / np.where(den > 0.0, den, 1.0))
+    if gain is not None:
+        y = y * np.asarray(gain, dtype=np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)
     out: FloatArray = y
     return out

@@ -113,8 +113,8 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
         "live eps: 9.999999747378752e-06" in r.stdout
     )
     row = _row(r.stdout, "model.layers.0.input_layernorm")
-    assert row[1:7] == ["9.9999997e-06", "576", "float32", "w", "tokens", "26"]
-    assert float(row[7]) == pytest.approx(695.112, rel=2e-3)
+    assert row[1:8] == ["rms", "9.9999997e-06", "576", "float32", "w", "tokens", "26"]
+    assert float(row[8]) == pytest.approx(695.112, rel=2e-3)
     assert "captured 61 norm module(s), 3 text(s), 26 tokens" in r.stderr
     config = yaml.safe_load(cfg.read_text())
     assert config["schema_version"] == 1 and len(config["layers"]) == 61

@@ -115,28 +115,34 @@ def test_dtype_bfloat16_q_in_float64_and_live_eps(
     assert np.count_nonzero(q != bf16_rounded) >= 10  # not values of a bfloat16 reduction
 
 
-def test_module_lists_a_module_that_is_not_rmsnorm_like(
+def test_layer_norm_is_found_and_a_listed_non_norm_is_listed_as_unknown(
     cli: Callable[..., Any], model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _swap_final_norm(monkeypatch, lambda: torch.nn.LayerNorm(32, eps=3e-5))
     doc = _capture(cli, model_dir, tmp_path / "a.npz")
-    assert "model.norm" not in [m["name"] for m in doc["modules"]]  # a LayerNorm: not found
-    doc = _capture(cli, model_dir, tmp_path / "b.npz", "--module", "model.n*rm")
     final = doc["modules"][-1]
-    assert (final["name"], final["kind"], final["class"]) == ("model.norm", "listed", "LayerNorm")
+    assert (final["name"], final["norm"], final["class"]) == ("model.norm", "layer", "LayerNorm")
     assert final["eps"] == 3e-5 and final["count"] == 12 and final["dim"] == 32
+    assert final["bias"] is True and final["gain"] == "w"
+    with np.load(tmp_path / "a.npz") as z:
+        assert z["model.norm::norm"].tolist() == [1] * 12  # NORM_CODES["layer"]
+        assert "model.layers.0.input_layernorm::norm" not in z.files  # rms: no companion
+    doc = _capture(cli, model_dir, tmp_path / "b.npz", "--module", "lm_head")
+    head = doc["modules"][-1]
+    assert (head["name"], head["norm"], head["count"]) == ("lm_head", "unknown", 0)
+    assert "output does not have its input's shape" in head["reason"]
+    args = [a for t in TEXTS for a in ("--text", t)]
     r = cli(
         "capture",
         "--model",
         str(model_dir),
-        "--text",
-        "hello",
+        *args,
         "--out",
-        str(tmp_path / "c"),
+        str(tmp_path / "c.npz"),
         "--module",
         "lm_head",
     )
-    assert r.exit_code == 2 and "'lm_head' (Linear) was listed but has no eps" in r.stderr
+    assert r.exit_code == 0 and "not analysed: lm_head (Linear): unknown norm kind" in r.stdout
     r = cli(
         "capture",
         "--model",

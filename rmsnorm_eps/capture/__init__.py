@@ -1,7 +1,11 @@
-"""Capture q = mean(x**2) at every RMSNorm-like module of a torch model (extra ``[torch]``).
+"""Capture, at every norm module of a torch model, the quantity it divides by (extra ``[torch]``).
 
-* :class:`QCapture` (hooks): a context manager that records q per token (and per head), with
-  position and batch index, plus each module's live eps, dim, gain convention and weight stats.
+* :class:`QCapture` (hooks): a context manager that classifies each candidate module by what it
+  computes (:mod:`rmsnorm_eps.capture.classify`: RMSNorm, LayerNorm, gated RMSNorm, L2 norm or
+  unknown) and records per token (and per head or group, and per call) q = mean(x**2), or v,
+  the variance, for a LayerNorm (:mod:`rmsnorm_eps.capture.reduce`, on the activation's
+  device), with position and batch index, plus each module's live eps, dim, gain convention and
+  weight stats.
 * Summary-only mode keeps the analyzer's bounded-memory
   :class:`rmsnorm_eps.summary.LayerAccumulator`
   per module (all tokens, first token, other tokens) instead of every q; :func:`summary_report`

@@ -1,4 +1,4 @@
-"""Forward hooks that record q = mean(x**2) per token at every RMSNorm-like module of a model.
+"""Forward hooks that record, per token, the quantity each norm module of a model divides by.
 
 Usage::
 
@@ -6,20 +6,31 @@ Usage::
         model(input_ids=ids, attention_mask=mask)   # any number of forward calls
     result = cap.result()                            # frozen CaptureResult
 
-A pre-hook on the model itself reads ``input_ids`` (or ``inputs_embeds``) and a 2-D
-``attention_mask`` from each call, so every norm knows the batch size B, the sequence length T
-and which tokens are padding. A pre-hook on each norm module computes, from the module's input
-x, ``q = mean(x**2)`` over the normalized trailing axes in float64 (or float32), whatever the
-activation dtype. Inputs may be:
+Every candidate module (:func:`rmsnorm_eps.capture.modules.find_norm_modules`) is classified on
+its first call by running a copy on a probe (:mod:`rmsnorm_eps.capture.classify`): RMSNorm,
+LayerNorm, gated RMSNorm, L2 norm or unknown, with its gain and live eps. Then, per call, a
+pre-hook computes from the module's input x (and gate g) the quantity it divides by, on x's
+device (:func:`rmsnorm_eps.capture.reduce.reduce_rows`): q = mean(x**2) (RMSNorm; per group of a
+gated norm, with x*silu(g) when the gate comes first), v = mean((x - mean x)**2) (LayerNorm),
+q = sum(x**2) (L2). Only these numbers are copied to the host, once per forward pass. An
+unknown module is listed with the reason and never analysed.
+
+A pre-hook on the model (and on the encoder and decoder stacks of an encoder-decoder model)
+reads ``input_ids`` (or ``inputs_embeds``) and a 2-D ``attention_mask`` from each call, so every
+norm knows the batch size B, the sequence length T and which tokens are padding. Inputs may be:
 
 * ``[B, T, D]`` (a token norm), or ``[B*T, D]``;
-* ``[B, T, H, D]`` or ``[B, H, T, D]`` (per-head q/k norms over head_dim D; the layout is the one
-  whose T axis matches the call's sequence length; when H == T both match and ``head_layout``
-  decides, default ``"bthd"``, the layout Hugging Face models normalize in), or ``[B*T*H, D]``.
+* ``[B, T, H, D]`` or ``[B, H, T, D]`` (per-head q/k norms over head_dim D), ``[B*T, H, D]``,
+  or ``[B*T*H, D]``. The axis whose size is T is the token axis. When T == H, the module's
+  layout from an earlier call decides; else the strides do: the token axis of a tensor made
+  by a projection has stride H*D, whether it is seen as ``[B, T, H, D]`` or as the transposed
+  view ``[B, H, T, D]``. When neither decides, the capture stops with a message naming the
+  module.
 
 Padding tokens (attention mask 0) are dropped. A token's position is its rank among the real
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
-count sequences over all forward calls.
+count sequences over all forward calls. A module called k times in one forward pass records
+call indices 0..k-1.
 """
 
 from __future__ import annotations
@@ -32,14 +43,16 @@ from typing import Any
 import numpy as np
 
 from rmsnorm_eps.analysis import PositionSplit, ratio_position_split
+from rmsnorm_eps.capture.classify import NormKind, classify_module
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.modules import (
     NormModule,
     find_norm_modules,
     iter_named,
-    resolve_eps,
+    resolve_torch_default_eps,
     weight_stats,
 )
+from rmsnorm_eps.capture.reduce import reduce_rows
 from rmsnorm_eps.summary import LayerAccumulator
 
 __all__ = ["CaptureResult", "ModuleRecord", "QCapture"]
@@ -51,8 +64,12 @@ class ModuleRecord:
 
     ``eps`` is the live epsilon (None if the module never ran); ``dim`` the number of elements
     each q averages; ``heads`` the number of q values per token (1 for token norms).
-    Full mode: ``q`` (float64), ``position``, ``batch``, ``head`` (int64), all of length
-    ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
+    ``norm``: what the module computes ('rms', 'layer', 'gated-rms', 'l2', 'unknown', or None
+    if it never ran), ``reason`` why unknown; ``bias`` (LayerNorm's beta), ``group_size`` and
+    ``gate_before`` (gated norms); q is the quantity it divides by (v for a LayerNorm).
+    ``max_calls``: the most calls in one forward pass.
+    Full mode: ``q`` (float64), ``position``, ``batch``, ``head``, ``call`` (int64), all of
+    length ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
     (positions > 0) to the analyzer's :class:`LayerAccumulator` over the q values the dump would
     store (float32); every index in them is the value's index in the dump's array.
     """
@@ -76,6 +93,13 @@ class ModuleRecord:
     batch: np.ndarray | None = None
     head: np.ndarray | None = None
     summaries: dict[str, LayerAccumulator] | None = None
+    norm: str | None = None
+    reason: str | None = None
+    bias: bool = False
+    group_size: int | None = None
+    gate_before: bool | None = None
+    max_calls: int = 0
+    call: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -108,17 +132,43 @@ class _State:
     position: list[np.ndarray] = field(default_factory=list)
     batch: list[np.ndarray] = field(default_factory=list)
     head: list[np.ndarray] = field(default_factory=list)
+    call: list[np.ndarray] = field(default_factory=list)
     summary: LayerAccumulator | None = None
     split: PositionSplit[LayerAccumulator] | None = None
+    kind: NormKind | None = None
+    inner_ndim: int = 1
+    max_calls: int = 0
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What the innermost hooked stack (the model, or its encoder or decoder) was called with."""
+
+    bt: tuple[int, int] | None
+    mask: Any  # bool [B, T] on the host, or None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """One module call's q, still on the device, arranged [B, T, H]."""
+
+    state: _State
+    q: Any
+    mask: Any
+    offset: int
+    call: int
 
 
 class QCapture:
-    """Context manager hooking every RMSNorm-like module of ``model`` (see the module docstring).
+    """Context manager hooking every candidate norm module of ``model`` (see the module
+    docstring).
 
     ``names``: extra module names or globs to hook. ``summary_only``: keep only the streaming
     summaries (bounded memory); it needs the bound, ``min_ratio`` (q/eps), which the summaries
-    count against. ``q_dtype``: 'float64' (default) or 'float32'. ``top_k``: worst inputs kept
-    per summary. ``head_layout``: 'bthd' or 'bhtd', used only when a 4-D input is ambiguous.
+    count against. ``q_dtype``: 'float64' (default) or 'float32', the dtype q is kept in on the
+    host. ``top_k``: worst inputs kept per summary. ``head_layout``: 'bthd' or 'bhtd' forces
+    the layout of a 4-D input whose layout neither its sizes nor its strides determine (None:
+    such an input stops the capture).
     """
 
     def __init__(
@@ -130,11 +180,11 @@ class QCapture:
         min_ratio: float | None = None,
         top_k: int = 5,
         q_dtype: str = "float64",
-        head_layout: str = "bthd",
+        head_layout: str | None = None,
     ) -> None:
         if q_dtype not in ("float32", "float64"):
             raise CaptureError(f"q_dtype must be float32 or float64, got {q_dtype!r}")
-        if head_layout not in ("bthd", "bhtd"):
+        if head_layout not in (None, "bthd", "bhtd"):
             raise CaptureError(f"head_layout must be bthd or bhtd, got {head_layout!r}")
         if summary_only and (min_ratio is None or not min_ratio > 0 or math.isinf(min_ratio)):
             raise CaptureError("summary_only needs a finite min_ratio > 0 (the q/eps bound)")
@@ -147,20 +197,37 @@ class QCapture:
         specs = find_norm_modules(model, names)
         if not specs:
             raise CaptureError(
-                "the model has no RMSNorm-like module (torch.nn.RMSNorm, a class named *RMSNorm* "
-                "with eps/variance_epsilon, T5LayerNorm); name the modules to hook explicitly"
+                "the model has no norm module (torch.nn.RMSNorm/LayerNorm, a class named *Norm*, "
+                "a module with eps/variance_epsilon/epsilon); name the modules to hook explicitly"
             )
         self._states = [_State(spec, module) for spec, module in iter_named(model, specs)]
         self._handles: list[Any] = []
-        self._mask: Any = None  # bool [B, T] of the current call, or None
-        self._bt: tuple[int, int] | None = None
+        self._stack: list[_Context] = []
+        self._pending: list[_Pending] = []
+        self._calls: dict[int, int] = {}
         self._sequences = 0
         self._tokens = 0
 
     # ------------------------------------------------------------------ context
+    def _stacks(self) -> list[Any]:
+        """The encoder and decoder of an encoder-decoder model (they see different inputs)."""
+        config = getattr(self.model, "config", None)
+        if not getattr(config, "is_encoder_decoder", False):
+            return []
+        found: list[Any] = []
+        for getter in ("get_encoder", "get_decoder"):
+            fn = getattr(self.model, getter, None)
+            sub = fn() if callable(fn) else None
+            if sub is not None and sub is not self.model and all(sub is not f for f in found):
+                found.append(sub)
+        return found
+
     def __enter__(self) -> QCapture:
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         self._handles.append(self.model.register_forward_hook(self._root_post))
+        for sub in self._stacks():
+            self._handles.append(sub.register_forward_pre_hook(self._stack_pre, with_kwargs=True))
+            self._handles.append(sub.register_forward_hook(self._stack_post))
         for st in self._states:
             self._handles.append(
                 st.module.register_forward_pre_hook(self._make_hook(st), with_kwargs=True)
@@ -171,9 +238,13 @@ class QCapture:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._stack.clear()
+        self._flush()
 
     # ------------------------------------------------------------------ root hooks
-    def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    @staticmethod
+    def _read_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Context:
+        """B, T and the padding mask of a model (or stack) call."""
         import torch
 
         ids = kwargs.get("input_ids")
@@ -192,71 +263,175 @@ class QCapture:
                     f"attention_mask shape {tuple(mask.shape)} does not match the input {shape}"
                 )
             shape = (int(mask.shape[0]), int(mask.shape[1]))
-            self._mask = mask.detach().to("cpu").bool()
-        elif shape is not None:
-            self._mask = torch.ones(shape, dtype=torch.bool)
-        else:
-            self._mask = None
-        self._bt = shape
+            return _Context(shape, mask.detach().to("cpu").bool())
+        if shape is not None:
+            return _Context(shape, torch.ones(shape, dtype=torch.bool))
+        return _Context(None, None)
+
+    def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._stack = [self._read_call(args, kwargs)]
+        self._calls = {}
+        self._pending = []  # left by a forward pass that raised: not recorded
 
     def _root_post(self, module: Any, args: Any, output: Any) -> None:
-        if self._mask is not None:
-            self._sequences += int(self._mask.shape[0])
-            self._tokens += int(self._mask.sum())
-        self._mask = None
-        self._bt = None
+        self._flush()
+        ctx = self._stack[0] if self._stack else _Context(None, None)
+        if ctx.mask is not None:
+            self._sequences += int(ctx.mask.shape[0])
+            self._tokens += int(ctx.mask.sum())
+        self._stack = []
+
+    def _stack_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ctx = self._read_call(args, kwargs)
+        if ctx.bt is None and self._stack:
+            ctx = self._stack[-1]
+        self._stack.append(ctx)
+
+    def _stack_post(self, module: Any, args: Any, output: Any) -> None:
+        if len(self._stack) > 1:
+            self._stack.pop()
 
     # ------------------------------------------------------------------ norm hooks
     def _make_hook(self, st: _State) -> Any:
         def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            x = args[0] if args else next(iter(kwargs.values()), None)
-            self._record(st, x)
+            import torch
+
+            x = args[0] if args else kwargs.get("hidden_states")
+            if x is None:
+                x = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+            gate, gate_kw = None, None
+            if len(args) > 1 and isinstance(args[1], torch.Tensor):
+                gate = args[1]
+            elif isinstance(kwargs.get("gate"), torch.Tensor):
+                gate, gate_kw = kwargs["gate"], "gate"
+            self._record(st, x, gate, gate_kw)
 
         return hook
 
-    def _record(self, st: _State, x: Any) -> None:
+    def _inner_ndim(self, st: _State, x: Any) -> int:
+        """Trailing axes of x a probe must keep: the normalized shape, or the weight's shape."""
+        import torch
+
+        shape = getattr(st.module, "normalized_shape", None)
+        if isinstance(shape, tuple | list) and len(shape) > 1:
+            return len(shape)
+        w = getattr(st.module, "weight", None)
+        if (
+            isinstance(w, torch.Tensor)
+            and 1 < w.ndim < x.ndim
+            and tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape)
+        ):
+            return int(w.ndim)
+        return max(st.spec.norm_ndim, 1)
+
+    def _classify(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> NormKind:
+        st.inner_ndim = self._inner_ndim(st, x)
+        inner = tuple(int(n) for n in x.shape[x.ndim - st.inner_ndim :])
+        gate_pos = gate is not None and gate_kw is None
+        return classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+
+    def _live_eps(self, st: _State, nk: NormKind, dtype_name: str) -> tuple[float, str]:
+        """The eps this call uses: the attribute's current value when the probe matched it."""
+        spec = st.spec
+        if spec.kind == "torch.nn.RMSNorm" and getattr(st.module, "eps", None) is None:
+            eps = resolve_torch_default_eps(dtype_name)
+            return eps, f"torch.nn.RMSNorm eps=None: torch's default for {dtype_name} input"
+        assert nk.eps is not None and nk.eps_source is not None
+        if nk.eps_source.startswith("attribute "):
+            attr = nk.eps_source.removeprefix("attribute ")
+            value = getattr(st.module, attr, None)
+            try:
+                eps = float(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise CaptureError(
+                    f"module {spec.name!r} ({spec.class_name}): {attr} = {value!r} is not a number"
+                ) from None
+            if not (eps >= 0.0 and math.isfinite(eps)):
+                raise CaptureError(f"module {spec.name!r}: {attr} = {eps!r} is not >= 0")
+            return eps, nk.eps_source
+        return nk.eps, nk.eps_source
+
+    def _record(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> None:
         import torch
 
         spec = st.spec
         if not isinstance(x, torch.Tensor) or x.ndim <= spec.norm_ndim:
             raise CaptureError(f"module {spec.name!r}: input is not a tensor with token axes")
+        ctx = self._stack[-1] if self._stack else _Context(None, None)
+        call = self._calls.get(id(st), 0)
+        self._calls[id(st)] = call + 1
+        st.max_calls = max(st.max_calls, call + 1)
+        st.calls += 1
+        if st.kind is None:
+            st.kind = self._classify(st, x, gate, gate_kw)
+        nk = st.kind
+        if nk.norm == "unknown":
+            return
+        if nk.norm == "gated-rms" and nk.gate_before and gate is None:
+            raise CaptureError(
+                f"module {spec.name!r} ({spec.class_name}): a gated norm called without its gate"
+            )
         dtype_name = str(x.dtype).removeprefix("torch.")
-        eps, source = resolve_eps(st.module, spec, dtype_name)
+        eps, source = self._live_eps(st, nk, dtype_name)
         if st.eps is not None and eps != st.eps:
             raise CaptureError(
                 f"module {spec.name!r}: epsilon changed between calls ({st.eps!r} -> {eps!r})"
             )
         st.eps, st.eps_source, st.input_dtype = eps, source, dtype_name
-        axes = tuple(range(-spec.norm_ndim, 0))
-        st.dim = math.prod(int(n) for n in x.shape[x.ndim - spec.norm_ndim :])
-        with torch.no_grad():
-            xf = x.detach().to(device="cpu", dtype=getattr(torch, self.q_dtype))
-            q = xf.square().mean(dim=axes)
-        q_bth, layout = self._arrange(q, spec)
+        k = st.inner_ndim
+        width = math.prod(int(n) for n in x.shape[x.ndim - k :])
+        st.dim = nk.group_size or width
+        if gate is not None and tuple(gate.shape) != tuple(x.shape):
+            raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
+        q = reduce_rows(
+            x,
+            nk.norm,
+            ndim=k,
+            group_size=nk.group_size,
+            gate=gate,
+            gate_before=bool(nk.gate_before),
+        )
+        lead_strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
+        q_bth, layout = self._arrange(q, lead_strides, ctx.bt, spec, st.layout)
         if st.layout is not None and st.layout != layout:
             raise CaptureError(
                 f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})"
             )
-        st.layout, st.heads = layout, int(q_bth.shape[2])
-        batch_n, seq_t, heads = (int(n) for n in q_bth.shape)
-        mask = (
-            self._mask if self._mask is not None else torch.ones((batch_n, seq_t), dtype=torch.bool)
-        )
-        pos_all = torch.cumsum(mask.to(torch.int64), dim=1) - 1
-        b_idx, t_idx = torch.nonzero(mask, as_tuple=True)
-        qv = q_bth[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)
-        batch = np.repeat((b_idx + self._sequences).numpy().astype(np.int64), heads)
-        position = np.repeat(pos_all[b_idx, t_idx].numpy().astype(np.int64), heads)
-        head = np.tile(np.arange(heads, dtype=np.int64), int(b_idx.numel()))
-        st.calls += 1
-        st.count += int(qv.size)
-        if self.summary_only:
-            self._fold(st, qv, position)
-        else:
-            st.q.append(qv)
-            st.batch.append(batch)
-            st.position.append(position)
-            st.head.append(head)
+        st.layout, st.heads = layout, max(st.heads, int(q_bth.shape[2]))
+        mask = ctx.mask
+        if mask is None:
+            mask = torch.ones(tuple(int(n) for n in q_bth.shape[:2]), dtype=torch.bool)
+        self._pending.append(_Pending(st, q_bth, mask, self._sequences, call))
+        if not self._stack:  # not inside a model call: nothing to wait for
+            self._flush()
+
+    def _flush(self) -> None:
+        """Copy the pending q values to the host (one number per vector) and store them."""
+        import torch
+
+        pending, self._pending = self._pending, []
+        for p in pending:
+            st = p.state
+            q_host = p.q.detach().to("cpu")
+            heads = int(q_host.shape[2])
+            pos_all = torch.cumsum(p.mask.to(torch.int64), dim=1) - 1
+            b_idx, t_idx = torch.nonzero(p.mask, as_tuple=True)
+            qv = q_host[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)
+            if self.q_dtype == "float32":
+                qv = qv.astype(np.float32).astype(np.float64)
+            n = int(b_idx.numel())
+            batch = np.repeat((b_idx + p.offset).numpy().astype(np.int64), heads)
+            position = np.repeat(pos_all[b_idx, t_idx].numpy().astype(np.int64), heads)
+            head = np.tile(np.arange(heads, dtype=np.int64), n)
+            st.count += int(qv.size)
+            if self.summary_only:
+                self._fold(st, qv, position)
+            else:
+                st.q.append(qv)
+                st.batch.append(batch)
+                st.position.append(position)
+                st.head.append(head)
+                st.call.append(np.full(qv.size, p.call, dtype=np.int64))
 
     def _fold(self, st: _State, q: np.ndarray, position: np.ndarray) -> None:
         """Fold the q values exactly as the dump stores them (float32), so that a summary equals
@@ -270,49 +445,88 @@ class QCapture:
         st.summary.update(stored, start)
         st.split.update(stored, start, position == 0)
 
-    def _arrange(self, q: Any, spec: NormModule) -> tuple[Any, str]:
-        """Reshape the per-vector q to [B, T, H] and name the layout found."""
-        lead = tuple(int(n) for n in q.shape)
-        bt = self._bt
+    def _arrange(
+        self,
+        q: Any,
+        strides: tuple[int, ...],
+        bt: tuple[int, int] | None,
+        spec: NormModule,
+        known: str | None,
+    ) -> tuple[Any, str]:
+        """Reshape the per-vector q (lead axes + groups) to [B, T, H] and name the layout."""
+        groups = int(q.shape[-1])
+        lead = tuple(int(n) for n in q.shape[:-1])
         where = f"module {spec.name!r}: input of shape {lead} + normalized axes"
+
+        def out(v: Any, layout: str) -> tuple[Any, str]:
+            b_n, t_n = int(v.shape[0]), int(v.shape[1])
+            return v.reshape(b_n, t_n, -1), layout
+
         if bt is None:
             if len(lead) == 2:
-                return q.unsqueeze(-1), "tokens [B, T, D]"
-            if len(lead) == 3:
-                if self.head_layout == "bhtd":
-                    return q.transpose(1, 2), "heads [B, H, T, D]"
-                return q, "heads [B, T, H, D]"
+                return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
             raise CaptureError(
                 f"{where}: the batch and sequence axes are unknown (call the model with "
                 "input_ids or inputs_embeds as keyword arguments)"
             )
         b, t = bt
         if len(lead) == 2 and lead == (b, t):
-            return q.unsqueeze(-1), "tokens [B, T, D]"
+            return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
         if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
             h = lead[0] // (b * t)
             if h == 1:
-                return q.reshape(b, t, 1), "tokens [B*T, D]"
-            return q.reshape(b, t, h), "heads [B*T*H, D]"
+                return out(q.reshape(b, t, groups), "tokens [B*T, D]")
+            return out(q.reshape(b, t, h * groups), "heads [B*T*H, D]")
+        if len(lead) == 2 and lead[0] == b * t and lead != (b, t):
+            return out(q.reshape(b, t, -1), "heads [B*T, H, D]")
         if len(lead) == 3 and lead[0] == b:
-            bthd, bhtd = lead[1] == t, lead[2] == t
-            if bthd and bhtd:
-                bthd = self.head_layout == "bthd"
-            if bthd:
-                return q, "heads [B, T, H, D]"
-            if bhtd:
-                return q.transpose(1, 2), "heads [B, H, T, D]"
+            layout = self._head_layout(lead, strides, t, known, spec)
+            if layout == "bthd":
+                return out(q, "heads [B, T, H, D]")
+            if layout == "bhtd":
+                return out(q.transpose(1, 2), "heads [B, H, T, D]")
         raise CaptureError(f"{where} does not match the call's batch {b} and sequence length {t}")
+
+    def _head_layout(
+        self,
+        lead: tuple[int, ...],
+        strides: tuple[int, ...],
+        t: int,
+        known: str | None,
+        spec: NormModule,
+    ) -> str | None:
+        """'bthd' or 'bhtd' for a [B, ?, ?] lead (see the module docstring), None: no match."""
+        a1, a2 = lead[1] == t, lead[2] == t
+        if a1 != a2:
+            return "bthd" if a1 else "bhtd"
+        if not a1:
+            return None
+        if known is not None:
+            return "bthd" if "[B, T, H" in known else "bhtd"
+        s1, s2 = strides[1], strides[2]
+        by_t1 = s1 == lead[2] * s2 and s2 != lead[1] * s1
+        by_t2 = s2 == lead[1] * s1 and s1 != lead[2] * s2
+        if by_t1 != by_t2:
+            return "bthd" if by_t1 else "bhtd"
+        if self.head_layout is not None:
+            return self.head_layout
+        raise CaptureError(
+            f"module {spec.name!r} ({spec.class_name}): input {lead} + normalized axes has "
+            f"T == H == {t} and strides {strides} that do not tell the token axis; rerun with "
+            "a batch whose padded length differs from the head count, or pass head_layout"
+        )
 
     # ------------------------------------------------------------------ result
     def result(self) -> CaptureResult:
         """Freeze what was captured so far."""
+        self._flush()
         records = []
         for st in self._states:
             ws = weight_stats(st.module)
             w = getattr(st.module, "weight", None)
             wdt = str(w.dtype).removeprefix("torch.") if w is not None else None
             full = not self.summary_only
+            nk = st.kind
             records.append(
                 ModuleRecord(
                     name=st.spec.name,
@@ -322,7 +536,7 @@ class QCapture:
                     eps_source=st.eps_source,
                     dim=st.dim,
                     input_dtype=st.input_dtype,
-                    gain=st.spec.gain,
+                    gain=nk.gain if nk is not None and nk.norm != "unknown" else st.spec.gain,
                     weight=ws,
                     weight_dtype=wdt,
                     layout=st.layout,
@@ -334,6 +548,13 @@ class QCapture:
                     batch=_cat(st.batch, np.int64) if full else None,
                     head=_cat(st.head, np.int64) if full else None,
                     summaries=_summaries(st),
+                    norm=nk.norm if nk is not None else None,
+                    reason=nk.reason if nk is not None else None,
+                    bias=nk.bias if nk is not None else False,
+                    group_size=nk.group_size if nk is not None else None,
+                    gate_before=nk.gate_before if nk is not None else None,
+                    max_calls=st.max_calls,
+                    call=_cat(st.call, np.int64) if full else None,
                 )
             )
         return CaptureResult(

@@ -2,6 +2,14 @@
 
 Nothing is ever downloaded: HF_HUB_OFFLINE=1 is set before transformers is imported and every
 ``from_pretrained`` gets ``local_files_only=True``.
+
+The model class follows the config (:func:`model_family`): an encoder-decoder config
+(``is_encoder_decoder``, T5-like) loads with ``AutoModelForSeq2SeqLM`` and runs each text through
+the encoder and, shifted right by one token behind the decoder start token, through the decoder
+(teacher forcing); ``architectures`` ending in ``ForCausalLM``, ``LMHeadModel`` or
+``ForConditionalGeneration`` load with ``AutoModelForCausalLM``; encoder-only heads
+(``ForMaskedLM``, ``ForSequenceClassification``, ... or a bare ``Model``) load their base model
+with ``AutoModel``. Any other architecture is refused with its name.
 """
 
 from __future__ import annotations
@@ -16,7 +24,24 @@ from typing import Any
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
-__all__ = ["LoadedModel", "load_model", "run_texts"]
+__all__ = ["LoadedModel", "load_model", "model_family", "run_texts"]
+
+_CAUSAL = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+_ENCODER = (
+    "ForMaskedLM",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+    "ForPreTraining",
+    "ForNextSentencePrediction",
+    "Model",
+)
+_SUPPORTED = (
+    "causal LMs (*ForCausalLM, *LMHeadModel, *ForConditionalGeneration), encoder-decoder "
+    "models (is_encoder_decoder, T5-like) and encoder-only models (*Model, *ForMaskedLM, "
+    "*ForSequenceClassification, ...)"
+)
 
 _WEIGHT_FILES = ("config.json",)
 
@@ -29,6 +54,27 @@ class LoadedModel:
     tokenizer: Any
     name: str
     source: str
+    family: str = "causal"
+
+
+def model_family(config: Any) -> str:
+    """'encoder-decoder', 'causal' or 'encoder' for a transformers config (see the module
+    docstring); raises :class:`CaptureError` naming an unsupported architecture."""
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    archs = getattr(config, "architectures", None) or []
+    if not isinstance(archs, list | tuple):
+        archs = [archs]
+    for arch in archs:
+        text = str(arch)
+        if text.endswith(_CAUSAL):
+            return "causal"
+        if text.endswith(_ENCODER):
+            return "encoder"
+    if not archs:
+        return "causal"
+    shown = ", ".join(repr(str(a)[:60]) for a in archs[:3])
+    raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
 
 
 def _require(package: str) -> None:
@@ -65,7 +111,13 @@ def load_model(
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForSeq2SeqLM,
+        AutoTokenizer,
+    )
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -78,7 +130,13 @@ def load_model(
         kw["gguf_file"] = gguf
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(d), **kw)
-        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch_dtype, **kw)
+        family = model_family(AutoConfig.from_pretrained(str(d), **kw))
+        auto = {
+            "causal": AutoModelForCausalLM,
+            "encoder-decoder": AutoModelForSeq2SeqLM,
+            "encoder": AutoModel,
+        }[family]
+        model = auto.from_pretrained(str(d), dtype=torch_dtype, **kw)
     except (OSError, ValueError, KeyError) as exc:
         where = d / gguf if gguf else d
         raise InputFileError(
@@ -91,7 +149,7 @@ def load_model(
     tokenizer.padding_side = "right"
     name = Path(gguf).stem if gguf else d.name
     source = f"live modules of {d / gguf if gguf else d} (transformers {transformers.__version__})"
-    return LoadedModel(model, tokenizer, name, source)
+    return LoadedModel(model, tokenizer, name, source, family)
 
 
 def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:
@@ -134,10 +192,31 @@ def run_texts(
                 f"the tokenizer produced token id {int(ids.max())} >= the model's vocab_size "
                 f"{vocab}: tokenizer and model do not match"
             )
+        mask = enc["attention_mask"]
         with torch.no_grad():
-            loaded.model(input_ids=ids, attention_mask=enc["attention_mask"])
+            if loaded.family == "encoder-decoder":
+                loaded.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    decoder_input_ids=_shift_right(loaded.model.config, ids),
+                    decoder_attention_mask=mask,
+                )
+            else:
+                loaded.model(input_ids=ids, attention_mask=mask)
         total += int(enc["attention_mask"].sum())
         done += len(chunk)
         if progress is not None:
             progress(done)
     return total
+
+
+def _shift_right(config: Any, ids: Any) -> Any:
+    """The decoder inputs of teacher forcing: the decoder start token, then ids[:-1]."""
+    import torch
+
+    start = getattr(config, "decoder_start_token_id", None)
+    if start is None:
+        start = getattr(config, "pad_token_id", None) or 0
+    out = torch.full_like(ids, int(start))
+    out[:, 1:] = ids[:, :-1]
+    return out

@@ -1,9 +1,11 @@
-"""Which modules of a torch model are RMSNorms, and what epsilon and gain they really use.
+"""Which modules of a torch model may be norms, and what epsilon and gain they really use.
 
-A module is an RMSNorm here when it is a ``torch.nn.RMSNorm``; or its class name contains
-"RMSNorm" and it has an ``eps`` or ``variance_epsilon`` attribute (Hugging Face's LlamaRMSNorm,
-Qwen3RMSNorm, Gemma3RMSNorm, ...); or its class name ends in "T5LayerNorm" (T5's LayerNorm is
-an RMSNorm: no mean subtraction, no bias); or the user named it.
+A module is a candidate when it is a ``torch.nn.RMSNorm`` or ``torch.nn.LayerNorm``; or it has
+no child modules and its class name contains "Norm" (LlamaRMSNorm, Gemma3RMSNorm, T5LayerNorm,
+OlmoLayerNorm, Llama4TextL2Norm, MambaRMSNormGated, ...) or it has an ``eps``,
+``variance_epsilon`` or ``epsilon`` attribute; or the user named it. What each candidate
+computes (RMSNorm, LayerNorm, gated RMSNorm, L2 norm or unknown) is then found by running it on
+a probe (:mod:`rmsnorm_eps.capture.classify`), not from its name.
 
 The epsilon reported is the one the forward pass adds: the attribute's current value, read when
 the module runs (not a config file's value). ``torch.nn.RMSNorm(eps=None)`` stores no number;
@@ -40,9 +42,11 @@ _ONE_PLUS_W = re.compile(r"\b1(?:\.0*)?\s*\+\s*self\.weight\b")
 
 @dataclass(frozen=True)
 class NormModule:
-    """A hooked module. ``kind``: 'torch.nn.RMSNorm', 'RMSNorm-like', 'T5LayerNorm' or 'listed'.
+    """A hooked module. ``kind`` says why it is a candidate: 'torch.nn.RMSNorm',
+    'torch.nn.LayerNorm', 'RMSNorm-like', 'T5LayerNorm', 'named *Norm*', 'eps attribute' or
+    'listed' (what it computes is found later, by :mod:`rmsnorm_eps.capture.classify`).
 
-    ``eps_attr`` is the attribute the forward reads (``eps`` or ``variance_epsilon``);
+    ``eps_attr`` is its eps attribute (``eps``, ``variance_epsilon``, ``epsilon``; "" if none);
     ``norm_ndim`` the number of trailing axes normalized (torch's normalized_shape may have
     several); ``gain`` is 'w', '1+w' or 'none' (no weight).
     """
@@ -56,7 +60,7 @@ class NormModule:
 
 
 def _eps_attr(module: Any) -> str | None:
-    for attr in ("eps", "variance_epsilon"):
+    for attr in ("eps", "variance_epsilon", "epsilon"):
         if hasattr(module, attr):
             return attr
     return None
@@ -78,32 +82,38 @@ def gain_convention(module: Any) -> str:
 
 
 def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
+    """A candidate's selection reason (``kind``), or None when it is no candidate."""
     import torch
 
     cls = type(module).__name__
-    attr = _eps_attr(module)
-    if isinstance(module, torch.nn.RMSNorm):
-        kind = "torch.nn.RMSNorm"
+    attr = _eps_attr(module) or ""
+    leaf = next(iter(module.children()), None) is None
+    ndim = 1
+    if isinstance(module, torch.nn.RMSNorm | torch.nn.LayerNorm):
         ndim = len(module.normalized_shape)
-        return NormModule(name, cls, kind, "eps", ndim, gain_convention(module))
-    if "RMSNorm" in cls and attr is not None:
-        kind = "RMSNorm-like"
-    elif cls.endswith("T5LayerNorm") and attr is not None:
-        kind = "T5LayerNorm"
-    elif listed:
-        if attr is None:
-            raise CaptureError(
-                f"module {name!r} ({cls}) was listed but has no eps or variance_epsilon "
-                "attribute: its epsilon cannot be read"
-            )
+    if isinstance(module, torch.nn.RMSNorm):
+        return NormModule(name, cls, "torch.nn.RMSNorm", "eps", ndim, gain_convention(module))
+    if listed:
         kind = "listed"
+    elif isinstance(module, torch.nn.LayerNorm):
+        kind = "torch.nn.LayerNorm"
+    elif not leaf:
+        return None
+    elif "RMSNorm" in cls:
+        kind = "RMSNorm-like"
+    elif cls.endswith("T5LayerNorm"):
+        kind = "T5LayerNorm"
+    elif "Norm" in cls:
+        kind = "named *Norm*"
+    elif attr:
+        kind = "eps attribute"
     else:
         return None
-    return NormModule(name, cls, kind, attr, 1, gain_convention(module))
+    return NormModule(name, cls, kind, attr, ndim, gain_convention(module))
 
 
 def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]:
-    """The RMSNorm-like modules of ``model`` in ``named_modules()`` order.
+    """The candidate norm modules of ``model`` in ``named_modules()`` order.
 
     ``names`` are extra module names or globs (fnmatch) to hook; each must match a module.
     """
@@ -148,25 +158,6 @@ def resolve_torch_default_eps(dtype_name: str) -> float:
     got = float(y[0].double())
     best = min(candidates, key=lambda e: abs(c / math.sqrt(c * c + e) - got))
     return best
-
-
-def resolve_eps(module: Any, spec: NormModule, dtype_name: str) -> tuple[float, str]:
-    """The live epsilon of ``module`` for an input of ``dtype_name``, and where it came from."""
-    value = getattr(module, spec.eps_attr, None)
-    if value is None:
-        if spec.kind == "torch.nn.RMSNorm":
-            eps = resolve_torch_default_eps(dtype_name)
-            return eps, f"torch.nn.RMSNorm eps=None: torch's default for {dtype_name} input"
-        raise CaptureError(f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} is None")
-    try:
-        eps = float(value)
-    except (TypeError, ValueError):
-        raise CaptureError(
-            f"module {spec.name!r} ({spec.class_name}): {spec.eps_attr} = {value!r} is not a number"
-        ) from None
-    if not (eps >= 0.0 and math.isfinite(eps)):
-        raise CaptureError(f"module {spec.name!r}: {spec.eps_attr} = {eps!r} is not >= 0")
-    return eps, f"attribute {spec.eps_attr}"
 
 
 def weight_stats(module: Any) -> dict[str, float] | None:

@@ -5,7 +5,12 @@ capture is written by :func:`rmsnorm_eps.merge.write_summary` of
 Dump format (read by ``ratio``): one member per module that ran, named by the module name,
 holding its q values as float32, shape (N,); beside it the int64 companions
 ``<name>::position`` (rank of the token among its sequence's real tokens, 0 = first token),
-``<name>::batch`` (sequence index) and, for per-head norms, ``<name>::head``, each of shape (N,).
+``<name>::batch`` (sequence index) and, for per-head norms, ``<name>::head`` (head, or group of a
+gated norm), each of shape (N,); ``<name>::call`` (0..k-1) for a module called k > 1 times per
+forward pass; ``<name>::norm`` (int8, :data:`NORM_CODES`: 1 layer, 2 gated-rms, 3 l2) for a
+module that is not an RMSNorm (absent: rms, code 0). The values are what the module divides by:
+q = mean(x**2) (RMSNorm, per group for a gated norm), v = mean((x - mean x)**2) (LayerNorm),
+sum(x**2) (L2). Modules whose kind is unknown are not in the dump.
 """
 
 from __future__ import annotations
@@ -24,12 +29,17 @@ from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.dumps import npy_bytes
 
 __all__ = [
+    "NORM_CODES",
     "config_document",
     "dump_bytes",
     "module_facts",
     "write_config",
     "write_dump",
 ]
+
+
+#: The ``<name>::norm`` companion's codes.
+NORM_CODES = {"rms": 0, "layer": 1, "gated-rms": 2, "l2": 3}
 
 
 def _ran(result: CaptureResult) -> list[ModuleRecord]:
@@ -54,6 +64,11 @@ def dump_bytes(result: CaptureResult) -> bytes:
             }
             if m.heads > 1 and m.head is not None:
                 members[f"{m.name}::head"] = m.head
+            if m.max_calls > 1 and m.call is not None:
+                members[f"{m.name}::call"] = m.call
+            if m.norm not in (None, "rms"):
+                code = NORM_CODES[str(m.norm)]
+                members[f"{m.name}::norm"] = np.full(m.q.shape, code, dtype=np.int8)
             for key, arr in members.items():
                 zf.writestr(key + ".npy", npy_bytes(np.ascontiguousarray(arr)))
     return buf.getvalue()
@@ -70,6 +85,11 @@ def module_facts(m: ModuleRecord) -> dict[str, Any]:
         "name": m.name,
         "class": m.class_name,
         "kind": m.kind,
+        "norm": m.norm,
+        "reason": m.reason,
+        "bias": m.bias,
+        "group_size": m.group_size,
+        "gate_before": m.gate_before,
         "eps": m.eps,
         "eps_source": m.eps_source,
         "dim": m.dim,
@@ -80,6 +100,7 @@ def module_facts(m: ModuleRecord) -> dict[str, Any]:
         "layout": m.layout,
         "heads": m.heads,
         "calls": m.calls,
+        "calls_per_forward": m.max_calls,
         "count": m.count,
     }
 
@@ -98,16 +119,20 @@ def _weight_after_cast(m: ModuleRecord) -> bool:
 
 def config_document(result: CaptureResult, model_name: str, source: str) -> dict[str, Any]:
     """The YAML config (schema_version 1) of the live values: defaults from the most common
-    module settings, one entry per module (exact name) with its eps and dim, plus gain where it
-    differs from the default."""
+    module settings, one entry per module (exact name) with its eps and dim (elements per q: a
+    gated norm's group size), plus ``norm`` (rms, layer, gated-rms, l2) and ``gain`` (w, 1+w,
+    none) where they differ from the default. Modules of unknown kind are left out."""
     ran = _ran(result)
     eps_default = Counter(m.eps for m in ran).most_common(1)[0][0]
     dim_default = Counter(m.dim for m in ran).most_common(1)[0][0]
     gain_default = Counter(m.gain for m in ran).most_common(1)[0][0]
+    norm_default = Counter(m.norm or "rms" for m in ran).most_common(1)[0][0]
     first = ran[0]
     layers: dict[str, Any] = {}
     for m in ran:
         entry: dict[str, Any] = {"eps": m.eps, "dim": m.dim}
+        if (m.norm or "rms") != norm_default:
+            entry["norm"] = m.norm
         if m.gain != gain_default:
             entry["gain"] = m.gain
         layers[m.name] = entry
@@ -118,12 +143,12 @@ def config_document(result: CaptureResult, model_name: str, source: str) -> dict
         "defaults": {
             "eps": eps_default,
             "placement": "inside",
-            "gain": gain_default if gain_default != "none" else "w",
+            "gain": gain_default,
             "gain_baked": False,
             "reduction_dtype": _reduction_dtype(first),
             "weight_after_cast": _weight_after_cast(first),
             "dim": dim_default,
-            "norm": "rms",
+            "norm": norm_default,
         },
         "layers": layers,
     }

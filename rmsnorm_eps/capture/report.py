@@ -13,7 +13,7 @@ from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.output import module_facts
 
-__all__ = ["CaptureReport", "capture_document", "summary_report"]
+__all__ = ["CaptureReport", "capture_document", "not_analysed", "summary_report"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,15 @@ class CaptureReport:
     result: CaptureResult
     model: str
     outputs: dict[str, str | None]
+
+
+def not_analysed(result: CaptureResult) -> list[str]:
+    """One line per hooked module whose kind is unknown (never analysed), with the reason."""
+    return [
+        f"not analysed: {m.name} ({m.class_name}): unknown norm kind: {m.reason}"
+        for m in result.modules
+        if m.norm == "unknown"
+    ]
 
 
 def summary_report(result: CaptureResult, delta: float, source: str) -> RatioReport:

@@ -36,6 +36,13 @@ CAPTURE_RULES = (
         "live eps and no q values (a warning: the capture itself succeeds).",
         "warning",
     ),
+    Rule(
+        "capture/kind",
+        "known norm kind",
+        "Every hooked module must compute a known norm (RMSNorm, LayerNorm, gated RMSNorm, "
+        "L2): a module of unknown kind is listed and never analysed as if it were RMSNorm.",
+        "warning",
+    ),
 )
 
 
@@ -59,12 +66,14 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
 
     doc = document(report)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("module", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps"):
+    names = ("module", "norm", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps")
+    for name in names:
         table.add_column(name, justify="left" if name in ("module", "layout") else "right")
     for m in doc["modules"]:
         ratio = m["min_ratio"]
         table.add_row(
             Text(_e(m["name"])),
+            Text(_e(m.get("norm") or "-")),
             fmt(m["eps"], 8),
             str(m["dim"] or "-"),
             Text(_e(m["input_dtype"] or "-")),
@@ -80,6 +89,16 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
     )
     written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
     parts: list[Any] = [head, table]
+    for m in doc["modules"]:
+        if m.get("norm") == "unknown":
+            parts.append(
+                Text(
+                    f"not analysed: {_e(m['name'])} ({_e(m['class'])}): unknown norm kind: "
+                    f"{_e(m.get('reason') or '-')}"
+                )
+            )
+    if any(m.get("norm") == "layer" for m in doc["modules"]):
+        parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
     if written:
         parts.append(Text("wrote " + "; ".join(written)))
     return render_renderables(parts, replace(options, width=TEXT_WIDTH))
@@ -106,12 +125,17 @@ def checks(report: CaptureReport, gate: Any = None) -> CheckReport:
             else f"{m['name']}: never ran (no token reached it): no live eps, no q values"
         )
         out.append(Check("capture/ran", m["name"], ran, "note" if ran else "warning", msg, nums))
-    idle = sum(1 for c in out if not c.passed)
+        if m.get("norm") == "unknown":
+            why = f"{m['name']}: unknown norm kind, not analysed: {m.get('reason') or '-'}"
+            out.append(Check("capture/kind", m["name"], False, "warning", why, {}))
+    idle = sum(1 for c in out if not c.passed and c.rule == "capture/ran")
+    unknown = sum(1 for c in out if c.rule == "capture/kind")
+    ran_total = len(doc["modules"])
     verdict = (
-        f"{len(out)} norm module(s) captured"
+        f"{ran_total} norm module(s) captured"
         if not idle
-        else f"{len(out) - idle} of {len(out)} norm module(s) ran; {idle} never ran"
-    )
+        else f"{ran_total - idle} of {ran_total} norm module(s) ran; {idle} never ran"
+    ) + (f"; {unknown} of unknown kind (not analysed)" if unknown else "")
     written = "; ".join(f"{k}: {v}" for k, v in doc["outputs"].items() if v)
     return CheckReport(
         command="capture",
