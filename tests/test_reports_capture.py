@@ -52,7 +52,10 @@ def test_capture_renders_every_format(
     sarif = json.loads(_run(cli, model_dir, out, "sarif").stdout)
     jsonschema.Draft4Validator(SARIF_SCHEMA).validate(sarif)
     assert sarif["runs"][0]["automationDetails"]["id"] == "rmsnorm-eps/capture/"
-    assert [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]] == ["capture/ran"]
+    assert [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]] == [
+        "capture/ran",
+        "capture/kind",
+    ]
 
 
 def test_a_module_that_never_ran_is_a_warning() -> None:
@@ -85,3 +88,40 @@ def test_a_module_that_never_ran_is_a_warning() -> None:
     assert checks.passed and [c.level for c in checks.checks] == ["warning"]
     line = render(report, "github")
     assert line.startswith("::warning title=rmsnorm-eps capture/ran%3A extra.norm,file=q.npz::")
+
+
+def test_a_module_of_unknown_kind_is_listed_and_warned() -> None:
+    from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+    from rmsnorm_eps.capture.report import CaptureReport
+    from rmsnorm_eps.reports import render
+    from rmsnorm_eps.reports.checks import check_report
+
+    odd = ModuleRecord(
+        name="odd.norm",
+        class_name="WeirdNorm",
+        kind="module",
+        eps=None,
+        eps_source=None,
+        dim=8,
+        input_dtype="float32",
+        gain="w",
+        weight=None,
+        weight_dtype=None,
+        layout=None,
+        heads=1,
+        calls=1,
+        count=4,
+        norm="unknown",
+        reason="output matches no norm formula",
+    )
+    result = CaptureResult(
+        (odd,), sequences=1, tokens=4, summary_only=False, q_dtype="float32", min_ratio=None
+    )
+    report = CaptureReport(result, "m", {"dump": "q.npz", "config": None})
+    checks = check_report(report)
+    kinds = [c for c in checks.checks if c.rule == "capture/kind"]
+    assert len(kinds) == 1 and not kinds[0].passed and kinds[0].level == "warning"
+    assert "1 of unknown kind" in checks.verdict
+    text = render(report, "text")
+    assert "not analysed: odd.norm (WeirdNorm): unknown norm kind: output matches no" in text
+    assert "::warning title=rmsnorm-eps capture/kind%3A odd.norm" in render(report, "github")
