@@ -25,7 +25,7 @@ def test_npy_bits_in_any_two_byte_dtype(tmp_path: Path, dtype: str) -> None:
         stored = _BITS.astype(dtype)
     path = tmp_path / "q.npy"
     np.save(path, stored)
-    with pytest.raises(InputFileError, match="pass --dtype bfloat16"):
+    with pytest.raises(InputFileError, match=r"pass --dtype bfloat16"):
         open_sources(path)
     (src,) = open_sources(path, "bfloat16").sources
     assert src.dtype_name == "bfloat16"
@@ -67,9 +67,9 @@ def test_other_files_get_the_accepted_formats_and_a_recipe(tmp_path: Path) -> No
         assert fmt in msg
     legacy = tmp_path / "old.pt"
     legacy.write_bytes(b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.")
-    with pytest.raises(InputFileError, match="legacy non-zip torch.save"):
+    with pytest.raises(InputFileError, match=r"legacy non-zip torch.save"):
         open_sources(legacy)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 16)
-    with pytest.raises(InputFileError, match="a GGUF model file: not a .npy or .npz"):
+    with pytest.raises(InputFileError, match=r"a GGUF model file: not a .npy or .npz"):
         open_sources(gguf)

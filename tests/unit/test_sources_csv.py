@@ -71,11 +71,11 @@ def test_column_errors(tmp_path: Path) -> None:
         InputFileError, match=r"no column 'zz': columns are 'a', 'b' \(or an index 0-1\)"
     ):
         open_sources(path, column="zz")
-    with pytest.raises(InputFileError, match="no column '5'"):
+    with pytest.raises(InputFileError, match=r"no column '5'"):
         open_sources(path, column="5")
     npy = tmp_path / "q.npy"
     np.save(npy, np.ones(3))
-    with pytest.raises(InputFileError, match="--column applies to .csv/.tsv dumps only"):
+    with pytest.raises(InputFileError, match=r"--column applies to .csv/.tsv dumps only"):
         open_sources(npy, column="a")
 
 
@@ -115,7 +115,7 @@ def test_file_over_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(mod, "MAX_BYTES", 8)
     path = _write(tmp_path / "big.csv", "a\n1\n2\n3\n4\n")
-    with pytest.raises(InputFileError, match="is over the 0 MiB read from a CSV/TSV file"):
+    with pytest.raises(InputFileError, match=r"is over the 0 MiB read from a CSV/TSV file"):
         open_sources(path)
 
 
@@ -123,5 +123,5 @@ def test_file_changed_after_opening_is_an_error(tmp_path: Path) -> None:
     path = _write(tmp_path / "q.csv", "a\n1\n2\n")
     (src,) = open_sources(path).sources
     _write(path, "a\n1\n2\n3\n")
-    with pytest.raises(InputFileError, match="holds 3 rows now, 2 when opened"):
+    with pytest.raises(InputFileError, match=r"holds 3 rows now, 2 when opened"):
         _values(src)

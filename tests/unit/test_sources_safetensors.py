@@ -82,7 +82,7 @@ def test_metadata_is_ignored_but_checked(tmp_path: Path) -> None:
     ok = {"__metadata__": {"a": "b"}, "q": _entry("F32", [2], 0, 8)}
     assert open_sources(_file(tmp_path / "ok.safetensors", ok, data)).members_total == 1
     bad = {"__metadata__": {"a": 1}, "q": _entry("F32", [2], 0, 8)}
-    with pytest.raises(InputFileError, match="__metadata__ must map strings to strings"):
+    with pytest.raises(InputFileError, match=r"__metadata__ must map strings to strings"):
         open_sources(_file(tmp_path / "bad.safetensors", bad, data))
 
 
@@ -117,14 +117,14 @@ def test_header_over_the_cap_is_refused_unread(
     monkeypatch.setattr(mod, "SAFETENSORS_HEADER_MAX", 64)
     header = json.dumps({"__metadata__": {"pad": "x" * 100}}).encode()
     path = _file(tmp_path / "big.safetensors", header)
-    with pytest.raises(InputFileError, match="over the 0 MiB this reader accepts"):
+    with pytest.raises(InputFileError, match=r"over the 0 MiB this reader accepts"):
         open_safetensors(path, path.stat().st_size, None, False)
 
 
 def test_short_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.safetensors"
     path.write_bytes(b"\x05\x00\x00")
-    with pytest.raises(InputFileError, match="truncated safetensors header length"):
+    with pytest.raises(InputFileError, match=r"truncated safetensors header length"):
         open_safetensors(path, 3, None, False)
 
 
@@ -184,7 +184,7 @@ def test_overlapping_tensors_are_reported(tmp_path: Path) -> None:
 def test_empty_name_is_unreadable(tmp_path: Path) -> None:
     header = {"": _entry("F32", [2], 0, 8), "q": _entry("F32", [2], 8, 16)}
     path = _file(tmp_path / "n.safetensors", header, _F32[:16])
-    with pytest.raises(InputFileError, match="empty name"):
+    with pytest.raises(InputFileError, match=r"empty name"):
         open_sources(path)
     opened = open_sources(path, lenient=True)
     assert [s.name for s in opened.sources] == ["q"] and len(opened.unreadable) == 1

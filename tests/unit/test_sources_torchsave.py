@@ -86,7 +86,7 @@ def test_bfloat16_and_int16_views(tmp_path: Path) -> None:
     assert src.dtype_name == "bfloat16"
     np.testing.assert_array_equal(_values(src), bits)
     path = _save(tmp_path / "i16.pt", {"q": b.view(torch.int16)})
-    with pytest.raises(InputFileError, match="int16.*pass --dtype bfloat16"):
+    with pytest.raises(InputFileError, match=r"int16.*pass --dtype bfloat16"):
         open_sources(path)
     (src,) = open_sources(path, "bfloat16").sources
     assert src.dtype_name == "bfloat16"
@@ -130,7 +130,7 @@ class _Payload:
 def test_pickle_payload_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     path = _save(tmp_path / "evil.pt", {"q": _rand(2), "x": _Payload(str(marker))})
-    with pytest.raises(InputFileError, match="not a readable torch.save file") as err:
+    with pytest.raises(InputFileError, match=r"not a readable torch.save file") as err:
         open_sources(path, lenient=True)
     assert "\n" not in str(err.value) and len(str(err.value)) < 400
     assert not marker.exists()
@@ -141,7 +141,7 @@ def test_pickle_payload_never_runs(tmp_path: Path) -> None:
 def test_missing_torch_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _save(tmp_path / "d.pt", {"q": _rand(2)})
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(MissingExtraError, match="torch.save files need.* 'torch' package"):
+    with pytest.raises(MissingExtraError, match=r"torch.save files need.* 'torch' package"):
         open_sources(path)
 
 
@@ -164,11 +164,11 @@ def _repack(src: Path, dest: Path, method: int) -> Path:
 def test_compressed_or_truncated_records_are_refused(tmp_path: Path) -> None:
     src = _save(tmp_path / "d.pt", {"q": _rand(64)})
     packed = _repack(src, tmp_path / "deflated.pt", zipfile.ZIP_DEFLATED)
-    with pytest.raises(InputFileError, match="d.pt|deflated.pt"):
+    with pytest.raises(InputFileError, match=r"d.pt|deflated.pt"):
         open_sources(packed)
     raw = src.read_bytes()
     cut = tmp_path / "cut.pt"
     cut.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(InputFileError, match="cut.pt"):
+    with pytest.raises(InputFileError, match=r"cut.pt"):
         open_sources(cut)
     assert os.path.getsize(cut) < len(raw)
