@@ -8,8 +8,8 @@ strings and is otherwise ignored.
 
 What is refused, before any data is read:
 
-* for the whole file (always raises): a header length over
-  :data:`~rmsnorm_eps.sources.sniff.SAFETENSORS_HEADER_MAX` (16 MiB) or past the end of the file,
+* for the whole file (always raises): a header length over :data:`HEADER_MAX` (4 MiB: the
+  Python objects parsed from JSON take up to about 20 times its size) or past the end of the file,
   a header that is not UTF-8 JSON, holds ``NaN``/``Infinity`` literals, is nested too deeply or
   repeats a key, a top level that is not an object, a ``__metadata__`` that is not a str -> str
   object, a file with no tensor;
@@ -39,9 +39,12 @@ from rmsnorm_eps.errors import InputFileError, brief
 from rmsnorm_eps.sources.interface import Opened, Unreadable
 from rmsnorm_eps.sources.npz import COMPANION_SEP, _attach_companions
 from rmsnorm_eps.sources.raw import RawArraySource, check_float_dtype
-from rmsnorm_eps.sources.sniff import SAFETENSORS_HEADER_MAX
 
-__all__ = ["DTYPES", "open_safetensors"]
+__all__ = ["DTYPES", "HEADER_MAX", "open_safetensors"]
+
+#: Largest JSON header read. A dump of thousands of layers takes well under 1 MiB (about 80 bytes
+#: per tensor); parsing 4 MiB of the worst JSON (``[[],[],...]``) stays within the memory budget.
+HEADER_MAX = 4 << 20
 
 #: Every dtype name of the safetensors format, and the numpy dtype its bytes are read as
 #: (``None``: known, but not readable here: only its item size is used for the size check).
@@ -109,11 +112,11 @@ def _read_header(path: Path, size: int) -> tuple[dict[str, Any], int]:
                     f"safetensors header declares {n} bytes, but the file holds {size - 8} "
                     "after it",
                 )
-            if n > SAFETENSORS_HEADER_MAX:
+            if n > HEADER_MAX:
                 raise InputFileError(
                     path,
                     f"safetensors header of {n} bytes is over the "
-                    f"{SAFETENSORS_HEADER_MAX >> 20} MiB this reader accepts",
+                    f"{HEADER_MAX >> 20} MiB this reader accepts",
                 )
             text = fh.read(n)
     except OSError as exc:

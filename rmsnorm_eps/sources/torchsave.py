@@ -41,9 +41,10 @@ from rmsnorm_eps.sources.raw import ZIP_ERRORS, RawArraySource, check_float_dtyp
 
 __all__ = ["PICKLE_MAX", "open_torchsave"]
 
-#: Largest ``data.pkl`` loaded (a state_dict of thousands of tensors takes well under 1 MiB;
-#: the objects unpickled from it stay within the memory budget).
-PICKLE_MAX = 4 << 20
+#: Largest ``data.pkl`` loaded: a dump of a few thousand tensors takes well under 256 KiB (about
+#: 70 bytes per tensor), and what is unpickled from it stays within the 256 MiB memory budget
+#: (importing torch alone takes about 240 MiB of it).
+PICKLE_MAX = 256 << 10
 _BYTEORDER_MAX = 16
 
 #: torch dtype name -> (numpy dtype of the stored bytes, little-endian; stored_as it implies).
@@ -133,18 +134,62 @@ def _load(path: Path) -> Any:
         ) from None
 
 
+class _Repeated:
+    """A container met a second time (the pickle memo lets one object appear many times)."""
+
+
+def _containers(item: Any) -> list[Any] | None:
+    if isinstance(item, dict):
+        return list(item.values())
+    if isinstance(item, (list, tuple)):
+        return list(item)
+    return None
+
+
+def _holders(obj: Any, torch: Any) -> set[int]:
+    """``id()`` of every container that holds a tensor, at any depth (each container visited
+    once: shared and self-referencing containers cost nothing more)."""
+    holders: set[int] = set()
+    seen: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(obj, False)]
+    while stack:
+        item, done = stack.pop()
+        children = _containers(item)
+        if children is None:
+            continue
+        if done:
+            if any(isinstance(c, torch.Tensor) or id(c) in holders for c in children):
+                holders.add(id(item))
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        stack.append((item, True))
+        stack.extend((c, False) for c in children)
+    return holders
+
+
 def _leaves(obj: Any, torch: Any) -> Iterator[tuple[str | None, Any]]:
     """``(name, leaf)``: tensors and other leaves of nested dicts/lists/tuples, in order
-    (iterative: the nesting depth is not bounded by the Python stack)."""
+    (iterative: the nesting depth is not bounded by the Python stack). A container holding no
+    tensor is one leaf (one entry that is not a tensor, however many items it has); a container
+    met again is a :class:`_Repeated` leaf, so the walk is linear in the pickle's size."""
+    holders = _holders(obj, torch)
+    seen: set[int] = set()
     stack: list[tuple[str | None, Any]] = [(None, obj)]
     while stack:
         name, item = stack.pop()
-        if isinstance(item, torch.Tensor) or not isinstance(item, (dict, list, tuple)):
-            yield name, item
-            continue
-        pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
-        for k, v in reversed(pairs):
-            stack.append((str(k) if name is None else f"{name}.{k}", v))
+        if _containers(item) is not None:
+            if id(item) in seen:
+                yield name, _Repeated()
+                continue
+            seen.add(id(item))
+            if id(item) in holders:
+                pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
+                for k, v in reversed(pairs):
+                    stack.append((str(k) if name is None else f"{name}.{k}", v))
+                continue
+        yield name, item
 
 
 def _order(shape: tuple[int, ...], stride: tuple[int, ...]) -> str | None:
@@ -215,7 +260,12 @@ def _source(
         )
     record = archive.records.get(base)
     if record is None:
-        raise InputFileError(path, "its storage is not a record of the archive", key=name)
+        raise InputFileError(
+            path,
+            "its storage is not where torch.save puts it (an archive written by another zip "
+            "tool?): load it and torch.save it again",
+            key=name,
+        )
     info, problem = record
     if problem is not None:
         raise InputFileError(path, f"storage {brief(info.filename)}: {problem}", key=name)
@@ -251,6 +301,8 @@ def open_torchsave(path: Path, size: int, stored_as: str | None, lenient: bool) 
             if key in seen:
                 raise InputFileError(path, f"duplicate name {brief(key)}")
             seen.add(key)
+            if isinstance(leaf, _Repeated):
+                raise InputFileError(path, "a second reference to a container", key=key)
             if not isinstance(leaf, torch.Tensor):
                 raise InputFileError(
                     path, f"not a tensor ({type(leaf).__name__}): expected tensors only", key=key

@@ -114,7 +114,7 @@ def test_header_over_the_cap_is_refused_unread(
 ) -> None:
     import rmsnorm_eps.sources.safetensors as mod
 
-    monkeypatch.setattr(mod, "SAFETENSORS_HEADER_MAX", 64)
+    monkeypatch.setattr(mod, "HEADER_MAX", 64)
     header = json.dumps({"__metadata__": {"pad": "x" * 100}}).encode()
     path = _file(tmp_path / "big.safetensors", header)
     with pytest.raises(InputFileError, match=r"over the 0 MiB this reader accepts"):
