@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.sources.sniff import Kind, check_regular_file, read_head, sniff
@@ -116,6 +116,10 @@ class Opened(NamedTuple):
 #: be opened is returned as :class:`Unreadable`; without, it raises.
 Opener = Callable[[Path, int, "str | None", bool], Opened]
 
+#: An :data:`Opener` that also takes the ``column`` selection (the kinds in
+#: :data:`COLUMN_KINDS`): ``opener(path, size, stored_as, lenient, column)``.
+ColumnOpener = Callable[[Path, int, "str | None", bool, "str | None"], Opened]
+
 #: The readers, by the kind :func:`sniff` returns: ``"module:function"`` of an :data:`Opener`,
 #: imported on first use (so unused readers cost no start-up time).
 OPENERS: dict[Kind, str] = {
@@ -191,10 +195,5 @@ def open_sources(
     if column is not None:
         if kind not in COLUMN_KINDS:
             raise InputFileError(p, "--column applies to .csv/.tsv dumps only")
-        return _column_opener(kind)(p, size, dtype, lenient, column)
+        return cast("ColumnOpener", opener)(p, size, dtype, lenient, column)
     return opener(p, size, dtype, lenient)
-
-
-def _column_opener(kind: Kind) -> Callable[[Path, int, str | None, bool, str | None], Opened]:
-    opener: Callable[[Path, int, str | None, bool, str | None], Opened] = _opener(kind)  # type: ignore[assignment]
-    return opener

@@ -172,3 +172,21 @@ def test_compressed_or_truncated_records_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match=r"cut.pt"):
         open_sources(cut)
     assert os.path.getsize(cut) < len(raw)
+
+
+def test_containers_without_tensors_and_shared_containers(tmp_path: Path) -> None:
+    t = _rand(3)
+    shared = [t]
+    level: list[object] = [t]
+    for _ in range(40):  # 2**40 paths if every reference were walked
+        level = [level, level]
+    obj = {"opt": {"step": 3, "lr": [1e-3] * 1000}, "a": shared, "b": shared, "deep": level}
+    path = _save(tmp_path / "s.pt", obj)
+    opened = open_sources(path, lenient=True)
+    assert [s.name for s in opened.sources] == ["a.0", "deep.0.0" + ".0" * 39]
+    names = [u.name for u in opened.unreadable]
+    assert names[:2] == ["opt", "b"]
+    assert sorted(names[2:]) == sorted(["deep.1", *("deep.0" + ".0" * k + ".1" for k in range(39))])
+    assert "not a tensor (dict)" in opened.unreadable[0].problem
+    assert "a second reference to a container" in opened.unreadable[1].problem
+    assert opened.members_total == len(opened.sources) + len(opened.unreadable)
