@@ -26,6 +26,7 @@ extra.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -79,7 +80,7 @@ class _Archive:
                 if pkl.file_size > PICKLE_MAX:
                     raise InputFileError(
                         path,
-                        f"data.pkl of {pkl.file_size} bytes is over the {PICKLE_MAX >> 20} MiB "
+                        f"data.pkl of {pkl.file_size} bytes is over the {PICKLE_MAX >> 10} KiB "
                         "this reader loads",
                     )
                 self.big_endian = self._byteorder(zf, path)
@@ -128,10 +129,21 @@ def _load(path: Path) -> Any:
     except (MemoryError, RecursionError):
         raise InputFileError(path, "not a readable torch.save file (too large or deep)") from None
     except Exception as exc:  # UnpicklingError (refused global), RuntimeError (bad archive)...
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputFileError(
-            path, f"not a readable torch.save file ({brief(first)[1:-1]})"
-        ) from None
+        raise InputFileError(path, f"not a readable torch.save file: {_why(exc)}") from None
+
+
+def _why(exc: Exception) -> str:
+    """One short line from torch's (multi-line, partly ANSI-coloured) error."""
+    text = str(exc)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found is not None:
+        return (
+            f"its pickle needs {brief(found[1])}, which torch's weights-only loader refuses "
+            "(only tensors, containers and numbers are loaded; nothing was run)"
+        )
+    found = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
+    line = found[1] if found is not None else (text.strip().splitlines() or [""])[0]
+    return brief(line or type(exc).__name__)[1:-1]
 
 
 class _Repeated:
