@@ -221,6 +221,13 @@ def _order(shape: tuple[int, ...], stride: tuple[int, ...]) -> str | None:
     return None
 
 
+def _record_offset(storage: Any) -> int | None:
+    """The absolute file offset of a meta storage's record, as ``torch.load(...,
+    map_location="meta")`` sets it (``_checkpoint_offset``; recent torch releases)."""
+    offset = getattr(storage, "_checkpoint_offset", None)
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+
+
 def _source(
     path: Path,
     key: str | None,
@@ -262,8 +269,8 @@ def _source(
             path, "a non-contiguous tensor view: save t.contiguous() instead", key=name
         )
     storage = t.untyped_storage()
-    base = getattr(storage, "_checkpoint_offset", None)
-    if not isinstance(base, int):
+    base = _record_offset(storage)
+    if base is None:
         raise InputFileError(
             path,
             f"this torch ({torch.__version__}) does not report where tensor data are stored; "

@@ -190,3 +190,14 @@ def test_containers_without_tensors_and_shared_containers(tmp_path: Path) -> Non
     assert "not a tensor (dict)" in opened.unreadable[0].problem
     assert "a second reference to a container" in opened.unreadable[1].problem
     assert opened.members_total == len(opened.sources) + len(opened.unreadable)
+
+
+def test_torch_without_record_offsets_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rmsnorm_eps.sources.torchsave as mod
+
+    monkeypatch.setattr(mod, "_record_offset", lambda storage: None)
+    path = _save(tmp_path / "d.pt", {"q": _rand(2)})
+    with pytest.raises(InputFileError, match=r"\[q\]: this torch \(.*\) does not report where"):
+        open_sources(path)
