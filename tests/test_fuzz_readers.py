@@ -265,3 +265,91 @@ def _gguf_seed_cached() -> bytes:
     if not _GGUF:
         _GGUF.append(_gguf_seed())
     return _GGUF[0]
+
+
+# ------------------------------------------------------------- safetensors, torch.save, CSV
+
+#: The readers added with the common source interface: 300 examples each by default.
+FUZZ_SHORT = settings(FUZZ, max_examples=min(EXAMPLES, 300))
+
+
+def _safetensors_seed(code: str) -> bytes:
+    import json
+    import struct
+
+    q = _q((3, 4), "<f4")
+    data = q.tobytes() if code == "F32" else (q.view(np.uint32) >> 16).astype("<u2").tobytes()
+    header = {
+        "__metadata__": {"format": "pt"},
+        "layers.0.norm": {"dtype": code, "shape": [3, 4], "data_offsets": [0, len(data)]},
+        "final": {"dtype": "F64", "shape": [2], "data_offsets": [len(data), len(data) + 16]},
+    }
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data + _q((2,), "<f8").tobytes()
+
+
+SAFETENSORS_SEEDS = [_safetensors_seed("F32"), _safetensors_seed("BF16")]
+CSV_SEEDS = [b"a,b\n0.5,1.5\n2.5,nan\n3.5,inf\n", b"1.5\t2\n3e-2\t4\n"]
+
+
+def _read_any(path: Path) -> None:
+    """Every source through the analysis, raw and not, and with ``dtype="bfloat16"``."""
+    _read_dump(path)
+    analyze_dump(path, 1e-5, chunk_bytes=64, dtype="bfloat16", skip_unreadable=True)
+
+
+_TORCH: list[bytes] = []
+
+
+def _torch_seed() -> bytes:
+    if not _TORCH:
+        torch = pytest.importorskip("torch")
+        buf = io.BytesIO()
+        q = torch.from_numpy(_q((3, 4), "<f4"))
+        torch.save({"layers": {"0": q, "1": q.to(torch.bfloat16)}, "final": [q[1:]]}, buf)
+        _TORCH.append(buf.getvalue())
+    return _TORCH[0]
+
+
+def test_new_seeds_are_valid() -> None:
+    for i, seed in enumerate(SAFETENSORS_SEEDS):
+        (_WORK / f"seed{i}.safetensors").write_bytes(seed)
+        report = analyze_dump(_WORK / f"seed{i}.safetensors", 1e-5)
+        assert [layer.name for layer in report.layers] == ["layers.0.norm", "final"]
+    for i, seed in enumerate(CSV_SEEDS):
+        path = _WORK / f"seed{i}.{'csv' if i == 0 else 'tsv'}"
+        path.write_bytes(seed)
+        assert len(analyze_dump(path, 1e-5).layers) == 2
+    (_WORK / "seed.pt").write_bytes(_torch_seed())
+    report = analyze_dump(_WORK / "seed.pt", 1e-5)
+    assert [layer.name for layer in report.layers] == ["layers.0", "layers.1", "final.0"]
+
+
+@FUZZ_SHORT
+@given(data=st.sampled_from(SAFETENSORS_SEEDS).flatmap(mutations))
+def test_fuzz_safetensors(data: bytes) -> None:
+    _check(_read_any, data, "f.safetensors")
+
+
+@FUZZ_SHORT
+@given(data=st.data())
+def test_fuzz_torchsave(data: st.DataObject) -> None:
+    """Mutations of the whole archive (torch reads it; zipfile checks the directory)."""
+    _check(_read_any, data.draw(mutations(_torch_seed())), "f.pt")
+
+
+@FUZZ_SHORT
+@given(data=st.data())
+def test_fuzz_torchsave_pickle(data: st.DataObject) -> None:
+    """Mutations of data.pkl alone, the archive rewritten around it: reaches the unpickler."""
+    with zipfile.ZipFile(io.BytesIO(_torch_seed())) as zf:
+        records = [(i.filename, zf.read(i)) for i in zf.infolist()]
+    name, pkl = records[0]
+    records[0] = (name, data.draw(mutations(pkl)))
+    _check(_read_any, _npz(dict(records)), "p.pt")
+
+
+@FUZZ_SHORT
+@given(seed=st.sampled_from([0, 1]), data=st.data())
+def test_fuzz_csv(seed: int, data: st.DataObject) -> None:
+    _check(_read_any, data.draw(mutations(CSV_SEEDS[seed])), "f.csv" if seed == 0 else "f.tsv")

@@ -10,7 +10,14 @@ Modules:
   :data:`OPENERS` registry;
 * :mod:`~rmsnorm_eps.sources.raw`: :class:`RawArraySource`, the streaming reader of any array
   stored as contiguous raw bytes (in a file or in a zip member), and the dtype checks;
-* :mod:`~rmsnorm_eps.sources.npy` and :mod:`~rmsnorm_eps.sources.npz`: the two readers today.
+* the readers: :mod:`~rmsnorm_eps.sources.npy`, :mod:`~rmsnorm_eps.sources.npz`,
+  :mod:`~rmsnorm_eps.sources.safetensors` (JSON header parsed strictly, tensors read in place),
+  :mod:`~rmsnorm_eps.sources.torchsave` (``torch.save`` zip files: the pickle loaded by torch's
+  weights-only unpickler on the meta device, tensors read in place) and
+  :mod:`~rmsnorm_eps.sources.csv` (CSV/TSV columns, parsed strictly; ``column=`` selects one).
+
+Any other file is refused with one line that lists the accepted formats and a conversion
+recipe; ``dtype="bfloat16"`` reads int16/uint16/V2 arrays of every format as bfloat16 bits.
 
 Adding an input format (e.g. safetensors, torch.save, CSV) touches one module plus its test:
 
@@ -30,7 +37,9 @@ Adding an input format (e.g. safetensors, torch.save, CSV) touches one module pl
    may simply map over ``iter_elements``).
 2. One entry in :data:`~rmsnorm_eps.sources.interface.OPENERS`:
    ``Kind.SAFETENSORS: "rmsnorm_eps.sources.safetensors:open_safetensors"`` (the kind is
-   already recognised by :func:`sniff`; a new kind is one more rule there).
+   already recognised by :func:`sniff`; a new kind is one more rule there). An opener that
+   takes a selection (CSV's ``column=``) also joins
+   :data:`~rmsnorm_eps.sources.interface.COLUMN_KINDS`.
 3. ``tests/unit/test_sources_<format>.py``.
 
 Nothing else changes: ``ratio``, ``compare``, ``probe`` and ``parity`` read through

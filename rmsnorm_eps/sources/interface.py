@@ -13,15 +13,24 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
+from rmsnorm_eps.sources.sniff import Kind, check_regular_file, read_head, sniff
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["OPENERS", "ArraySource", "Opened", "Opener", "Unreadable", "open_sources"]
+__all__ = [
+    "ACCEPTED",
+    "CONVERT",
+    "OPENERS",
+    "ArraySource",
+    "Opened",
+    "Opener",
+    "Unreadable",
+    "open_sources",
+]
 
 T = TypeVar("T")
 
@@ -107,14 +116,33 @@ class Opened(NamedTuple):
 #: be opened is returned as :class:`Unreadable`; without, it raises.
 Opener = Callable[[Path, int, "str | None", bool], Opened]
 
+#: An :data:`Opener` that also takes the ``column`` selection (the kinds in
+#: :data:`COLUMN_KINDS`): ``opener(path, size, stored_as, lenient, column)``.
+ColumnOpener = Callable[[Path, int, "str | None", bool, "str | None"], Opened]
+
 #: The readers, by the kind :func:`sniff` returns: ``"module:function"`` of an :data:`Opener`,
 #: imported on first use (so unused readers cost no start-up time).
 OPENERS: dict[Kind, str] = {
     Kind.NPY: "rmsnorm_eps.sources.npy:open_npy",
     Kind.ZIP: "rmsnorm_eps.sources.npz:open_npz",
-    # Until a torch.save reader is registered, its zip is read as an archive of .npy members
-    # (each of its members is then reported as "not a .npy array").
-    Kind.TORCH_ZIP: "rmsnorm_eps.sources.npz:open_npz",
+    Kind.TORCH_ZIP: "rmsnorm_eps.sources.torchsave:open_torchsave",
+    Kind.SAFETENSORS: "rmsnorm_eps.sources.safetensors:open_safetensors",
+    Kind.CSV: "rmsnorm_eps.sources.csv:open_csv",
+    Kind.TSV: "rmsnorm_eps.sources.csv:open_tsv",
+}
+
+#: Kinds whose opener takes the ``column=`` selection (``--column``).
+COLUMN_KINDS = frozenset({Kind.CSV, Kind.TSV})
+
+#: The formats :func:`open_sources` reads, for messages about anything else.
+ACCEPTED = "not a .npy or .npz, .safetensors, torch.save (.pt/.pth) or .csv/.tsv dump"
+#: How to get there from an array in Python.
+CONVERT = "to convert an array: numpy.save('q.npy', array)"
+
+_NOT_A_DUMP = {
+    Kind.GGUF: "a GGUF model file",
+    Kind.JSON: "a JSON file",
+    Kind.YAML: "a YAML file",
 }
 
 #: Logical dtypes that can be asked for (``dtype=``): stored as raw bit patterns.
@@ -130,16 +158,29 @@ def _opener(kind: Kind) -> Opener | None:
     return opener
 
 
+def _not_a_dump(path: Path, kind: Kind) -> InputFileError:
+    """One line: what the file looks like, the accepted formats and a conversion recipe."""
+    what = _NOT_A_DUMP.get(kind, "unrecognised magic bytes")
+    hint = ""
+    if kind is Kind.UNKNOWN and read_head(path, 2) == b"\x80\x02":  # pickle protocol 2
+        hint = " (a legacy non-zip torch.save file? load it and torch.save it again)"
+    return InputFileError(path, f"{what}{hint}: {ACCEPTED}; {CONVERT}")
+
+
 def open_sources(
-    path: str | os.PathLike[str], dtype: str | None = None, lenient: bool = False
+    path: str | os.PathLike[str],
+    dtype: str | None = None,
+    lenient: bool = False,
+    column: str | None = None,
 ) -> Opened:
     """Open a dump, whatever its format, into one :class:`ArraySource` per array.
 
     The format is decided by the file's first bytes (:func:`sniff`), not its extension.
     Headers, dtypes and declared sizes are all checked here, before any analysis starts.
-    ``dtype="bfloat16"`` reads uint16/V2 arrays as bfloat16 bit patterns. With ``lenient`` a
+    ``dtype="bfloat16"`` reads uint16/int16/V2 arrays as bfloat16 bit patterns. With ``lenient`` a
     member that cannot be opened is listed in ``Opened.unreadable`` instead of failing the
-    whole dump; a file that is not a readable dump at all still raises.
+    whole dump; a file that is not a readable dump at all still raises. ``column`` (CSV/TSV
+    only) selects one column by header name or 0-based index (``--column``).
     """
     if dtype is not None and dtype not in _STORED_AS:
         raise InvalidParameterError(f"dtype must be one of {', '.join(_STORED_AS)}, got {dtype!r}")
@@ -150,5 +191,9 @@ def open_sources(
         raise InputFileError(p, "empty file")
     opener = _opener(kind)
     if opener is None:
-        raise InputFileError(p, "not a .npy or .npz file (unrecognised magic bytes)")
+        raise _not_a_dump(p, kind)
+    if column is not None:
+        if kind not in COLUMN_KINDS:
+            raise InputFileError(p, "--column applies to .csv/.tsv dumps only")
+        return cast("ColumnOpener", opener)(p, size, dtype, lenient, column)
     return opener(p, size, dtype, lenient)

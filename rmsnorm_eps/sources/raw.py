@@ -35,6 +35,7 @@ __all__ = [
     "ZIP_ERRORS",
     "RawArraySource",
     "ZipArchive",
+    "bits_dtype",
     "check_float_dtype",
     "default_threads",
     "describe_dtype",
@@ -44,8 +45,9 @@ __all__ = [
 T = TypeVar("T")
 
 #: Values of ``open_dump(..., dtype=)``: logical dtypes stored as raw bit patterns.
-#: ``bfloat16``: arrays of dtype uint16 (either byte order) or ``V2`` (what ``np.save`` writes
-#: for an ml_dtypes bfloat16 array; read as little-endian) hold bfloat16 bit patterns.
+#: ``bfloat16``: arrays of dtype uint16 or int16 (either byte order; int16 is what
+#: ``tensor.view(torch.int16)`` gives) or ``V2`` (what ``np.save`` writes for an ml_dtypes
+#: bfloat16 array; read as little-endian) hold bfloat16 bit patterns.
 STORED_AS = ("bfloat16",)
 
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
@@ -80,10 +82,16 @@ def describe_dtype(dtype: np.dtype[Any]) -> str:
 
 
 def is_bf16_storage(dtype: np.dtype[Any]) -> bool:
-    """uint16 or ``V2``: what bfloat16 bit patterns are stored as."""
-    return dtype.fields is None and (
-        (dtype.kind == "u" and dtype.itemsize == 2) or (dtype.kind == "V" and dtype.itemsize == 2)
-    )
+    """uint16, int16 or ``V2``: what bfloat16 bit patterns are stored as."""
+    return dtype.fields is None and dtype.kind in "uiV" and dtype.itemsize == 2
+
+
+def bits_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The uint16 dtype (same byte order) to read 2-byte bit patterns stored as ``dtype``:
+    int16 and uint16 keep their byte order, ``V2`` is little-endian."""
+    if dtype.kind == "V":
+        return np.dtype("<u2")
+    return np.dtype(dtype.byteorder.replace("|", "=") + "u2")
 
 
 def check_float_dtype(
@@ -91,8 +99,8 @@ def check_float_dtype(
 ) -> None:
     """Refuse anything but float16/32/64 (either byte order) with a message naming the dtype.
 
-    With ``stored_as="bfloat16"``, uint16 and ``V2`` arrays (bfloat16 bit patterns) are accepted
-    too.
+    With ``stored_as="bfloat16"``, uint16, int16 and ``V2`` arrays (bfloat16 bit patterns) are
+    accepted too.
     """
     if dtype.hasobject:
         raise InputFileError(
@@ -103,7 +111,7 @@ def check_float_dtype(
     name = describe_dtype(dtype)
     if dtype.fields is not None or dtype.kind != "f" or name not in _FLOAT_KINDS:
         hint = (
-            " (bfloat16 stored as uint16 or V2? pass --dtype bfloat16)"
+            " (bfloat16 stored as int16, uint16 or V2? pass --dtype bfloat16)"
             if stored_as is None and is_bf16_storage(dtype)
             else ""
         )
@@ -230,7 +238,8 @@ class RawArraySource:
 
     @property
     def _read_dtype(self) -> np.dtype[Any]:
-        return np.dtype("<u2") if self.dtype.kind == "V" else self.dtype
+        # bfloat16 bit patterns are handed out as uint16 whatever they are stored as
+        return bits_dtype(self.dtype) if self.stored_as is not None else self.dtype
 
     def _open(self) -> IO[bytes]:
         """A stream positioned at the first data byte. A member stored uncompressed (it has a

@@ -981,7 +981,10 @@ def missing(path: Path) -> None:
 # --------------------------------------------------------------------------- more readers
 
 if __name__ != "__main__":  # as a script, main() imports this module properly first
-    from corpus import parity_merge_cases  # noqa: F401  (registers its cases on import)
+    from corpus import (
+        parity_merge_cases,  # noqa: F401  (registers its cases on import)
+        readers_cases,  # noqa: F401  (safetensors, torch.save, CSV dumps)
+    )
 
 # --------------------------------------------------------------------------- build
 

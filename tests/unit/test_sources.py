@@ -88,7 +88,7 @@ def test_every_registered_opener_imports() -> None:
 
 
 def test_unregistered_kind_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InputFileError, match=r"not a \.npy or \.npz file"):
+    with pytest.raises(InputFileError, match=r"a GGUF model file: not a \.npy or \.npz"):
         open_sources(_gguf(tmp_path / "m.gguf"))
 
 
