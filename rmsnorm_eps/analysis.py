@@ -290,6 +290,7 @@ def analyze_dump(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int | None = None,
     dtype: str | None = None,
+    column: str | None = None,
     fast: bool = True,
     eps_sources: Mapping[str, str] | None = None,
     skip_unreadable: bool = False,
@@ -318,7 +319,7 @@ def analyze_dump(
     _check_options(top_k, chunk_bytes, threads)
     n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable)
+    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
     if config is not None:
         eps, eps_sources = _eps_from_config(config, sources, eps, eps_sources)
     if eps is None:

@@ -10,13 +10,22 @@ import typer
 
 from rmsnorm_eps.cli._options import DtypeChoice
 
-__all__ = ["DumpArg", "DumpDtypeOpt", "QFileOpt", "RawOpt", "one_dump", "with_raw_hint"]
+__all__ = [
+    "ColumnOpt",
+    "DumpArg",
+    "DumpDtypeOpt",
+    "QFileOpt",
+    "RawOpt",
+    "one_dump",
+    "with_raw_hint",
+]
 
 DumpArg = Annotated[
     Path | None,
     typer.Argument(
         metavar="[DUMP]",
-        help=".npy (one layer) or .npz (one array per layer) of q values, or of activations "
+        help="The dump: .npy (one layer), .npz, .safetensors or torch.save .pt/.pth (one array "
+        "per layer), or .csv/.tsv (one column per layer), of q values, or of activations "
         "with --raw.",
         show_default=False,
     ),
@@ -46,6 +55,16 @@ DumpDtypeOpt = Annotated[
         help="The dtype of the data, when the arrays hold its bit patterns (uint16 or V2 arrays "
         "of bfloat16 bits). Aliases: bf16.",
         show_default="the array's own",
+    ),
+]
+
+ColumnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--column",
+        metavar="NAME|INDEX",
+        help="CSV/TSV dumps: analyse only this column (header name, or 0-based index).",
+        show_default="every column",
     ),
 ]
 

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
-from rmsnorm_eps.cli._dump import DumpArg, DumpDtypeOpt, QFileOpt, RawOpt, one_dump, with_raw_hint
+from rmsnorm_eps.cli._dump import (
+    ColumnOpt,
+    DumpArg,
+    DumpDtypeOpt,
+    QFileOpt,
+    RawOpt,
+    one_dump,
+    with_raw_hint,
+)
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
@@ -98,6 +106,7 @@ def compare(
         typer.Option("--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."),
     ] = None,
     dtype: DumpDtypeOpt = None,
+    column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
@@ -147,6 +156,7 @@ def compare(
             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
             skip_unreadable=skip_unreadable,
             dtype=dtype,
+            column=column,
             config=loaded,
         )
     except Exception as exc:

@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
-from rmsnorm_eps.cli._dump import DumpArg, DumpDtypeOpt, QFileOpt, RawOpt, one_dump, with_raw_hint
+from rmsnorm_eps.cli._dump import (
+    ColumnOpt,
+    DumpArg,
+    DumpDtypeOpt,
+    QFileOpt,
+    RawOpt,
+    one_dump,
+    with_raw_hint,
+)
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
@@ -121,6 +129,7 @@ def ratio(
         ),
     ] = None,
     dtype: DumpDtypeOpt = None,
+    column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
@@ -165,6 +174,7 @@ def ratio(
             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
             threads=threads,
             dtype=dtype,
+            column=column,
             skip_unreadable=skip_unreadable,
             config=loaded,
         )

@@ -382,6 +382,7 @@ def compare_dump(
     skip_unreadable: bool = False,
     config: NormConfig | None = None,
     dtype: str | None = None,
+    column: str | None = None,
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
@@ -405,7 +406,7 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable)
+    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
     opened_skips = len(skipped)

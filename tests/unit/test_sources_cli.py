@@ -142,3 +142,27 @@ def test_csv_like_npz_float64(cli: Callable[..., Result], tmp_path: Path) -> Non
     proc = run_module(*_RATIO, "--q-file", str(bad))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "bad.csv: line 4: 2 cells, the first row has 1" in proc.stderr
+
+
+def test_csv_column_selects_one_layer_in_ratio_and_compare(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    csv = tmp_path / "q.csv"
+    csv.write_text("first,second\n1e-3,5e-7\n2e-3,6e-7\n", encoding="utf-8")
+    both = _doc(cli(*_RATIO, str(csv)))
+    assert [layer["name"] for layer in both["layers"]] == ["first", "second"]
+    by_name = _doc(cli(*_RATIO, str(csv), "--column", "second"))
+    by_index = _doc(cli(*_RATIO, str(csv), "--column", "1"))
+    assert by_name == by_index
+    assert [layer["name"] for layer in by_name["layers"]] == ["second"]
+    assert by_name["layers"][0] == both["layers"][1]
+    first = _doc(cli(*_RATIO, str(csv), "--column", "first"), code=0)
+    assert [layer["name"] for layer in first["layers"]] == ["first"]
+    moved = cli("compare", str(csv), "--from", "eps=1e-5", "--to", "eps=1e-6", "--column", "first")
+    assert moved.exit_code in (0, 1) and "second" not in moved.stdout
+    res = cli(*_RATIO, str(csv), "--column", "third")
+    assert res.exit_code == 2 and "third" in res.stderr
+    npz = tmp_path / "q.npz"
+    np.savez(npz, a=np.ones(3))
+    res = cli(*_RATIO, str(npz), "--column", "a")
+    assert res.exit_code == 2 and "--column applies to .csv/.tsv dumps only" in res.stderr
