@@ -108,6 +108,7 @@ class _State:
     position: list[np.ndarray] = field(default_factory=list)
     batch: list[np.ndarray] = field(default_factory=list)
     head: list[np.ndarray] = field(default_factory=list)
+    pending: list[Any] = field(default_factory=list)  # q [B, T, H] on the device, not stored yet
     summary: LayerAccumulator | None = None
     split: PositionSplit[LayerAccumulator] | None = None
 
@@ -176,6 +177,8 @@ class QCapture:
     def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
 
+        self._flush()  # calls made outside a hooked forward of the model itself
+
         ids = kwargs.get("input_ids")
         if ids is None and args and isinstance(args[0], torch.Tensor):
             ids = args[0]
@@ -200,6 +203,7 @@ class QCapture:
         self._bt = shape
 
     def _root_post(self, module: Any, args: Any, output: Any) -> None:
+        self._flush()
         if self._mask is not None:
             self._sequences += int(self._mask.shape[0])
             self._tokens += int(self._mask.sum())
@@ -230,14 +234,45 @@ class QCapture:
         axes = tuple(range(-spec.norm_ndim, 0))
         st.dim = math.prod(int(n) for n in x.shape[x.ndim - spec.norm_ndim :])
         with torch.no_grad():
-            xf = x.detach().to(device="cpu", dtype=getattr(torch, self.q_dtype))
-            q = xf.square().mean(dim=axes)
+            q = device_q(x.detach(), axes, self.q_dtype)  # stays on x's device
         q_bth, layout = self._arrange(q, spec)
         if st.layout is not None and st.layout != layout:
             raise CaptureError(
                 f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})"
             )
         st.layout, st.heads = layout, int(q_bth.shape[2])
+        st.pending.append(q_bth)  # stored on the host by _flush, once per forward pass
+
+    # ------------------------------------------------------------------ device -> host
+    def _flush(self) -> None:
+        """Move every pending per-vector q to the host (one copy per device, not one per hook
+        call: no host synchronization inside the forward pass) and store it with the current
+        call's mask."""
+        import torch
+
+        pending = [(st, q) for st in self._states for q in st.pending]
+        if not pending:
+            return
+        for st in self._states:
+            st.pending = []
+        by_device: dict[Any, list[int]] = {}
+        for i, (_, q) in enumerate(pending):
+            by_device.setdefault(q.device, []).append(i)
+        host: list[Any] = [None] * len(pending)
+        for device, idx in by_device.items():
+            # mps has no float64: its q (float32) is widened on the host
+            dt = torch.float32 if device.type == "mps" else getattr(torch, self.q_dtype)
+            flat = torch.cat([pending[i][1].reshape(-1).to(dtype=dt) for i in idx])
+            values = flat.cpu().to(dtype=torch.float64)  # the one device -> host copy
+            for i, part in zip(idx, values.split([pending[i][1].numel() for i in idx])):
+                host[i] = part.reshape(pending[i][1].shape)
+        for (st, _), q_bth in zip(pending, host):
+            self._store(st, q_bth)
+
+    def _store(self, st: _State, q_bth: Any) -> None:
+        """Keep (or fold) the real tokens' q of one call, q_bth [B, T, H] on the host."""
+        import torch
+
         batch_n, seq_t, heads = (int(n) for n in q_bth.shape)
         mask = (
             self._mask if self._mask is not None else torch.ones((batch_n, seq_t), dtype=torch.bool)
@@ -307,6 +342,7 @@ class QCapture:
     # ------------------------------------------------------------------ result
     def result(self) -> CaptureResult:
         """Freeze what was captured so far."""
+        self._flush()  # calls made outside a hooked forward of the model itself
         records = []
         for st in self._states:
             ws = weight_stats(st.module)
@@ -355,6 +391,28 @@ def _summaries(st: _State) -> dict[str, LayerAccumulator] | None:
 
     first, other = st.split.results()
     return {"all": deepcopy(st.summary), "first": first, "other": other}
+
+
+def device_q(x: Any, axes: tuple[int, ...], q_dtype: str = "float64") -> Any:
+    """q = mean(x**2) over ``axes``, computed on ``x``'s own device (only q leaves it).
+
+    float64 (where the device has it: not mps): exact to float64 rounding for every float input.
+    float32: with the per-vector scale s = max|x|, q = s**2 * mean((x/s)**2), so that no square
+    overflows (|x| > 1.8e19) or underflows (|x| < 1e-19) in float32; s**2 is formed in float64
+    (float32 on mps), and s == 0 gives q = 0.
+    """
+    import torch
+
+    if q_dtype == "float64" and x.device.type != "mps":
+        xd = x.to(dtype=torch.float64)
+        return (xd * xd).mean(dim=axes)
+    xf = x.to(dtype=torch.float32)
+    s = xf.abs().amax(dim=axes, keepdim=True)
+    scaled = xf / torch.where(s > 0, s, torch.ones_like(s))
+    ms = (scaled * scaled).mean(dim=axes)
+    wide = torch.float32 if x.device.type == "mps" else torch.float64
+    s_out = s.reshape(ms.shape).to(dtype=wide)
+    return s_out * s_out * ms.to(dtype=wide)
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
