@@ -186,24 +186,23 @@ class _Tty(io.StringIO):
 
 
 def test_progress_bar_goes_to_stderr_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rmsnorm_eps.cli.capture_cmd import _run
+    from rmsnorm_eps.cli.capture_cmd import _progress
 
     out, err = io.StringIO(), _Tty()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
-    seen: list[int] = []
-
-    def runner(loaded: object, texts: list[str], **kw: Any) -> int:
-        for n in range(1, len(texts) + 1):
-            kw["progress"](n)
-            seen.append(n)
-        return 0
-
-    _run(object(), ["a", "b", "c"], None, 8, runner)
-    assert seen == [1, 2, 3] and out.getvalue() == ""
-    assert "capturing" in err.getvalue()  # the bar was drawn, on stderr
-    # not a terminal: no bar at all, no progress callback
+    with _progress(3, True) as update:
+        assert update is not None
+        for n in range(1, 4):
+            update(n, 10 * n)
+    assert out.getvalue() == ""
+    text = err.getvalue()
+    assert "capturing" in text and "samples" in text and "tokens/s" in text  # drawn on stderr
+    # not a terminal (or not rank 0): no bar at all, no progress callback
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    calls: list[dict[str, Any]] = []
-    _run(object(), ["a"], None, 8, lambda loaded, texts, **kw: calls.append(kw) or 0)
-    assert calls == [{"max_tokens": None, "batch_size": 8}] and out.getvalue() == ""
+    with _progress(3, True) as update:
+        assert update is None
+    monkeypatch.setattr(sys, "stderr", _Tty())
+    with _progress(3, False) as update:
+        assert update is None
+    assert out.getvalue() == ""
