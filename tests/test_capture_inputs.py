@@ -102,9 +102,11 @@ def test_dataset_files(tmp_path: Path) -> None:
     ds = datasets.Dataset.from_dict({"body": TEXTS})
     ds.to_json(str(tmp_path / "d.jsonl"))
     assert read_dataset(tmp_path / "d.jsonl", field="body") == tuple(TEXTS)
-    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as sink:
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
+    with (
+        pa.OSFile(str(tmp_path / "d.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as writer,
+    ):
+        writer.write_table(table)
     assert read_dataset(tmp_path / "d.arrow", max_samples=3) == tuple(TEXTS[:3])
     datasets.DatasetDict({"train": ds, "test": ds.select([4, 0])}).save_to_disk(
         str(tmp_path / "saved")
@@ -118,7 +120,7 @@ def test_dataset_files(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match="not a dataset file"):
         read_dataset(tmp_path / "d.txt")
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
-    with pytest.raises(InputFileError, match="bad.parquet: cannot read the dataset"):
+    with pytest.raises(InputFileError, match=r"bad\.parquet: cannot read the dataset"):
         read_dataset(tmp_path / "bad.parquet")
     with pytest.raises(InputFileError, match="no such file or directory"):
         read_dataset(tmp_path / "none.parquet")

@@ -260,8 +260,8 @@ class QCapture:
             by_device.setdefault(q.device, []).append(i)
         host: list[Any] = [None] * len(pending)
         for device, idx in by_device.items():
-            # mps has no float64: its q (float32) is widened on the host
-            dt = torch.float32 if device.type == "mps" else getattr(torch, self.q_dtype)
+            # q comes in float64 (s**2 * mean in device_q), except on mps, which has no float64
+            dt = torch.float32 if device.type == "mps" else torch.float64
             flat = torch.cat([pending[i][1].reshape(-1).to(dtype=dt) for i in idx])
             values = flat.cpu().to(dtype=torch.float64)  # the one device -> host copy
             for i, part in zip(idx, values.split([pending[i][1].numel() for i in idx])):
