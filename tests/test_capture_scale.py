@@ -197,11 +197,11 @@ def _runs(
     args = [*model, *(a for t in texts for a in ("--text", t)), *extra]
     runs = {}
     for n in (1, *nprocs):
-        out = tmp_path / f"s{n}.json"
-        r = _capture_cmd(
-            [*args, "--summary-only", "--out", str(out)], None if n == 1 else n, tmp_path
-        )
+        cwd = tmp_path / f"n{n}"  # the same relative --out in every run: it is the source
+        cwd.mkdir(exist_ok=True)
+        r = _capture_cmd([*args, "--summary-only", "--out", "s.json"], None if n == 1 else n, cwd)
         assert r.returncode == 0, r.stderr[-3000:]
+        out = cwd / "s.json"
         runs[n] = (r, out.read_text())
     return runs
 

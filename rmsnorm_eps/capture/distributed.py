@@ -26,6 +26,7 @@ __all__ = [
     "reduce_across_ranks",
     "reduce_capture_documents",
     "reduce_summary",
+    "sum_across_ranks",
     "write_reduced_summary",
 ]
 
@@ -154,10 +155,44 @@ def reduce_summary(report: RatioReport | None, source: str, group: Any = None) -
         ]
         if not shards:
             raise CaptureError("no rank captured anything")
-        report = merge_summaries(shards)
+        report = _unsharded(merge_summaries(shards))
     elif report is None:
         raise CaptureError("no norm module saw a token: nothing was captured")
     return replace(report, source=source, shards=())
+
+
+def _unsharded(report: RatioReport) -> RatioReport:
+    """The report without shard labels on its listed inputs (their indices are already the
+    indices of the whole concatenation)."""
+    from dataclasses import replace
+
+    from rmsnorm_eps.analysis import LayerResult
+
+    def bare(layer: LayerResult | None) -> LayerResult | None:
+        if layer is None:
+            return None
+        return replace(
+            layer,
+            worst=tuple(replace(w, shard=None, shard_index=None) for w in layer.worst),
+            nonfinite_examples=tuple(
+                replace(n, shard=None, shard_index=None) for n in layer.nonfinite_examples
+            ),
+            first_token=bare(layer.first_token),
+            other_tokens=bare(layer.other_tokens),
+        )
+
+    layers = tuple(bare(layer) for layer in report.layers)
+    return replace(report, layers=tuple(ly for ly in layers if ly is not None))
+
+
+def sum_across_ranks(values: list[int], group: Any = None) -> list[int]:
+    """Element-wise sum of every rank's integer list (the list itself outside a job)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(values)
+    gathered = [json.loads(b) for b in all_gather_bytes(json.dumps(values).encode(), group)]
+    return [sum(col) for col in zip(*gathered, strict=True)]
 
 
 def reduce_capture_documents(doc: dict[str, Any] | None, group: Any = None) -> dict[str, Any]:

@@ -267,7 +267,11 @@ def _report(
     """Write this rank's files, reduce over the ranks, and print the report from rank 0."""
     import json
 
-    from rmsnorm_eps.capture.distributed import reduce_capture_documents, reduce_summary
+    from rmsnorm_eps.capture.distributed import (
+        reduce_capture_documents,
+        reduce_summary,
+        sum_across_ranks,
+    )
     from rmsnorm_eps.capture.output import write_config, write_dump
     from rmsnorm_eps.capture.report import capture_document, render_capture_text, summary_report
     from rmsnorm_eps.cli._output import emit
@@ -304,12 +308,14 @@ def _report(
                 typer.echo(rendered, nl=False)
     if lead and config_out is not None:
         write_config(result, config_out, loaded.name, loaded.source)
+    ran_modules = [1 if m.count else 0 for m in result.modules]
+    totals = sum_across_ranks([result.sequences, result.tokens, *ran_modules])
     if lead:
-        count = sum(1 for m in result.modules if m.count)
+        count = sum(1 for n in totals[2:] if n)
         ranks = f" over {job.world} ranks" if job.world > 1 else ""
         summary_line(
-            f"captured {count} norm module(s), {result.sequences} text(s), "
-            f"{result.tokens} tokens{ranks} -> {target}"
+            f"captured {count} norm module(s), {totals[0]} text(s), "
+            f"{totals[1]} tokens{ranks} -> {target}"
         )
 
 
