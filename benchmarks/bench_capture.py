@@ -160,7 +160,9 @@ def main() -> None:
     print("## bytes device -> host per forward pass (hooked minus bare)")
     for name in ("dump mode", "summary-only"):
         print(f"  {name:13s} {moved[name] - moved['no hooks']:>12,d} B")
-    print(f"  q values       {8 * q_values:>12,d} B  ({q_values:,d} float64 values, B*T*H per call)")
+    print(
+        f"  q values       {8 * q_values:>12,d} B  ({q_values:,d} float64 values, B*T*H per call)"
+    )
     print(
         f"  norm inputs    {activations:>12,d} B  (what copying the activations would move: "
         f"{activations / (8 * q_values):.0f}x q)"
