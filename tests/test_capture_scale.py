@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -287,3 +288,51 @@ def test_torchrun_smollm2_summary_equals_one_process(tmp_path: Path) -> None:
     assert runs[2][0].stdout == runs[1][0].stdout
     layers = json.loads(runs[1][1])["layers"]
     assert len(layers) == 61 and layers[0]["first_token"]["count"] == 3
+
+
+# ---------------------------------------------------------------- devices and dtypes
+def test_devices_and_dtypes(monkeypatch: Any) -> None:
+    from rmsnorm_eps.capture.distributed import rank_device
+    from rmsnorm_eps.capture.errors import CaptureError
+    from rmsnorm_eps.capture.loading import placement, resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cpu") == "cpu" and resolve_device("auto") == "cpu"  # no GPU: cpu
+    for bad, message in (
+        ("cuda", "--device cuda: no CUDA device is visible"),
+        ("cuda:1", "--device cuda:1: no CUDA device is visible"),
+        ("gpu\n0", "--device 'gpu\\n0' is not one of cpu, cuda, cuda:N, mps, auto"),
+    ):
+        with pytest.raises(CaptureError, match=re.escape(message)):
+            resolve_device(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resolve_device("cuda") == "cuda:0" and resolve_device("auto") == "auto"
+    with pytest.raises(CaptureError, match="only 2 CUDA device"):
+        resolve_device("cuda:2")
+    assert placement("auto", "bf16") == {"dtype": torch.bfloat16, "device_map": "auto"}
+    assert placement("cpu", "fp16") == {"dtype": torch.float16}  # plain load on the CPU
+    assert placement("cuda:1", "float32") == {"dtype": torch.float32, "device_map": "cuda:1"}
+    with pytest.raises(CaptureError, match="dtype must be one of"):
+        placement("cpu", "int8")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert rank_device("cuda") == "cuda:3" and rank_device("cuda:1") == "cuda:1"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rank_device("cuda") == "cuda"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_cli_half_precision_models(
+    dtype: str, model_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    out = tmp_path / "q.npz"
+    r = cli(
+        "capture", "--model", str(model_dir), "--text", TEXTS[0], "--text", TEXTS[1],
+        "--dtype", dtype, "--device", "auto", "--out", str(out), "--format", "json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    want = {"fp16": "float16", "bf16": "bfloat16"}[dtype]
+    assert {m["input_dtype"] for m in doc["modules"]} == {want} and doc["tokens"] == 12

@@ -45,6 +45,10 @@ def init_from_env(device: str) -> tuple[int, int]:
         raise CaptureError("WORLD_SIZE > 1 but this torch has no torch.distributed")
     if not dist.is_initialized():
         backend = "nccl" if device.startswith(("cuda", "auto")) else "gloo"
+        if device.startswith("cuda:"):
+            import torch
+
+            torch.cuda.set_device(int(device[5:]))  # nccl's collectives run on this GPU
         dist.init_process_group(backend=backend, init_method="env://")
     return dist.get_rank(), dist.get_world_size()
 
