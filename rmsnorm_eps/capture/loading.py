@@ -55,6 +55,7 @@ def resolve_device(device: str) -> str:
     """Check a ``--device`` value against what this machine has and return the device to use:
     ``cpu``, ``cuda`` (the current CUDA device), ``cuda:N``, ``mps``, or ``auto`` (accelerate's
     ``device_map="auto"`` over the visible GPUs; ``cpu`` when none is visible)."""
+    _require("torch")
     import torch
 
     name = device.strip().lower()
