@@ -404,8 +404,10 @@ def device_q(x: Any, axes: tuple[int, ...], q_dtype: str = "float64") -> Any:
     import torch
 
     if q_dtype == "float64" and x.device.type != "mps":
-        xd = x.to(dtype=torch.float64)
-        return (xd * xd).mean(dim=axes)
+        # ||x||_2 accumulated in float64, squared: sum(x**2) to float64 rounding
+        n = math.prod(int(x.shape[a]) for a in axes)
+        norm = torch.linalg.vector_norm(x, ord=2, dim=axes, dtype=torch.float64)
+        return norm.square_().div_(n)
     xf = x.to(dtype=torch.float32)
     s = xf.abs().amax(dim=axes, keepdim=True)
     scaled = xf / torch.where(s > 0, s, torch.ones_like(s))
