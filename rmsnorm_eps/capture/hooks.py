@@ -9,8 +9,11 @@ Usage::
 A pre-hook on the model itself reads ``input_ids`` (or ``inputs_embeds``) and a 2-D
 ``attention_mask`` from each call, so every norm knows the batch size B, the sequence length T
 and which tokens are padding. A pre-hook on each norm module computes, from the module's input
-x, ``q = mean(x**2)`` over the normalized trailing axes in float64 (or float32), whatever the
-activation dtype. Inputs may be:
+x, ``q = mean(x**2)`` over the normalized trailing axes on x's own device (:func:`device_q`:
+float64, or float32 with a per-vector scale), whatever the activation dtype, and keeps it
+there; after each forward pass of the model, the pending q of every module are copied to the
+host at once (one copy per device) and stored. Only these B·T·H values leave the device.
+Inputs may be:
 
 * ``[B, T, D]`` (a token norm), or ``[B*T, D]``;
 * ``[B, T, H, D]`` or ``[B, H, T, D]`` (per-head q/k norms over head_dim D; the layout is the one
