@@ -37,7 +37,7 @@ DOC_MIN_RATIO = {
 
 
 def test_needs_text(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = cli("capture", "--model", str(tmp_path), "--out", str(tmp_path / "d.npz"))
+    r = cli("capture", "--model", str(tmp_path), "--save-data", str(tmp_path / "d.npz"))
     assert r.exit_code == 2 and "--text" in r.stderr
     f = tmp_path / "t.txt"
     f.write_text("x\n")
@@ -49,7 +49,7 @@ def test_needs_text(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def
         "a",
         "--text-file",
         str(f),
-        "--out",
+        "--save-data",
         str(tmp_path / "d.npz"),
     )
     assert r.exit_code == 2 and "not both" in r.stderr
@@ -58,24 +58,50 @@ def test_needs_text(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def
 def test_bad_text_file_and_model_dir(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     f = tmp_path / "t.txt"
     f.write_bytes(b"\xff\xfe bad")
-    r = cli("capture", "--model", str(tmp_path), "--text-file", str(f), "--out", "d.npz")
+    r = cli("capture", "--model", str(tmp_path), "--text-file", str(f), "--save-data", "d.npz")
     assert r.exit_code == 2 and "t.txt: not UTF-8 text" in r.stderr
     f.write_text("\n  \n")
-    r = cli("capture", "--model", str(tmp_path), "--text-file", str(f), "--out", "d.npz")
+    r = cli("capture", "--model", str(tmp_path), "--text-file", str(f), "--save-data", "d.npz")
     assert r.exit_code == 2 and "holds no text" in r.stderr
-    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz")
+    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--save-data", "d.npz")
     assert r.exit_code == 2 and "not a model directory: no config.json" in r.stderr
-    r = cli("capture", "--model", str(tmp_path / "none"), "--text", "hi", "--out", "d.npz")
+    r = cli("capture", "--model", str(tmp_path / "none"), "--text", "hi", "--save-data", "d.npz")
     assert r.exit_code == 2 and "none: no such directory" in r.stderr
     r = cli(
-        "capture", "--model", str(tmp_path), "--gguf", "m.gguf", "--text", "hi", "--out", "d.npz"
+        "capture",
+        "--model",
+        str(tmp_path),
+        "--gguf",
+        "m.gguf",
+        "--text",
+        "hi",
+        "--save-data",
+        "d.npz",
     )
     assert r.exit_code == 2 and "m.gguf: no such GGUF file" in r.stderr
     r = cli(
-        "capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz", "--dtype", "float16"
+        "capture",
+        "--model",
+        str(tmp_path),
+        "--text",
+        "hi",
+        "--save-data",
+        "d.npz",
+        "--dtype",
+        "int8",
     )
-    assert r.exit_code == 2 and "float16" in r.stderr
-    r = cli("capture", "--model", str(tmp_path), "--text", "hi", "--out", "d.npz", "--delta", "0.1")
+    assert r.exit_code == 2 and "int8" in r.stderr
+    r = cli(
+        "capture",
+        "--model",
+        str(tmp_path),
+        "--text",
+        "hi",
+        "--save-data",
+        "d.npz",
+        "--delta",
+        "0.1",
+    )
     assert r.exit_code == 2 and "--summary-only" in r.stderr
 
 
@@ -105,7 +131,16 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
     args = [a for t in TEXTS for a in ("--text", t)]
     # rmsnorm-eps capture --model "$D" --gguf ... --text ... --out q.npz --config-out smollm2.yaml
     r = cli(
-        "capture", "--model", d, "--gguf", GGUF, *args, "--out", str(dump), "--config-out", str(cfg)
+        "capture",
+        "--model",
+        d,
+        "--gguf",
+        GGUF,
+        *args,
+        "--save-data",
+        str(dump),
+        "--config-out",
+        str(cfg),
     )
     assert r.exit_code == 0, r.stderr
     assert (
@@ -149,7 +184,9 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
         assert layers[name]["min_ratio"] == pytest.approx(ratio, rel=2e-3), name
     # --summary-only on the same texts: `merge` reports from it what ratio found in the dump
     summ = tmp_path / "s.json"
-    r = cli("capture", "--model", d, "--gguf", GGUF, *args, "--out", str(summ), "--summary-only")
+    r = cli(
+        "capture", "--model", d, "--gguf", GGUF, *args, "--save-data", str(summ), "--summary-only"
+    )
     assert r.exit_code == 0, r.stderr
     r = cli("merge", str(summ), "--format", "json")
     assert r.exit_code == 0, r.stderr
@@ -159,3 +196,23 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
             assert part["count"] == want["count"] and part["min_q"] == want["min_q"]
             assert part["decades"] == want["decades"]
             assert [w["index"] for w in part["worst"]] == [w["index"] for w in want["worst"]]
+
+
+def test_out_is_a_deprecated_spelling_of_save_data(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("capture", "--model", str(tmp_path / "none"), "--text", "hi", "--out", "d.npz")
+    assert r.exit_code == 2
+    assert "warning: --out is deprecated, use --save-data" in r.stderr
+    r = cli(
+        "capture", "--model", str(tmp_path), "--text", "hi", "--out", "a.npz", "--save-data", "b"
+    )
+    assert r.exit_code == 2 and "give --save-data once" in r.stderr
+
+
+def test_an_output_that_is_the_text_file_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    texts = tmp_path / "t.txt"
+    texts.write_text("hello\n", encoding="utf-8")
+    r = cli(
+        "capture", "--model", str(tmp_path), "--text-file", str(texts), "--save-data", str(texts)
+    )
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert texts.read_text(encoding="utf-8") == "hello\n"

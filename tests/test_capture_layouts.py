@@ -56,7 +56,7 @@ def _run(cli: Callable[..., Any], d: Path, out: Path, batch: int) -> dict[str, A
         "--model",
         str(d),
         *args,
-        "--out",
+        "--save-data",
         str(out),
         "--batch-size",
         str(batch),

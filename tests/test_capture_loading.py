@@ -78,7 +78,7 @@ def _capture(cli: Callable[..., Any], d: Path, tmp: Path) -> tuple[dict[str, Any
         "--model",
         str(d),
         *args,
-        "--out",
+        "--save-data",
         str(out),
         "--config-out",
         str(cfg),
@@ -137,7 +137,7 @@ def test_unsupported_architecture_is_named_in_one_line(
     cfg = json.loads((d / "config.json").read_text())
     cfg["architectures"] = ["BertForImageSegmentation\x1b[31m" + "x" * 500]
     (d / "config.json").write_text(json.dumps(cfg))
-    r = cli("capture", "--model", str(d), "--text", "hello", "--out", str(tmp_path / "o.npz"))
+    r = cli("capture", "--model", str(d), "--text", "hello", "--save-data", str(tmp_path / "o.npz"))
     assert r.exit_code == 2
     line = r.stderr.strip()
     assert "\n" not in line and len(line) < 600 and "\x1b" not in line

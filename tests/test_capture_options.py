@@ -44,7 +44,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _capture(cli: Callable[..., Any], d: Path, out: Path, *extra: str) -> dict[str, Any]:
     args = [a for t in TEXTS for a in ("--text", t)]
-    r = cli("capture", "--model", str(d), *args, "--out", str(out), "--format", "json", *extra)
+    r = cli(
+        "capture", "--model", str(d), *args, "--save-data", str(out), "--format", "json", *extra
+    )
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)  # stdout holds the document and nothing else
 
@@ -69,7 +71,15 @@ def test_max_tokens_truncates_and_counts(
         assert z["model.layers.0.input_layernorm::position"].tolist() == [0, 1, 2, 3, 0, 1, 2]
         assert z["model.layers.0.input_layernorm::batch"].tolist() == [0, 0, 0, 0, 1, 1, 1]
     r = cli(
-        "capture", "--model", str(model_dir), "--text", "x", "--out", "q.npz", "--max-tokens", "0"
+        "capture",
+        "--model",
+        str(model_dir),
+        "--text",
+        "x",
+        "--save-data",
+        "q.npz",
+        "--max-tokens",
+        "0",
     )
     assert r.exit_code == 2 and "--max-tokens" in r.stderr
 
@@ -137,7 +147,7 @@ def test_layer_norm_is_found_and_a_listed_non_norm_is_listed_as_unknown(
         "--model",
         str(model_dir),
         *args,
-        "--out",
+        "--save-data",
         str(tmp_path / "c.npz"),
         "--module",
         "lm_head",
@@ -149,7 +159,7 @@ def test_layer_norm_is_found_and_a_listed_non_norm_is_listed_as_unknown(
         str(model_dir),
         "--text",
         "hello",
-        "--out",
+        "--save-data",
         str(tmp_path / "c"),
         "--module",
         "model.nope*",
@@ -167,7 +177,7 @@ def test_summary_only_cli_writes_what_merge_reads(
         "--model",
         str(model_dir),
         *args,
-        "--out",
+        "--save-data",
         str(s),
         "--summary-only",
         "--format",
@@ -192,24 +202,23 @@ class _Tty(io.StringIO):
 
 
 def test_progress_bar_goes_to_stderr_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rmsnorm_eps.cli.capture_cmd import _run
+    from rmsnorm_eps.cli.capture_cmd import _progress
 
     out, err = io.StringIO(), _Tty()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
-    seen: list[int] = []
-
-    def runner(loaded: object, texts: list[str], **kw: Any) -> int:
-        for n in range(1, len(texts) + 1):
-            kw["progress"](n)
-            seen.append(n)
-        return 0
-
-    _run(object(), ["a", "b", "c"], None, 8, runner)
-    assert seen == [1, 2, 3] and out.getvalue() == ""
-    assert "capturing" in err.getvalue()  # the bar was drawn, on stderr
-    # not a terminal: no bar at all, no progress callback
+    with _progress(3, True) as update:
+        assert update is not None
+        for n in range(1, 4):
+            update(n, 10 * n)
+    assert out.getvalue() == ""
+    text = err.getvalue()
+    assert "capturing" in text and "samples" in text and "tokens/s" in text  # drawn on stderr
+    # not a terminal (or not rank 0): no bar at all, no progress callback
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    calls: list[dict[str, Any]] = []
-    _run(object(), ["a"], None, 8, lambda loaded, texts, **kw: calls.append(kw) or 0)
-    assert calls == [{"max_tokens": None, "batch_size": 8}] and out.getvalue() == ""
+    with _progress(3, True) as update:
+        assert update is None
+    monkeypatch.setattr(sys, "stderr", _Tty())
+    with _progress(3, False) as update:
+        assert update is None
+    assert out.getvalue() == ""

@@ -29,7 +29,7 @@ SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_tex
 
 def _run(cli: Callable[..., Any], d: Path, out: Path, fmt: str, *extra: str) -> Any:
     args = [a for t in TEXTS for a in ("--text", t)]
-    r = cli("capture", "--model", str(d), *args, "--out", str(out), "--format", fmt, *extra)
+    r = cli("capture", "--model", str(d), *args, "--save-data", str(out), "--format", fmt, *extra)
     assert r.exit_code == 0, r.stderr
     return r
 

@@ -406,32 +406,55 @@ class QCapture:
             self._flush()
 
     def _flush(self) -> None:
-        """Copy the pending q values to the host (one number per vector) and store them."""
+        """Copy the pending q values to the host (one number per vector) and store them.
+
+        One device -> host copy per device per forward pass (the pending q of every module
+        call are concatenated on their device first), not one per hook call: the forward pass
+        runs without a host synchronization inside it.
+        """
         import torch
 
         pending, self._pending = self._pending, []
-        for p in pending:
-            st = p.state
-            q_host = p.q.detach().to("cpu")
-            heads = int(q_host.shape[2])
-            pos_all = torch.cumsum(p.mask.to(torch.int64), dim=1) - 1
-            b_idx, t_idx = torch.nonzero(p.mask, as_tuple=True)
-            qv = q_host[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)
-            if self.q_dtype == "float32":
-                qv = qv.astype(np.float32).astype(np.float64)
-            n = int(b_idx.numel())
-            batch = np.repeat((b_idx + p.offset).numpy().astype(np.int64), heads)
-            position = np.repeat(pos_all[b_idx, t_idx].numpy().astype(np.int64), heads)
-            head = np.tile(np.arange(heads, dtype=np.int64), n)
-            st.count += int(qv.size)
-            if self.summary_only:
-                self._fold(st, qv, position)
-            else:
-                st.q.append(qv)
-                st.batch.append(batch)
-                st.position.append(position)
-                st.head.append(head)
-                st.call.append(np.full(qv.size, p.call, dtype=np.int64))
+        if not pending:
+            return
+        by_device: dict[Any, list[int]] = {}
+        for i, p in enumerate(pending):
+            by_device.setdefault(p.q.device, []).append(i)
+        host: list[Any] = [None] * len(pending)
+        for device, idx in by_device.items():
+            wide = torch.float32 if device.type == "mps" else torch.float64  # mps: no float64
+            flat = torch.cat([pending[i].q.detach().reshape(-1).to(dtype=wide) for i in idx])
+            values = flat.to("cpu").to(dtype=torch.float64)  # the one copy for this device
+            parts = values.split([pending[i].q.numel() for i in idx])
+            for i, part in zip(idx, parts, strict=True):
+                host[i] = part.reshape(pending[i].q.shape)
+        for p, q_host in zip(pending, host, strict=True):
+            self._store(p, q_host)
+
+    def _store(self, p: _Pending, q_host: Any) -> None:
+        """Keep (or fold) the real tokens' q of one module call (``q_host`` [B, T, H])."""
+        import torch
+
+        st = p.state
+        heads = int(q_host.shape[2])
+        pos_all = torch.cumsum(p.mask.to(torch.int64), dim=1) - 1
+        b_idx, t_idx = torch.nonzero(p.mask, as_tuple=True)
+        qv = q_host[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)
+        if self.q_dtype == "float32":
+            qv = qv.astype(np.float32).astype(np.float64)
+        n = int(b_idx.numel())
+        batch = np.repeat((b_idx + p.offset).numpy().astype(np.int64), heads)
+        position = np.repeat(pos_all[b_idx, t_idx].numpy().astype(np.int64), heads)
+        head = np.tile(np.arange(heads, dtype=np.int64), n)
+        st.count += int(qv.size)
+        if self.summary_only:
+            self._fold(st, qv, position)
+        else:
+            st.q.append(qv)
+            st.batch.append(batch)
+            st.position.append(position)
+            st.head.append(head)
+            st.call.append(np.full(qv.size, p.call, dtype=np.int64))
 
     def _fold(self, st: _State, q: np.ndarray, position: np.ndarray) -> None:
         """Fold the q values exactly as the dump stores them (float32), so that a summary equals

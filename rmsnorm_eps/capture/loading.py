@@ -24,7 +24,16 @@ from typing import Any
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
-__all__ = ["LoadedModel", "load_model", "model_family", "run_texts"]
+__all__ = [
+    "DTYPES",
+    "LoadedModel",
+    "input_device",
+    "load_model",
+    "model_family",
+    "placement",
+    "resolve_device",
+    "run_texts",
+]
 
 _CAUSAL = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 _ENCODER = (
@@ -55,6 +64,7 @@ class LoadedModel:
     name: str
     source: str
     family: str = "causal"
+    device: str = "cpu"
 
 
 def model_family(config: Any) -> str:
@@ -77,6 +87,74 @@ def model_family(config: Any) -> str:
     raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
 
 
+# --dtype names and their aliases -> the torch dtype name
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+
+
+def resolve_device(device: str) -> str:
+    """Check a ``--device`` value against what this machine has and return the device to use:
+    ``cpu``, ``cuda`` (the current CUDA device), ``cuda:N``, ``mps``, or ``auto`` (accelerate's
+    ``device_map="auto"`` over the visible GPUs; ``cpu`` when none is visible)."""
+    _require("torch")
+    import torch
+
+    name = device.strip().lower()
+    if name in ("cpu", "mps", "auto", "cuda") or (name.startswith("cuda:") and name[5:].isdigit()):
+        pass
+    else:
+        raise CaptureError(f"--device {device[:40]!r} is not one of cpu, cuda, cuda:N, mps, auto")
+    cuda_n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name == "auto":
+        return "auto" if cuda_n else "cpu"
+    if name.startswith("cuda"):
+        if not cuda_n:
+            raise CaptureError(f"--device {name}: no CUDA device is visible to torch")
+        index = int(name[5:]) if ":" in name else torch.cuda.current_device()
+        if index >= cuda_n:
+            raise CaptureError(f"--device {name}: only {cuda_n} CUDA device(s) are visible")
+        return f"cuda:{index}"
+    if name == "mps" and not (
+        getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
+    ):
+        raise CaptureError("--device mps: the MPS backend is not available here")
+    return name
+
+
+def placement(device: str, dtype: str) -> dict[str, Any]:
+    """``from_pretrained`` keywords that load the model in ``dtype`` onto ``device`` (a value
+    of :func:`resolve_device`): ``auto`` spreads the layers over the visible GPUs with
+    accelerate (``device_map="auto"``); any other device gets the whole model."""
+    import torch
+
+    canonical = DTYPES.get(dtype)
+    if canonical is None:
+        raise CaptureError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype[:40]!r}")
+    kw: dict[str, Any] = {"dtype": getattr(torch, canonical)}
+    if device != "cpu":  # on the CPU, the plain load (no device map) as before
+        kw["device_map"] = device
+    return kw
+
+
+def input_device(model: Any) -> Any:
+    """Where the model's inputs go: the device of its input embeddings (the first layer under
+    ``device_map="auto"``), else of its first parameter."""
+    import torch
+
+    try:
+        return model.get_input_embeddings().weight.device
+    except (AttributeError, NotImplementedError):
+        for p in model.parameters():
+            return p.device
+    return torch.device("cpu")
+
+
 def _require(package: str) -> None:
     import importlib.util
 
@@ -85,9 +163,13 @@ def _require(package: str) -> None:
 
 
 def load_model(
-    directory: str | os.PathLike[str], gguf: str | None = None, dtype: str = "float32"
+    directory: str | os.PathLike[str],
+    gguf: str | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
 ) -> LoadedModel:
-    """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline."""
+    """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline,
+    in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`)."""
     for package in ("torch", "transformers", "accelerate"):
         _require(package)
     if gguf is not None:
@@ -109,7 +191,6 @@ def load_model(
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
         os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
     import transformers
     from transformers import (
         AutoConfig,
@@ -122,9 +203,7 @@ def load_model(
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
-    if torch_dtype is None:
-        raise CaptureError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    where_to = placement(resolve_device(device), dtype)
     kw: dict[str, Any] = {"local_files_only": True}
     if gguf is not None:
         kw["gguf_file"] = gguf
@@ -136,7 +215,7 @@ def load_model(
             "encoder-decoder": AutoModelForSeq2SeqLM,
             "encoder": AutoModel,
         }[family]
-        model = auto.from_pretrained(str(d), dtype=torch_dtype, **kw)
+        model = auto.from_pretrained(str(d), **where_to, **kw)
     except (OSError, ValueError, KeyError) as exc:
         where = d / gguf if gguf else d
         raise InputFileError(
@@ -149,7 +228,9 @@ def load_model(
     tokenizer.padding_side = "right"
     name = Path(gguf).stem if gguf else d.name
     source = f"live modules of {d / gguf if gguf else d} (transformers {transformers.__version__})"
-    return LoadedModel(model, tokenizer, name, source, family)
+    return LoadedModel(
+        model, tokenizer, name, source, family, str(where_to.get("device_map", "cpu"))
+    )
 
 
 def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:
@@ -172,6 +253,7 @@ def run_texts(
 
     if not texts:
         raise CaptureError("no text to run")
+    target = input_device(loaded.model)
     tok = loaded.tokenizer
     total = 0
     done = 0
@@ -196,13 +278,13 @@ def run_texts(
         with torch.no_grad():
             if loaded.family == "encoder-decoder":
                 loaded.model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    decoder_input_ids=_shift_right(loaded.model.config, ids),
-                    decoder_attention_mask=mask,
+                    input_ids=ids.to(target),
+                    attention_mask=mask.to(target),
+                    decoder_input_ids=_shift_right(loaded.model.config, ids).to(target),
+                    decoder_attention_mask=mask.to(target),
                 )
             else:
-                loaded.model(input_ids=ids, attention_mask=mask)
+                loaded.model(input_ids=ids.to(target), attention_mask=mask.to(target))
         total += int(enc["attention_mask"].sum())
         done += len(chunk)
         if progress is not None:

@@ -26,6 +26,9 @@ class CaptureReport:
     result: CaptureResult
     model: str
     outputs: dict[str, str | None]
+    #: the capture document when it was built elsewhere (reduced over torchrun ranks); else
+    #: the reporter builds it from ``result``
+    document: dict[str, Any] | None = None
 
 
 def not_analysed(result: CaptureResult) -> list[str]:

@@ -3,34 +3,65 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_OK, app, usage_error
-from rmsnorm_eps.cli._output import check_format, format_option, output_option, summary_line
+from rmsnorm_eps.cli._options import (
+    DeprecatedOutOpt,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    data_output,
+)
+from rmsnorm_eps.cli._output import summary_line
 
 
-def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
-    from rmsnorm_eps.dumps import check_regular_file
-    from rmsnorm_eps.errors import InputFileError
+class ModelDtype(str, Enum):
+    """``--dtype``: the model's dtype (fp32, bf16, fp16 are aliases)."""
 
-    if texts and text_file is not None:
-        raise usage_error("give either --text or --text-file, not both")
-    if text_file is None:
-        if not texts:
-            raise usage_error('give the input: --text "..." (repeatable) or --text-file F')
-        return list(texts)
-    check_regular_file(text_file)
-    try:
-        content = text_file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(text_file, f"not UTF-8 text (byte {exc.start})") from None
-    lines = [line for line in content.splitlines() if line.strip()]
-    if not lines:
-        raise InputFileError(text_file, "holds no text (one text per non-empty line)")
-    return lines
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+def _read_texts(
+    texts: list[str],
+    text_file: Path | None,
+    field: str | None,
+    dataset: Path | None,
+    split: str,
+    max_samples: int | None,
+) -> tuple[str, ...]:
+    """The texts of the one source given (``--text``, ``--text-file`` or ``--dataset``), at
+    most ``max_samples`` of them."""
+    from rmsnorm_eps.capture.inputs import read_dataset, read_text_file
+
+    given = [
+        n for n, v in (("--text", texts), ("--text-file", text_file), ("--dataset", dataset)) if v
+    ]
+    if len(given) > 1:
+        raise usage_error(f"give one input: {' or '.join(given)}, not both")
+    if not given:
+        raise usage_error(
+            'give the input: --text "..." (repeatable), --text-file F or --dataset PATH'
+        )
+    if field is not None and text_file is None and dataset is None:
+        raise usage_error("--field applies to --text-file (JSON Lines) and --dataset")
+    if dataset is not None:
+        return read_dataset(dataset, split=split, field=field or "text", max_samples=max_samples)
+    out = read_text_file(text_file, field) if text_file is not None else tuple(texts)
+    return out[:max_samples] if max_samples is not None else out
 
 
 @app.command(
@@ -38,124 +69,316 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
     short_help="Record q per token at every norm of a local model (offline), with the live eps.",
     epilog=(
         "Examples:\n\n"
-        '  rmsnorm-eps capture --model ./SmolLM2 --text "Hello there" --out q.npz '
+        '  rmsnorm-eps capture --model ./SmolLM2 --text "Hello there" --save-data q.npz '
         "--config-out smollm2.yaml\n\n"
-        "  rmsnorm-eps capture --model DIR --gguf model.gguf --text-file texts.txt --out q.npz\n\n"
-        "  rmsnorm-eps capture --model DIR --text-file big.txt --summary-only --out s.json\n\n"
+        "  rmsnorm-eps capture --model DIR --gguf model.gguf --text-file texts.txt "
+        "--save-data q.npz\n\n"
+        "  rmsnorm-eps capture --model DIR --text-file big.txt --summary-only "
+        "--save-data s.json\n\n"
+        "  rmsnorm-eps capture --model DIR --device cuda --dtype bf16 --dataset data.parquet "
+        "--field text --max-samples 2000 --summary-only --save-data s.json\n\n"
+        "  torchrun --nproc-per-node 4 -m rmsnorm_eps capture --model DIR --device cuda "
+        "--dataset data.parquet --summary-only --save-data s.json\n\n"
         "  rmsnorm-eps merge s.json s2.json   (summaries of capture runs merge exactly)\n\n"
         "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text)."
     ),
 )
 def capture(
-    model: Path = typer.Option(..., "--model", help="Local Hugging Face model directory."),
-    gguf: str = typer.Option(None, "--gguf", help="GGUF file name inside --model to load."),
-    text: list[str] = typer.Option(None, "--text", help="A text to run (repeatable)."),
-    text_file: Path = typer.Option(
-        None, "--text-file", help="UTF-8 file: one text per non-empty line."
-    ),
-    max_tokens: int = typer.Option(
-        None, "--max-tokens", min=1, help="Truncate each text to N tokens."
-    ),
-    dtype: str = typer.Option("float32", "--dtype", help="Model dtype: float32 or bfloat16."),
-    out: Path = typer.Option(
-        ...,
-        "--out",
-        help="Dump (.npz: q per module, with ::position and ::batch), or with "
-        "--summary-only the mergeable summary (JSON, read by `rmsnorm-eps merge`).",
-        dir_okay=False,
-    ),
-    config_out: Path = typer.Option(
-        None, "--config-out", help="Write the live settings as a YAML config.", dir_okay=False
-    ),
-    summary_only: bool = typer.Option(
-        False,
-        "--summary-only",
-        help="Keep bounded-memory summaries instead of every q; "
-        "prints the ratio report (needs the bound: --delta or --min-ratio).",
-    ),
-    delta: float = typer.Option(None, "--delta", help="Bound for --summary-only (default 0.01)."),
-    min_ratio: float = typer.Option(None, "--min-ratio", help="Bound as a minimum q/eps."),
-    module: list[str] = typer.Option(
-        None, "--module", help="Also hook this module name or glob (repeatable)."
-    ),
-    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per forward pass."),
-    fmt: str = format_option(),
-    output: Path = output_option(),
+    model: Annotated[Path, typer.Option("--model", help="Local Hugging Face model directory.")],
+    save_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-data",
+            help="Dump to write (.npz: q per module, with ::position and ::batch, the sample "
+            "index), or with --summary-only the mergeable summary (JSON, read by `rmsnorm-eps "
+            "merge`). Under torchrun a dump path needs {rank}: q-rank{rank}.npz.",
+            dir_okay=False,
+            metavar="FILE",
+        ),
+    ] = None,
+    out: DeprecatedOutOpt = None,
+    gguf: Annotated[
+        str | None, typer.Option("--gguf", help="GGUF file name inside --model to load.")
+    ] = None,
+    text: Annotated[
+        list[str] | None, typer.Option("--text", help="A text to run (repeatable).")
+    ] = None,
+    text_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--text-file",
+            help="UTF-8 file: one text per non-empty line, or JSON Lines (.jsonl/.ndjson, or "
+            "with --field): the text in field --field (default 'text').",
+        ),
+    ] = None,
+    field: Annotated[
+        str | None,
+        typer.Option("--field", help="JSON Lines key or dataset column holding the text."),
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help="Local dataset (extra [datasets]): a .parquet, .arrow, .jsonl, .json or .csv "
+            "file, or a save_to_disk directory. Offline.",
+        ),
+    ] = None,
+    split: Annotated[
+        str, typer.Option("--split", help="Split of a save_to_disk dataset directory.")
+    ] = "train",
+    max_samples: Annotated[
+        int | None, typer.Option("--max-samples", min=1, help="Run only the first N texts.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Truncate each text to N tokens.")
+    ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="cpu, cuda (under torchrun: cuda:LOCAL_RANK), cuda:N, mps, or auto "
+            "(accelerate's device_map=auto over the visible GPUs; cpu when there is none).",
+        ),
+    ] = "cpu",
+    dtype: Annotated[
+        ModelDtype, typer.Option("--dtype", help="Model dtype.", case_sensitive=False)
+    ] = ModelDtype.float32,
+    config_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--config-out", help="Write the live settings as a YAML config.", dir_okay=False
+        ),
+    ] = None,
+    summary_only: Annotated[
+        bool,
+        typer.Option(
+            "--summary-only",
+            help="Keep bounded-memory summaries instead of every q; "
+            "prints the ratio report (needs the bound: --delta or --min-ratio).",
+        ),
+    ] = False,
+    delta: Annotated[
+        float | None, typer.Option("--delta", help="Bound for --summary-only (default 0.01).")
+    ] = None,
+    min_ratio: Annotated[
+        float | None, typer.Option("--min-ratio", help="Bound as a minimum q/eps.")
+    ] = None,
+    module: Annotated[
+        list[str] | None,
+        typer.Option("--module", help="Also hook this module name or glob (repeatable)."),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")
+    ] = 8,
+    sort_by_length: Annotated[
+        bool,
+        typer.Option(
+            "--sort-by-length/--keep-order",
+            help="Batch the texts by token count (less padding on datasets of mixed lengths; "
+            "ties by input order) or in input order (the default). Dumps map every q to its "
+            "text's index either way.",
+        ),
+    ] = False,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
 ) -> None:
     """Run texts through a local model (offline) and record q = mean(x^2) at every RMSNorm.
 
     Per token (and per head for q/k norms), with its position; per module the live eps (read
     from the running module, torch's eps=None resolved), dim, gain (w or 1+w), input dtype.
+    q is reduced on the model's device; only the per-vector q values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
-    from rmsnorm_eps.capture.hooks import QCapture
-    from rmsnorm_eps.capture.loading import load_model, run_texts
-    from rmsnorm_eps.capture.output import write_config, write_dump
-    from rmsnorm_eps.capture.report import CaptureReport, summary_report
-    from rmsnorm_eps.merge import write_summary
+    from rmsnorm_eps.capture.distributed import init_from_env, rank_device
+    from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
+    from rmsnorm_eps.cli._paths import check_outputs
 
-    check_format(fmt)
-    if dtype not in ("float32", "bfloat16"):
-        raise typer.BadParameter(f"{dtype!r} is not float32 or bfloat16", param_hint="'--dtype'")
+    out = data_output(save_data, out, "the dump or summary to write")
+    check_outputs(
+        [("--text-file", text_file), ("--dataset", dataset), ("--model", model)],
+        [("--save-data", out), ("--config-out", config_out), ("-o/--output", output)],
+    )
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
-    texts = _read_texts(text or [], text_file)
+    texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
     d_value, ratio = resolve_bound(delta, min_ratio)
-    loaded = load_model(model, gguf, dtype)
-    with QCapture(
-        loaded.model,
-        names=module or (),
-        summary_only=summary_only,
-        min_ratio=ratio if summary_only else None,
-    ) as cap:
-        _run(loaded, texts, max_tokens, batch_size, run_texts)
-    result = cap.result()
-    report = summary_report(result, d_value, str(out)) if summary_only else None
-    if report is not None:
-        write_summary(report, out)  # the summary `rmsnorm-eps merge` reads
-    else:
-        write_dump(result, out)
-    if config_out is not None:
-        write_config(result, config_out, loaded.name, loaded.source)
-    outputs = {
-        "dump" if not summary_only else "summary": str(out),
-        "config": str(config_out) if config_out else None,
-    }
-    from rmsnorm_eps.cli._output import emit
+    where = resolve_device(rank_device(device))
+    rank, world = init_from_env(where)
+    if world > 1 and not summary_only and "{rank}" not in str(out):
+        raise usage_error("under torchrun each rank writes its own dump: put {rank} in --save-data")
+    try:
+        loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        job = _Job(rank, world, summary_only, ratio if summary_only else None)
+        result, order = _capture(
+            loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
+        )
+        _report(result, order, loaded, job, d_value, out, config_out, fmt.value, output)
+    finally:
+        if world > 1:
+            import torch.distributed as dist
 
-    if report is not None:
-        emit(report, fmt, output)
-    else:
-        emit(CaptureReport(result, loaded.name, outputs), fmt, output)
-    ran = sum(1 for m in result.modules if m.count)
-    summary_line(
-        f"captured {ran} norm module(s), {result.sequences} text(s), "
-        f"{result.tokens} tokens -> {out}"
-    )
+            if dist.is_initialized():
+                dist.destroy_process_group()
     raise typer.Exit(EXIT_OK)
 
 
-def _run(
-    loaded: object,
-    texts: list[str],
+@dataclass(frozen=True)
+class _Job:
+    """This process's place in the job and the capture mode."""
+
+    rank: int
+    world: int
+    summary_only: bool
+    min_ratio: float | None
+
+
+def _capture(
+    loaded: Any,
+    texts: tuple[str, ...],
+    job: _Job,
+    modules: Sequence[str],
     max_tokens: int | None,
     batch_size: int,
-    run_texts: Callable[..., int],
+    sort_by_length: bool,
+) -> tuple[Any, list[int]]:
+    """Tokenize every text, plan the batches, run this rank's share under the hooks; returns
+    the capture and the sample index of each sequence it ran, in run order."""
+    from rmsnorm_eps.capture.hooks import QCapture
+    from rmsnorm_eps.capture.inputs import plan_batches, run_batches, shard_batches, tokenize
+    from rmsnorm_eps.capture.loading import input_device
+
+    ids = tokenize(loaded.tokenizer, texts, max_tokens)
+    plan = plan_batches([len(r) for r in ids], batch_size, sort_by_length)
+    mine = shard_batches(plan, job.rank, job.world)
+    order = [i for b in mine for i in b.samples]
+    pad = loaded.tokenizer.pad_token_id
+    with (
+        QCapture(
+            loaded.model, names=modules, summary_only=job.summary_only, min_ratio=job.min_ratio
+        ) as cap,
+        _progress(len(order), job.rank == 0) as progress,
+    ):
+        run_batches(
+            loaded.model,
+            ids,
+            mine,
+            pad_id=int(pad if pad is not None else 0),
+            device=input_device(loaded.model),
+            progress=progress,
+        )
+    return cap.result(), order
+
+
+def _report(
+    result: Any,
+    order: list[int],
+    loaded: Any,
+    job: _Job,
+    d_value: float,
+    out: Path,
+    config_out: Path | None,
+    fmt: str,
+    output: Path | None,
 ) -> None:
-    """Run the texts; a progress bar on stderr only when stderr is a terminal."""
-    runner = run_texts  # imported lazily by the caller (torch is heavy)
-    if not sys.stderr.isatty():
-        runner(loaded, texts, max_tokens=max_tokens, batch_size=batch_size)
+    """Write this rank's files, reduce over the ranks, and print the report from rank 0."""
+    from rmsnorm_eps.capture.distributed import (
+        reduce_capture_documents,
+        reduce_summary,
+        sum_across_ranks,
+    )
+    from rmsnorm_eps.capture.output import write_config, write_dump
+    from rmsnorm_eps.capture.report import (
+        CaptureReport,
+        capture_document,
+        not_analysed,
+        summary_report,
+    )
+    from rmsnorm_eps.cli._output import emit
+    from rmsnorm_eps.merge import write_summary
+
+    ran = any(m.count for m in result.modules)
+    lead = job.rank == 0
+    if job.summary_only:
+        mine = summary_report(result, d_value, str(out)) if ran else None
+        report = reduce_summary(mine, str(out))
+        if lead:
+            write_summary(report, out)  # the summary `rmsnorm-eps merge` reads
+            emit(report, fmt, output)
+            for line in not_analysed(result):  # unknown kinds: listed, never analysed
+                summary_line(line)
+        target = str(out)
+    else:
+        result = _with_sample_indices(result, order)
+        path = Path(str(out).replace("{rank}", str(job.rank)))
+        if ran:
+            write_dump(result, path)
+        target = str(out)
+        outputs = {"dump": target, "config": str(config_out) if config_out else None}
+        doc = reduce_capture_documents(
+            capture_document(result, loaded.name, outputs) if ran else None
+        )
+        if lead:
+            emit(CaptureReport(result, loaded.name, outputs, document=doc), fmt, output)
+    if lead and config_out is not None:
+        write_config(result, config_out, loaded.name, loaded.source)
+    ran_modules = [1 if m.count else 0 for m in result.modules]
+    totals = sum_across_ranks([result.sequences, result.tokens, *ran_modules])
+    if lead:
+        count = sum(1 for n in totals[2:] if n)
+        ranks = f" over {job.world} ranks" if job.world > 1 else ""
+        summary_line(
+            f"captured {count} norm module(s), {totals[0]} text(s), "
+            f"{totals[1]} tokens{ranks} -> {target}"
+        )
+
+
+def _with_sample_indices(result: Any, order: list[int]) -> Any:
+    """The capture with each ``::batch`` value (the sequence's rank in run order) replaced by
+    the index of its text in the input."""
+    import numpy as np
+
+    lookup = np.asarray(order, dtype=np.int64)
+    modules = tuple(
+        replace(m, batch=lookup[m.batch]) if m.batch is not None and m.batch.size else m
+        for m in result.modules
+    )
+    return replace(result, modules=modules)
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr (samples, tokens/s, ETA) when stderr is a terminal and
+    ``enabled``; else nothing (None)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
         return
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("capturing", total=len(texts))
-        runner(
-            loaded,
-            texts,
-            max_tokens=max_tokens,
-            batch_size=batch_size,
-            progress=lambda n: bar.update(task, completed=n),
-        )
+    with Progress(
+        TextColumn("capturing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples, {task.fields[rate]} tokens/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("capturing", total=total, rate="-")
+        start = time.perf_counter()
+
+        def update(samples: int, tokens: int) -> None:
+            elapsed = time.perf_counter() - start
+            rate = f"{tokens / elapsed:,.0f}" if elapsed > 0 else "-"
+            bar.update(task, completed=samples, rate=rate)
+
+        yield update

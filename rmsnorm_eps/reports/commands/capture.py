@@ -51,7 +51,8 @@ def document(report: CaptureReport, gate: Any = None) -> dict[str, Any]:
     a string ("inf"), as every document writes it."""
     from rmsnorm_eps.capture.report import capture_document
 
-    doc = capture_document(report.result, report.model, report.outputs)
+    doc = report.document or capture_document(report.result, report.model, report.outputs)
+    doc = {**doc}
     doc["modules"] = [{**m, "min_ratio": jnum(m["min_ratio"])} for m in doc["modules"]]
     return doc
 

@@ -1,0 +1,245 @@
+"""The texts a capture runs, and the batches it runs them in.
+
+Sources (all offline, UTF-8):
+
+* plain text: one text per non-empty line;
+* JSON Lines (``.jsonl`` / ``.ndjson``, or any file when a field is named): one JSON object per
+  non-empty line, the text in ``field`` (default ``"text"``);
+* a local dataset file or directory read by the ``datasets`` library (extra ``[datasets]``):
+  parquet, arrow, JSON Lines or CSV files, or a directory written by ``save_to_disk``; the hub
+  is never contacted (``HF_DATASETS_OFFLINE=1``).
+
+Batching: :func:`plan_batches` sorts the samples by token count (ties by sample index, so the
+order is deterministic) and cuts the sorted list into batches, which keeps padding small; every
+batch lists the sample indices it holds, so results map back to the samples.
+:func:`shard_batches` gives each rank of a distributed job a contiguous run of those batches:
+the ranks together run exactly the batches one process would, in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.errors import InputFileError, MissingExtraError
+
+__all__ = [
+    "JSONL_SUFFIXES",
+    "Batch",
+    "plan_batches",
+    "read_dataset",
+    "read_text_file",
+    "run_batches",
+    "shard_batches",
+    "tokenize",
+]
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_DATASET_BUILDERS = {
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+    ".csv": "csv",
+}
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    """A name from an input file, quoted and bounded for a one-line message."""
+    return repr(value[:limit] + ("..." if len(value) > limit else ""))
+
+
+def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
+    """The texts of ``path``: JSON Lines when its suffix is in :data:`JSONL_SUFFIXES` or
+    ``field`` is given (the text is ``obj[field]``, default ``"text"``), else one text per
+    non-empty line."""
+    from rmsnorm_eps.dumps import check_regular_file
+
+    check_regular_file(path)
+    try:
+        content = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not UTF-8 text (byte {exc.start})") from None
+    if field is None and path.suffix.lower() not in JSONL_SUFFIXES:
+        lines = tuple(line for line in content.splitlines() if line.strip())
+        if not lines:
+            raise InputFileError(path, "holds no text (one text per non-empty line)")
+        return lines
+    name = "text" if field is None else field
+    texts: list[str] = []
+    for number, line in enumerate(content.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError) as exc:
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON"
+            raise InputFileError(path, f"line {number}: not a JSON object ({problem})") from None
+        if not isinstance(obj, dict):
+            raise InputFileError(path, f"line {number}: not a JSON object")
+        if name not in obj:
+            raise InputFileError(path, f"line {number}: no field {_shown(name)}")
+        value = obj[name]
+        if not isinstance(value, str):
+            raise InputFileError(
+                path, f"line {number}: field {_shown(name)} is {type(value).__name__}, not text"
+            )
+        texts.append(value)
+    if not texts:
+        raise InputFileError(path, "holds no JSON line")
+    return tuple(texts)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_dataset(
+    path: Path, *, split: str = "train", field: str = "text", max_samples: int | None = None
+) -> tuple[str, ...]:
+    """The ``field`` column of a local dataset (see the module docstring), first
+    ``max_samples`` rows of ``split``. A data file is its own split (``split`` only labels it);
+    a ``save_to_disk`` directory holding several splits needs the right ``split``."""
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is None:
+        raise MissingExtraError("datasets", "datasets", "capture --dataset")
+    if not path.exists():
+        raise InputFileError(path, "no such file or directory")
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        if path.is_dir():
+            data: Any = datasets.load_from_disk(str(path))
+            if isinstance(data, datasets.DatasetDict):
+                if split not in data:
+                    raise InputFileError(
+                        path,
+                        f"no split {_shown(split)} (it has {', '.join(sorted(data))[:200]})",
+                    )
+                data = data[split]
+            rows: Any = data
+        else:
+            builder = _DATASET_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise InputFileError(
+                    path, "not a dataset file (.parquet, .arrow, .jsonl, .json, .csv)"
+                )
+            rows = datasets.load_dataset(
+                builder, data_files={"data": str(path)}, split="data", streaming=True
+            )
+        names = list(rows.column_names or [])
+        if names and field not in names:
+            raise InputFileError(
+                path, f"no field {_shown(field)} (columns: {', '.join(names)[:200]})"
+            )
+        texts: list[str] = []
+        for number, row in enumerate(rows):
+            if max_samples is not None and len(texts) >= max_samples:
+                break
+            if field not in row:
+                raise InputFileError(path, f"row {number}: no field {_shown(field)}")
+            value = row[field]
+            if not isinstance(value, str):
+                raise InputFileError(
+                    path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
+                )
+            texts.append(value)
+    except (InputFileError, MissingExtraError):
+        raise
+    except Exception as exc:  # datasets/pyarrow raise many types for a malformed file
+        raise InputFileError(
+            path, f"cannot read the dataset: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    if not texts:
+        raise InputFileError(path, "holds no row")
+    return tuple(texts)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One forward pass: the sample indices it holds, in row order."""
+
+    samples: tuple[int, ...]
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_tokens: int | None) -> list[list[int]]:
+    """Token ids of every text (the tokenizer's special tokens included), each truncated to
+    ``max_tokens``."""
+    enc = tokenizer(
+        list(texts), truncation=max_tokens is not None, max_length=max_tokens, padding=False
+    )
+    ids = [list(map(int, row)) for row in enc["input_ids"]]
+    for i, row in enumerate(ids):
+        if not row:
+            raise CaptureError(f"text {i} produced no tokens")
+    return ids
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, sort: bool = True) -> tuple[Batch, ...]:
+    """Batches of at most ``batch_size`` samples; with ``sort`` the samples go by increasing
+    length (ties by index), else in their order."""
+    if batch_size < 1:
+        raise CaptureError(f"batch size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i)) if sort else None
+    seq = order if order is not None else list(range(len(lengths)))
+    return tuple(Batch(tuple(seq[i : i + batch_size])) for i in range(0, len(seq), batch_size))
+
+
+def shard_batches(batches: Sequence[Batch], rank: int, world: int) -> tuple[Batch, ...]:
+    """Rank ``rank``'s contiguous run of ``batches`` (of ``world`` ranks): the first
+    ``len % world`` ranks get one batch more; a rank gets none when there are fewer batches
+    than ranks."""
+    if world < 1 or not 0 <= rank < world:
+        raise CaptureError(f"rank {rank} is not in a world of {world}")
+    base, extra = divmod(len(batches), world)
+    start = rank * base + min(rank, extra)
+    return tuple(batches[start : start + base + (1 if rank < extra else 0)])
+
+
+def run_batches(
+    model: Any,
+    ids: Sequence[Sequence[int]],
+    batches: Sequence[Batch],
+    *,
+    pad_id: int,
+    device: Any,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Run each batch (right-padded with ``pad_id``, attention mask 0 on padding) through
+    ``model`` on ``device`` without gradients; returns the real tokens run.
+    ``progress(samples, tokens)`` is called with the totals so far after each batch."""
+    import torch
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    samples = tokens = 0
+    for batch in batches:
+        rows = [ids[i] for i in batch.samples]
+        width = max(len(r) for r in rows)
+        top = max(max(r) for r in rows)
+        if vocab is not None and top >= vocab:
+            raise CaptureError(
+                f"the tokenizer produced token id {top} >= the model's vocab_size "
+                f"{vocab}: tokenizer and model do not match"
+            )
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)
+        mask = torch.zeros((len(rows), width), dtype=torch.int64)
+        for j, r in enumerate(rows):
+            input_ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
+            mask[j, : len(r)] = 1
+        with torch.no_grad():
+            model(input_ids=input_ids.to(device), attention_mask=mask.to(device))
+        samples += len(rows)
+        tokens += sum(len(r) for r in rows)
+        if progress is not None:
+            progress(samples, tokens)
+    return tokens
