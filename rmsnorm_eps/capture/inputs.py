@@ -214,11 +214,16 @@ def run_batches(
     pad_id: int,
     device: Any,
     progress: Callable[[int, int], None] | None = None,
+    family: str = "causal",
 ) -> int:
     """Run each batch (right-padded with ``pad_id``, attention mask 0 on padding) through
     ``model`` on ``device`` without gradients; returns the real tokens run.
-    ``progress(samples, tokens)`` is called with the totals so far after each batch."""
+    ``progress(samples, tokens)`` is called with the totals so far after each batch.
+    ``family`` is :func:`rmsnorm_eps.capture.loading.model_family`'s (an encoder-decoder model
+    gets its decoder inputs too)."""
     import torch
+
+    from rmsnorm_eps.capture.loading import forward
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     samples = tokens = 0
@@ -236,8 +241,7 @@ def run_batches(
         for j, r in enumerate(rows):
             input_ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
             mask[j, : len(r)] = 1
-        with torch.no_grad():
-            model(input_ids=input_ids.to(device), attention_mask=mask.to(device))
+        forward(model, family, input_ids, mask, device)
         samples += len(rows)
         tokens += sum(len(r) for r in rows)
         if progress is not None:

@@ -27,6 +27,7 @@ from rmsnorm_eps.errors import InputFileError, MissingExtraError
 __all__ = [
     "DTYPES",
     "LoadedModel",
+    "forward",
     "input_device",
     "load_model",
     "model_family",
@@ -249,7 +250,6 @@ def run_texts(
     """Run the texts through the model (no gradients) in padded batches of ``batch_size``,
     each truncated to ``max_tokens`` tokens; returns the number of real tokens run.
     ``progress(n)`` is called with the number of texts finished after each batch."""
-    import torch
 
     if not texts:
         raise CaptureError("no text to run")
@@ -275,21 +275,30 @@ def run_texts(
                 f"{vocab}: tokenizer and model do not match"
             )
         mask = enc["attention_mask"]
-        with torch.no_grad():
-            if loaded.family == "encoder-decoder":
-                loaded.model(
-                    input_ids=ids.to(target),
-                    attention_mask=mask.to(target),
-                    decoder_input_ids=_shift_right(loaded.model.config, ids).to(target),
-                    decoder_attention_mask=mask.to(target),
-                )
-            else:
-                loaded.model(input_ids=ids.to(target), attention_mask=mask.to(target))
+        forward(loaded.model, loaded.family, ids, mask, target)
         total += int(enc["attention_mask"].sum())
         done += len(chunk)
         if progress is not None:
             progress(done)
     return total
+
+
+def forward(model: Any, family: str, ids: Any, mask: Any, device: Any) -> None:
+    """One forward pass without gradients, inputs moved to ``device``. An encoder-decoder
+    model (``family`` "encoder-decoder") gets the decoder inputs of teacher forcing (the ids
+    shifted right) with the same mask, so both stacks see the text."""
+    import torch
+
+    with torch.no_grad():
+        if family == "encoder-decoder":
+            model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                decoder_input_ids=_shift_right(model.config, ids).to(device),
+                decoder_attention_mask=mask.to(device),
+            )
+        else:
+            model(input_ids=ids.to(device), attention_mask=mask.to(device))
 
 
 def _shift_right(config: Any, ids: Any) -> Any:

@@ -265,6 +265,7 @@ def _capture(
             pad_id=int(pad if pad is not None else 0),
             device=input_device(loaded.model),
             progress=progress,
+            family=loaded.family,
         )
     return cap.result(), order
 
