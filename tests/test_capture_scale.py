@@ -48,7 +48,7 @@ def test_device_q_matches_float64_on_extreme_rows(q_dtype: str, dtype: str) -> N
     rows *= torch.tensor(SCALES, dtype=torch.float64)[:, None, None]
     x = rows.to(getattr(torch, dtype))
     x[1, 2] = 0  # an all-zero vector: q = 0, not NaN
-    got = reduce_rows(x, "rms", compute=q_dtype).numpy()
+    got = reduce_rows(x, "rms", compute=q_dtype).numpy()[..., 0]
     want = _reference(x)
     assert got.dtype == np.float64 and want[1, 2] == 0 and got[1, 2] == 0
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
@@ -82,14 +82,20 @@ def _extreme_llama(dtype: Any) -> Any:
     return model.to(dtype)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("q_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("compute", ["float64", "float32"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-def test_model_q_equals_the_float64_path(dtype: Any, q_dtype: str) -> None:
+def test_model_q_equals_the_float64_path(dtype: Any, compute: str, monkeypatch: Any) -> None:
+    """The reduction on the activation's device (float64 on the CPU; the scaled float32 path
+    that accelerators take, forced here) keeps q within 1e-6 of a float64 computation."""
     model = _extreme_llama(dtype)
     ids = torch.tensor([[1, 2, 3, 4, 5, 6], [4, 3, 2, 1, 7, 0]])
     mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
     seen, handles = _norm_inputs(model)
-    with QCapture(model, q_dtype=q_dtype) as cap, torch.no_grad():
+    old = hooks.reduce_rows
+    monkeypatch.setattr(
+        hooks, "reduce_rows", lambda x, kind, **kw: old(x, kind, **kw, compute=compute)
+    )
+    with QCapture(model) as cap, torch.no_grad():
         model(input_ids=ids, attention_mask=mask)
     for h in handles:
         h.remove()
@@ -117,12 +123,17 @@ def test_hooks_move_only_q_to_the_host(make: Callable[[], Any], monkeypatch: Any
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
 
     def moved(capture: bool) -> int:
-        with TransferCounter() as counter, torch.no_grad():
+        """Bytes moved to the host by the second forward pass (the first classifies each norm
+        once, on a small probe)."""
+        with torch.no_grad():
             if capture:
                 with QCapture(model):
                     model(input_ids=ids, attention_mask=mask)
+                    with TransferCounter() as counter:
+                        model(input_ids=ids, attention_mask=mask)
             else:
-                model(input_ids=ids, attention_mask=mask)
+                with TransferCounter() as counter:
+                    model(input_ids=ids, attention_mask=mask)
         return counter.bytes
 
     q_bytes = 8 * _q_values(model, ids)  # float64 q, padding included
@@ -143,6 +154,7 @@ def test_one_host_copy_per_forward_pass() -> None:
     model = tiny_llama()
     ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(1))
     with QCapture(model) as cap, torch.no_grad():
+        model(input_ids=ids)  # the first pass also classifies each norm once, on a probe
         calls = []
         for _ in range(2):
             with TransferCounter() as counter:
@@ -154,7 +166,7 @@ def test_one_host_copy_per_forward_pass() -> None:
             model(input_ids=ids)
         without.append(counter.calls)
     assert [c - w for c, w in zip(calls, without)] == [1, 1]  # 5 modules, one .cpu() each pass
-    assert all(m.count == 20 and m.calls == 2 for m in cap.result().modules)
+    assert all(m.count == 30 and m.calls == 3 for m in cap.result().modules)
 
 
 # ---------------------------------------------------------------- torchrun
