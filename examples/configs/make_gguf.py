@@ -7,7 +7,7 @@ llama.attention.layer_norm_rms_epsilon 1e-5 stored as float32 (reads back as
 bytes that ``rmsnorm-eps config show`` / ``config diff`` read like the real 94 MiB file.
 
 Deterministic (gguf's writer adds no timestamps): running it again gives the same bytes.
-Needs the gguf package (``pip install 'rmsnorm-eps[gguf]'``). From the repository root:
+Needs the gguf package (``pip install -e '.[gguf]'`` in the clone). From the repository root:
 ``python examples/configs/make_gguf.py``.
 """
 
