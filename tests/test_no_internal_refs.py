@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from rmsnorm_eps.config.defaults_table import FRAMEWORK_DEFAULTS
+from rmsnorm_eps.config.defaults_table import FRAMEWORK_DEFAULTS, FrameworkDefault
 
 #: Text files users read or run: the package (code and data), docs, configs, examples.
 SCANNED = [
@@ -89,8 +89,8 @@ def test_pre_commit_examples_pin_a_commit() -> None:
 
 
 @pytest.mark.parametrize("row", FRAMEWORK_DEFAULTS, ids=lambda r: r.name)
-def test_defaults_rows_name_a_public_source(row: object) -> None:
-    source = getattr(row, "source")
+def test_defaults_rows_name_a_public_source(row: FrameworkDefault) -> None:
+    source = row.source
     assert not INTERNAL.search(source), source
     # a file path, a PR/issue, or a named spec: something a reader can open
     assert re.search(r"\.(py|cpp|md)\b|PR \d+|spec", source), source

@@ -194,3 +194,20 @@ def test_readme_picture_is_the_commands_own_and_small(
     fresh = (tmp_path / "p.png").read_bytes()
     assert fresh[:8] == committed[:8] == b"\x89PNG\r\n\x1a\n"
     assert fresh[16:24] == committed[16:24]  # width and height
+
+
+def test_run_the_tests_is_what_ci_runs() -> None:
+    """README "Run the tests" installs exactly what .ci/run installs, in the same order."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("\n## Run the tests", 1)[1].split("\n## ", 1)[0]
+    line = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0].strip()
+    readme_steps = [s for s in line.split(" && ") if s.startswith("pip install")]
+    ci = (ROOT / ".ci" / "run").read_text("utf-8").split('"Run the tests" (keep in sync)', 1)[1]
+    ci_steps = [
+        " ".join(w for w in s.split() if w != "-q").replace("python -m pip", "pip")
+        for s in ci.split("\n# ---", 1)[0].splitlines()
+        if s.startswith("python -m pip install")
+    ]
+    assert readme_steps == ci_steps
+    assert line.endswith("&& python -m pytest")
+    assert "\npython -m pytest" in ci or "python -m pytest ||" in ci
