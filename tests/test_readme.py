@@ -211,3 +211,31 @@ def test_run_the_tests_is_what_ci_runs() -> None:
     assert readme_steps == ci_steps
     assert line.endswith("&& python -m pytest")
     assert "\npython -m pytest" in ci or "python -m pytest ||" in ci
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", doc.read_text("utf-8"), flags=re.S)
+    return {_slug(m[1]) for m in re.finditer(r"^#+ (.*)$", text, flags=re.M)}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_relative_links_resolve(doc: Path) -> None:
+    """Every relative link (file, and #anchor where given) in README.md and docs/ resolves."""
+    text = re.sub(r"```.*?```", "", doc.read_text("utf-8"), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        exists = file.exists()
+        missing_anchor = exists and bool(anchor) and file.suffix == ".md"
+        if not exists or (missing_anchor and anchor not in _anchors(file)):
+            broken.append(target)
+    assert broken == []
