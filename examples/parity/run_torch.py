@@ -1,4 +1,4 @@
-"""Run torch.nn.RMSNorm on the parity probes and save its outputs (the README walkthrough).
+"""Run torch.nn.RMSNorm on the parity probes and save its outputs (docs/parity.md walkthrough).
 
     rmsnorm-eps probe --dim 64 --eps 1e-6 --save-data examples/parity/probes.npz
     python examples/parity/run_torch.py None examples/parity/torch_eps_none.npy

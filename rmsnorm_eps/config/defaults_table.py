@@ -120,7 +120,9 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "no default: eps is read from the GGUF ({arch}.attention.layer_norm_rms_epsilon); sum "
         "of squares accumulated in double, 1/sqrtf(mean + eps)",
         "all",
-        "FACTS.md sections 2-3",
+        "ggml-org/llama.cpp ggml/src/ggml-cpu/ops.cpp (ggml_compute_forward_rms_norm_f32: "
+        "sum of squares as ggml_float, i.e. double); src/llama-model.cpp reads "
+        "LLM_KV_ATTENTION_LAYERNORM_RMS_EPS",
         name="llama.cpp",
     ),
     FrameworkDefault(
@@ -159,7 +161,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "class default",
         "all",
-        "FACTS.md section 2",
+        "NVIDIA/apex apex/normalization/fused_layer_norm.py "
+        "(FusedRMSNorm(normalized_shape, eps=1e-5, elementwise_affine=True))",
         name="apex",
     ),
     FrameworkDefault(
@@ -178,7 +181,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "zero_centered_gamma=True means gain (1 + gamma)",
         "all",
-        "FACTS.md section 2",
+        "NVIDIA/TransformerEngine transformer_engine/pytorch/module/rmsnorm.py "
+        "(RMSNorm(hidden_size, eps=1e-5, ..., zero_centered_gamma=False))",
         name="transformer-engine",
     ),
     FrameworkDefault(
@@ -187,7 +191,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-5,
         "axis -1, stash_type 1 (fp32)",
         "opset 23",
-        "FACTS.md section 2",
+        "ONNX operator RMSNormalization (opset 23) spec, onnx/docs/Operators.md "
+        "(epsilon default 1e-05, axis -1, stash_type 1)",
         name="onnx",
         reduction="float32",
     ),
@@ -201,7 +206,14 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         name="torchtune",
     ),
     FrameworkDefault(
-        "vllm", "vLLM RMSNorm", 1e-6, "class default", "all", "FACTS.md section 2", name="vllm"
+        "vllm",
+        "vLLM RMSNorm",
+        1e-6,
+        "class default",
+        "all",
+        "vllm-project/vllm vllm/model_executor/layers/layernorm.py "
+        "(RMSNorm(hidden_size, eps: float = 1e-6))",
+        name="vllm",
     ),
     FrameworkDefault(
         "tensorrt-llm",
@@ -209,7 +221,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         1e-6,
         "function default",
         "all",
-        "FACTS.md section 2",
+        "NVIDIA/TensorRT-LLM tensorrt_llm/functional.py "
+        "(rms_norm(input, normalized_shape, ..., eps=1e-06))",
         name="tensorrt-llm",
     ),
     FrameworkDefault(

@@ -2,7 +2,8 @@
 
 Unit roundoff ``u = 2**-(p)`` with ``p`` the significand bits including the implicit one
 (float16 11, bfloat16 8, float32 24, float64 53): round-to-nearest has relative error <= u.
-The (rtol, atol) pairs are torch.testing.assert_close's per-dtype defaults (FACTS.md §5).
+The (rtol, atol) pairs are torch.testing.assert_close's per-dtype defaults
+(PyTorch docs, torch.testing.assert_close).
 """
 
 from __future__ import annotations
