@@ -31,6 +31,11 @@ Padding tokens (attention mask 0) are dropped. A token's position is its rank am
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
 count sequences over all forward calls. A module called k times in one forward pass records
 call indices 0..k-1.
+
+This module stays one piece (about 500 lines) on purpose: :class:`QCapture`'s hooks share one
+state (the call context stack, the pending device results, the per-module records) that is
+simpler to follow in one class than spread over modules; the pure parts live beside it
+(``layout``, ``reduce``, ``classify``, ``records``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import numpy as np
 from rmsnorm_eps.analysis import PositionSplit, ratio_position_split
 from rmsnorm_eps.capture.classify import NormKind, classify_module
 from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.capture.layout import arrange
 from rmsnorm_eps.capture.modules import (
     NormModule,
     find_norm_modules,
@@ -52,68 +58,11 @@ from rmsnorm_eps.capture.modules import (
     resolve_torch_default_eps,
     weight_stats,
 )
+from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.reduce import reduce_rows
 from rmsnorm_eps.summary import LayerAccumulator
 
-__all__ = ["CaptureResult", "ModuleRecord", "QCapture"]
-
-
-@dataclass(frozen=True)
-class ModuleRecord:
-    """What was captured at one module.
-
-    ``eps`` is the live epsilon (None if the module never ran); ``dim`` the number of elements
-    each q averages; ``heads`` the number of q values per token (1 for token norms).
-    ``norm``: what the module computes ('rms', 'layer', 'gated-rms', 'l2', 'unknown', or None
-    if it never ran), ``reason`` why unknown; ``bias`` (LayerNorm's beta), ``group_size`` and
-    ``gate_before`` (gated norms); q is the quantity it divides by (v for a LayerNorm).
-    ``max_calls``: the most calls in one forward pass.
-    Full mode: ``q`` (float64), ``position``, ``batch``, ``head``, ``call`` (int64), all of
-    length ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
-    (positions > 0) to the analyzer's :class:`LayerAccumulator` over the q values the dump would
-    store (float32); every index in them is the value's index in the dump's array.
-    """
-
-    name: str
-    class_name: str
-    kind: str
-    eps: float | None
-    eps_source: str | None
-    dim: int | None
-    input_dtype: str | None
-    gain: str
-    weight: dict[str, float] | None
-    weight_dtype: str | None
-    layout: str | None
-    heads: int
-    calls: int
-    count: int
-    q: np.ndarray | None = None
-    position: np.ndarray | None = None
-    batch: np.ndarray | None = None
-    head: np.ndarray | None = None
-    summaries: dict[str, LayerAccumulator] | None = None
-    norm: str | None = None
-    reason: str | None = None
-    bias: bool = False
-    group_size: int | None = None
-    gate_before: bool | None = None
-    max_calls: int = 0
-    call: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class CaptureResult:
-    """All modules' records, in the model's module order (``top_k``: worst inputs kept per
-    summary)."""
-
-    modules: tuple[ModuleRecord, ...]
-    sequences: int
-    tokens: int
-    summary_only: bool
-    q_dtype: str
-    min_ratio: float | None
-    top_k: int = 5
+__all__ = ["CaptureResult", "ModuleRecord", "QCapture"]  # the records live in capture.records
 
 
 @dataclass
@@ -352,6 +301,8 @@ class QCapture:
         return nk.eps, nk.eps_source
 
     def _record(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> None:
+        """One call of a norm module: its settings, then its q, pending until the forward
+        pass ends."""
         import torch
 
         spec = st.spec
@@ -362,15 +313,32 @@ class QCapture:
         self._calls[id(st)] = call + 1
         st.max_calls = max(st.max_calls, call + 1)
         st.calls += 1
+        nk = self._settings(st, x, gate, gate_kw)
+        if nk is None:  # unknown kind: listed, never analysed
+            return
+        q_bth = self._quantity(st, nk, x, gate, ctx)
+        mask = ctx.mask
+        if mask is None:
+            mask = torch.ones(tuple(int(n) for n in q_bth.shape[:2]), dtype=torch.bool)
+        self._pending.append(_Pending(st, q_bth, mask, self._sequences, call))
+        if not self._stack:  # not inside a model call: nothing to wait for
+            self._flush()
+
+    def _settings(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> NormKind | None:
+        """The module's kind (classified on its first call) and this call's live eps, checked
+        against earlier calls; None for a module of unknown kind."""
+        spec = st.spec
         if st.kind is None:
             st.kind = self._classify(st, x, gate, gate_kw)
         nk = st.kind
         if nk.norm == "unknown":
-            return
+            return None
         if nk.norm == "gated-rms" and nk.gate_before and gate is None:
             raise CaptureError(
                 f"module {spec.name!r} ({spec.class_name}): a gated norm called without its gate"
             )
+        if gate is not None and tuple(gate.shape) != tuple(x.shape):
+            raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
         dtype_name = str(x.dtype).removeprefix("torch.")
         eps, source = self._live_eps(st, nk, dtype_name)
         if st.eps is not None and eps != st.eps:
@@ -378,11 +346,12 @@ class QCapture:
                 f"module {spec.name!r}: epsilon changed between calls ({st.eps!r} -> {eps!r})"
             )
         st.eps, st.eps_source, st.input_dtype = eps, source, dtype_name
+        return nk
+
+    def _quantity(self, st: _State, nk: NormKind, x: Any, gate: Any, ctx: _Context) -> Any:
+        """What the module divides by, per vector, on x's device, arranged [B, T, H]."""
         k = st.inner_ndim
-        width = math.prod(int(n) for n in x.shape[x.ndim - k :])
-        st.dim = nk.group_size or width
-        if gate is not None and tuple(gate.shape) != tuple(x.shape):
-            raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
+        st.dim = nk.group_size or math.prod(int(n) for n in x.shape[x.ndim - k :])
         q = reduce_rows(
             x,
             nk.norm,
@@ -392,18 +361,13 @@ class QCapture:
             gate_before=bool(nk.gate_before),
         )
         lead_strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
-        q_bth, layout = self._arrange(q, lead_strides, ctx.bt, spec, st.layout)
+        q_bth, layout = arrange(q, lead_strides, ctx.bt, st.spec, st.layout, self.head_layout)
         if st.layout is not None and st.layout != layout:
             raise CaptureError(
-                f"module {spec.name!r}: input layout changed ({st.layout} -> {layout})"
+                f"module {st.spec.name!r}: input layout changed ({st.layout} -> {layout})"
             )
         st.layout, st.heads = layout, max(st.heads, int(q_bth.shape[2]))
-        mask = ctx.mask
-        if mask is None:
-            mask = torch.ones(tuple(int(n) for n in q_bth.shape[:2]), dtype=torch.bool)
-        self._pending.append(_Pending(st, q_bth, mask, self._sequences, call))
-        if not self._stack:  # not inside a model call: nothing to wait for
-            self._flush()
+        return q_bth
 
     def _flush(self) -> None:
         """Copy the pending q values to the host (one number per vector) and store them.
@@ -467,77 +431,6 @@ class QCapture:
         start = st.summary.count
         st.summary.update(stored, start)
         st.split.update(stored, start, position == 0)
-
-    def _arrange(
-        self,
-        q: Any,
-        strides: tuple[int, ...],
-        bt: tuple[int, int] | None,
-        spec: NormModule,
-        known: str | None,
-    ) -> tuple[Any, str]:
-        """Reshape the per-vector q (lead axes + groups) to [B, T, H] and name the layout."""
-        groups = int(q.shape[-1])
-        lead = tuple(int(n) for n in q.shape[:-1])
-        where = f"module {spec.name!r}: input of shape {lead} + normalized axes"
-
-        def out(v: Any, layout: str) -> tuple[Any, str]:
-            b_n, t_n = int(v.shape[0]), int(v.shape[1])
-            return v.reshape(b_n, t_n, -1), layout
-
-        if bt is None:
-            if len(lead) == 2:
-                return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
-            raise CaptureError(
-                f"{where}: the batch and sequence axes are unknown (call the model with "
-                "input_ids or inputs_embeds as keyword arguments)"
-            )
-        b, t = bt
-        if len(lead) == 2 and lead == (b, t):
-            return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
-        if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
-            h = lead[0] // (b * t)
-            if h == 1:
-                return out(q.reshape(b, t, groups), "tokens [B*T, D]")
-            return out(q.reshape(b, t, h * groups), "heads [B*T*H, D]")
-        if len(lead) == 2 and lead[0] == b * t and lead != (b, t):
-            return out(q.reshape(b, t, -1), "heads [B*T, H, D]")
-        if len(lead) == 3 and lead[0] == b:
-            layout = self._head_layout(lead, strides, t, known, spec)
-            if layout == "bthd":
-                return out(q, "heads [B, T, H, D]")
-            if layout == "bhtd":
-                return out(q.transpose(1, 2), "heads [B, H, T, D]")
-        raise CaptureError(f"{where} does not match the call's batch {b} and sequence length {t}")
-
-    def _head_layout(
-        self,
-        lead: tuple[int, ...],
-        strides: tuple[int, ...],
-        t: int,
-        known: str | None,
-        spec: NormModule,
-    ) -> str | None:
-        """'bthd' or 'bhtd' for a [B, ?, ?] lead (see the module docstring), None: no match."""
-        a1, a2 = lead[1] == t, lead[2] == t
-        if a1 != a2:
-            return "bthd" if a1 else "bhtd"
-        if not a1:
-            return None
-        if known is not None:
-            return "bthd" if "[B, T, H" in known else "bhtd"
-        s1, s2 = strides[1], strides[2]
-        by_t1 = s1 == lead[2] * s2 and s2 != lead[1] * s1
-        by_t2 = s2 == lead[1] * s1 and s1 != lead[2] * s2
-        if by_t1 != by_t2:
-            return "bthd" if by_t1 else "bhtd"
-        if self.head_layout is not None:
-            return self.head_layout
-        raise CaptureError(
-            f"module {spec.name!r} ({spec.class_name}): input {lead} + normalized axes has "
-            f"T == H == {t} and strides {strides} that do not tell the token axis; rerun with "
-            "a batch whose padded length differs from the head count, or pass head_layout"
-        )
 
     # ------------------------------------------------------------------ result
     def result(self) -> CaptureResult:
