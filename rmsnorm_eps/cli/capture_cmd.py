@@ -219,6 +219,15 @@ def capture(
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+    if world > 1:
+        # Every file is written and flushed. gloo's worker threads can abort the interpreter's
+        # own shutdown ("terminate called without an active exception", SIGABRT) after a
+        # successful run, which torchrun would report as a failure: leave at once instead.
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
     raise typer.Exit(EXIT_OK)
 
 
