@@ -49,10 +49,10 @@ from rmsnorm_eps.dumps import map_layers
 from rmsnorm_eps.engine import (
     DEFAULT_CHUNK_BYTES,
     PositionSplit,
+    Quantity,
     ReportTotals,
     SequentialReader,
     fold_chunks,
-    Quantity,
     iter_q_chunks,
     layer_quantities,
     unravel,

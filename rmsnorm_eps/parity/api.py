@@ -144,7 +144,7 @@ def check_parity(
     np_dtype = numpy_dtype(dtype)
     x = probes.inputs.astype(np_dtype)
     params = [probes.weight] + ([probes.bias] if probes.bias is not None else [])
-    raw = fn(x, *(p.astype(np_dtype) for p in params)) if with_weight else fn(x)  # type: ignore[call-arg]
+    raw = fn(x, *(p.astype(np_dtype) for p in params)) if with_weight else fn(x)
     out = np.asarray(raw)
     if out.size != probes.count * probes.dim or out.ndim < 1 or out.shape[-1] != probes.dim:
         raise InvalidParameterError(

@@ -90,6 +90,19 @@ def _large_part(failed: list[str]) -> list[str]:
     return []
 
 
+def _variance_part(failed: list[str], inference: Inference, norm: str) -> list[str]:
+    """LayerNorm: the large-mean probe fails while eps and gain are right -> a one-pass
+    variance (mean(x^2) - mean(x)^2) cancelling."""
+    if norm != "layer" or "mixed-scale" not in failed or _eps_off(inference):
+        return []
+    if not (inference.gain.ok or inference.gain.kind == "undetermined"):
+        return []
+    return [
+        "mixed-scale probes fail (one has |mean| = 30 std): the variance cancels; remove "
+        "the mean before squaring (two-pass or Welford), not mean(x^2) - mean(x)^2"
+    ]
+
+
 def _small_part(failed: list[str], inference: Inference, dim: int, norm: str) -> list[str]:
     small_failed = [c for c in failed if c in SMALL_CATEGORIES]
     if not small_failed:
@@ -126,11 +139,7 @@ def diagnose(
     parts = [f"{nonfinite} nonfinite output(s)"] if nonfinite else []
     parts += _gain_part(inference)
     parts += _large_part(failed)
-    if norm == "layer" and "mixed-scale" in failed:
-        parts.append(
-            "mixed-scale probes fail (one has |mean| = 30 std): the variance cancels; remove "
-            "the mean before squaring (two-pass or Welford), not mean(x^2) - mean(x)^2"
-        )
+    parts += _variance_part(failed, inference, norm)
     parts += _small_part(failed, inference, dim, norm)
     if not parts:
         parts.append(
