@@ -394,3 +394,16 @@ def test_layernorm_probe_file_round_trip(tmp_path: Path) -> None:
     assert back.bias is not None and np.array_equal(back.bias, p.bias)
     assert np.array_equal(back.reference, p.reference) and np.array_equal(back.q, p.q)
     assert CATEGORIES[int(back.category[0])] == "zero"
+
+
+def test_hostile_layer_name_in_the_mixed_header(cli, tmp_path: Path) -> None:
+    evil = "evil\x1b[2J\u202e.input_layernorm"
+    x = _acts(seed=11)
+    dump = _write(tmp_path, {evil: x, RMS: x})
+    cfg = _config(tmp_path)
+    for fmt in ("text", "markdown", "github", "sarif", "junit"):
+        res = cli("ratio", str(dump), "--config", str(cfg), "--raw", "-f", fmt)
+        assert res.exit_code == 1, res
+        assert "\x1b" not in res.stdout and "\u202e" not in res.stdout
+    doc = json.loads(cli("ratio", str(dump), "--config", str(cfg), "--raw", "-f", "json").stdout)
+    assert {la["name"]: la["quantity"] for la in doc["layers"]} == {evil: "v", RMS: "q"}

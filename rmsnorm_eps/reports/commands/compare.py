@@ -374,7 +374,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         else ("no violations" if passed else f"{report.violations} violation(s)")
     )
     kind = (
-        quantity_kind(report.layers, report.raw)
+        quantity_kind(report.layers, report.raw, str)
         if quantity_label(report.layers) != "q"
         else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
     )

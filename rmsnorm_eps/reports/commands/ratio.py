@@ -7,6 +7,7 @@ input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -26,7 +27,16 @@ from rmsnorm_eps.reports.registry import ALL_FORMATS
 if TYPE_CHECKING:  # analysis imports numpy
     from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 
-__all__ = ["FORMATS", "RATIO_RULES", "checks", "document", "histogram_rows", "text"]
+__all__ = [
+    "FORMATS",
+    "RATIO_RULES",
+    "checks",
+    "document",
+    "histogram_rows",
+    "quantity_kind",
+    "quantity_label",
+    "text",
+]
 
 FORMATS = frozenset(ALL_FORMATS)
 
@@ -128,15 +138,16 @@ def quantity_label(layers: Any) -> str:
     return "q|v" if len(kinds) > 1 else (kinds.pop() if kinds else "q")
 
 
-def quantity_kind(layers: Any, raw: bool) -> str:
-    """What the figures are of, for a report's header line."""
+def quantity_kind(layers: Any, raw: bool, esc: Callable[[str], str] = _e) -> str:
+    """What the figures are of, for a report's header line (layer names through ``esc``:
+    the text escape, or ``str`` where the output format escapes them itself)."""
     label = quantity_label(layers)
     if label == "q":
         return "raw activations, q = mean(x^2) over the last axis" if raw else "q values"
     v = "v = mean((x - mean x)^2) over the last axis (LayerNorm variance)"
     if label == "v":
         return f"raw activations, {v}" if raw else "v values (LayerNorm variance)"
-    names = ", ".join(_e(x.name) for x in layers if getattr(x, "quantity", "q") == "v")
+    names = ", ".join(esc(x.name) for x in layers if getattr(x, "quantity", "q") == "v")
     base = "raw activations, q = mean(x^2) over the last axis" if raw else "q values"
     return f"{base}; for the LayerNorm layers {names}: {v if raw else 'v values'}"
 
@@ -439,7 +450,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     )
     qv = quantity_label(report.layers)
     kind = (
-        quantity_kind(report.layers, report.raw)
+        quantity_kind(report.layers, report.raw, str)
         if qv != "q"
         else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
     )
