@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
     bf16_to_float32,
     mean_square_rows,
@@ -60,6 +60,10 @@ QUANTITY_TEXT = {
 }
 
 
+#: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.
+_NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
+
+
 def quantity_of(norm: str | None) -> Quantity:
     """``"v"`` for a LayerNorm (``norm == "layer"``), else ``"q"``."""
     return "v" if norm == "layer" else "q"
@@ -70,7 +74,11 @@ def layer_quantities(
 ) -> dict[str, Quantity]:
     """The quantity of each layer: the ``norm`` of the config entry its name matches when the
     config gives one (``norm: layer`` -> v), else ``norm`` (the user's ``--norm``; default
-    rms -> q)."""
+    rms -> q). ``norm`` must be one of ``rms``, ``layer``, ``gated-rms``, ``l2`` or None."""
+    if norm is not None and norm not in _NORM_KINDS:
+        raise InvalidParameterError(
+            f"norm must be one of {', '.join(_NORM_KINDS)}, got {str(norm)[:40]!r}"
+        )
     out: dict[str, Quantity] = {}
     for name in names:
         kind = norm

@@ -407,3 +407,18 @@ def test_hostile_layer_name_in_the_mixed_header(cli, tmp_path: Path) -> None:
         assert "\x1b" not in res.stdout and "\u202e" not in res.stdout
     doc = json.loads(cli("ratio", str(dump), "--config", str(cfg), "--raw", "-f", "json").stdout)
     assert {la["name"]: la["quantity"] for la in doc["layers"]} == {evil: "v", RMS: "q"}
+
+
+def test_unknown_norm_is_refused(tmp_path: Path) -> None:
+    from rmsnorm_eps.compare.precision import precision_report
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones((2, 4), np.float32))
+    with pytest.raises(InvalidParameterError, match="norm must be one of"):
+        analyze_dump(path, EPS, raw=True, norm="batch")
+    with pytest.raises(InvalidParameterError, match="norm must be one of"):
+        compare_dump(path, "eps=1e-5", "eps=1e-6", raw=True, norm="batch")
+    with pytest.raises(InvalidParameterError, match="norm must be 'rms' or 'layer'"):
+        precision_report(1e-5, norm="batch")
+    with pytest.raises(InvalidParameterError, match="norm must be 'rms' or 'layer'"):
+        make_probes(8, EPS, norm="batch")

@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from rmsnorm_eps.compare.rounding import FORMATS, FloatFormat, get_format, round_to
+from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.numerics import attenuation_loss, validate_eps
 
 __all__ = ["PrecisionReport", "PrecisionRow", "absorption_thresholds", "precision_report"]
@@ -216,6 +217,8 @@ def precision_report(
     ``norm="layer"`` (LayerNorm) changes no figure, only what they refer to: the variance
     ``v = mean((x - mean x)**2)`` in ``v + eps`` instead of q (``quantity`` "v")."""
     e = validate_eps(eps)
+    if norm not in ("rms", "layer"):
+        raise InvalidParameterError(f"norm must be 'rms' or 'layer', got {str(norm)[:40]!r}")
     names = dtypes or ("float16", "bfloat16", "float32")
     quantity = "v" if norm == "layer" else "q"
     return PrecisionReport(e, tuple(precision_row(e, d) for d in names), quantity)
