@@ -24,11 +24,13 @@ from rmsnorm_eps.engine import (
     DEFAULT_CHUNK_BYTES,
     Decisions,
     PositionSplit,
+    Quantity,
     ReportTotals,
     SequentialReader,
     decisions_for,
     fold_chunks,
     iter_q_chunks,
+    layer_quantities,
     unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
@@ -115,6 +117,10 @@ class LayerResult:
     other_tokens: LayerResult | None = None
     # Where eps came from (ratio --config: config file, key and matching patterns), or None.
     eps_source: str | None = None
+    # What the figures are of: "q" = mean(x^2) (RMSNorm), "v" = mean((x - mean x)^2)
+    # (LayerNorm: its norm is `layer` in the config, or --norm layer). Every field named q
+    # (min_q, worst q, ...) then holds v, and ratio is v/eps.
+    quantity: Quantity = "q"
 
     @property
     def nonfinite(self) -> int:
@@ -295,6 +301,7 @@ def analyze_dump(
     eps_sources: Mapping[str, str] | None = None,
     skip_unreadable: bool = False,
     config: NormConfig | None = None,
+    norm: str = "rms",
 ) -> RatioReport:
     """Analyse every layer of a dump against ``A >= 1 - delta``.
 
@@ -315,6 +322,12 @@ def analyze_dump(
     A layer (container member) that cannot be read, or holds invalid data, raises, unless
     ``skip_unreadable``: then it is left out and listed in ``RatioReport.skipped`` with the
     problem. ``members_total`` / ``members_analysed`` account for every member.
+
+    ``norm`` (``"rms"`` or ``"layer"``) is the kind of every layer, unless the config's entry
+    for a layer says its ``norm``: a LayerNorm layer (``layer``) has the figures of its
+    variance ``v = mean((x - mean x)**2)`` instead of q (with ``raw``, computed from the
+    activations with the mean removed, in float64; otherwise the stored values are v), and
+    its ``quantity`` is ``"v"``. eps acts on v exactly as on q: ``A = sqrt(v/(v+eps))``.
     """
     _check_options(top_k, chunk_bytes, threads)
     n_threads = default_threads() if threads is None else threads
@@ -326,6 +339,7 @@ def analyze_dump(
         raise InvalidParameterError("give eps (or a config)")
     layer_eps = eps
     eps_by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
+    quantities = layer_quantities([src.name for src in sources], norm, config)
     opened_skips = len(skipped)
     layers = map_layers(
         sources,
@@ -339,6 +353,7 @@ def analyze_dump(
             n_threads,
             fast,
             eps_sources,
+            quantities[src.name],
         ),
         skipped,
         skip_unreadable,
@@ -367,15 +382,18 @@ def _analyze_layer(
     n_threads: int,
     fast: bool,
     eps_sources: Mapping[str, str] | None,
+    quantity: Quantity = "q",
 ) -> LayerResult:
     """One layer of :func:`analyze_dump`."""
     decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
-    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, n_threads, decisions)
+    q_shape, order, dim, chunks = iter_q_chunks(
+        src, raw, chunk_bytes, n_threads, decisions, quantity
+    )
     acc = LayerAccumulator(layer_eps, ratio, top_k)
     pos_src = None if raw else src.companion("position")
     split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
-    fold_chunks(src, chunks, acc, split, positions, q_shape, order)
+    fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
     result = layer_result(
         acc,
         name=src.name,
@@ -396,7 +414,13 @@ def _analyze_layer(
             )
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
-        result = replace(result, first_token=first, other_tokens=other)
+        result = replace(
+            result,
+            first_token=replace(first, quantity=quantity),
+            other_tokens=replace(other, quantity=quantity),
+        )
+    if quantity != "q":
+        result = replace(result, quantity=quantity)
     if eps_sources is not None:
         result = replace(result, eps_source=eps_sources.get(src.name))
     return result

@@ -16,22 +16,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
     bf16_to_float32,
     mean_square_rows,
     mean_square_rows_bf16,
     mean_square_rows_fast,
     refine_rows,
+    variance_rows,
 )
 from rmsnorm_eps.sources.interface import ArraySource
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -42,8 +46,47 @@ __all__ = [
     "decisions_for",
     "fold_chunks",
     "iter_q_chunks",
+    "layer_quantities",
+    "quantity_of",
     "unravel",
 ]
+
+#: What a norm divides by: ``q = mean(x**2)`` (RMSNorm and its gated and L2 relatives) or
+#: ``v = mean((x - mean x)**2)`` (LayerNorm). eps acts on v exactly as on q.
+Quantity = Literal["q", "v"]
+QUANTITY_TEXT = {
+    "q": "q = mean(x^2) over the last axis",
+    "v": "v = mean((x - mean x)^2) over the last axis (LayerNorm variance)",
+}
+
+
+#: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.
+_NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
+
+
+def quantity_of(norm: str | None) -> Quantity:
+    """``"v"`` for a LayerNorm (``norm == "layer"``), else ``"q"``."""
+    return "v" if norm == "layer" else "q"
+
+
+def layer_quantities(
+    names: Sequence[str], norm: str | None, config: NormConfig | None
+) -> dict[str, Quantity]:
+    """The quantity of each layer: the ``norm`` of the config entry its name matches when the
+    config gives one (``norm: layer`` -> v), else ``norm`` (the user's ``--norm``; default
+    rms -> q). ``norm`` must be one of ``rms``, ``layer``, ``gated-rms``, ``l2`` or None."""
+    if norm is not None and norm not in _NORM_KINDS:
+        raise InvalidParameterError(
+            f"norm must be one of {', '.join(_NORM_KINDS)}, got {str(norm)[:40]!r}"
+        )
+    out: dict[str, Quantity] = {}
+    for name in names:
+        kind = norm
+        settings = config.settings_for(name) if config is not None else None
+        if settings is not None and isinstance(settings.norm.value, str):
+            kind = settings.norm.value
+        out[name] = quantity_of(kind)
+    return out
 
 
 def unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
@@ -80,6 +123,7 @@ def iter_q_chunks(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int = 1,
     decisions: Decisions | None = None,
+    quantity: Quantity = "q",
 ) -> tuple[tuple[int, ...], str, int | None, Iterator[tuple[int, np.ndarray]]]:
     """Return ``(q_shape, index_order, d, chunks)`` for a source.
 
@@ -91,6 +135,11 @@ def iter_q_chunks(
     threads, a few chunks ahead; the chunks still arrive in order. With ``decisions``, raw
     activations take the float32 fast path with exact refinement (the q values that decide
     nothing are then within ``d * 2**-24`` relative, typically 1e-7).
+
+    ``quantity="v"`` (LayerNorm) computes, in raw mode, the variance
+    ``v = mean((x - mean x)**2)`` over the last axis instead, exactly in float64 with the mean
+    removed first (:func:`rmsnorm_eps.kernels.variance_rows`; never the float32 fast path);
+    stored values are then taken as v.
     """
     shape = source.shape
     order = source.order
@@ -113,6 +162,8 @@ def iter_q_chunks(
         )
     d = shape[-1]
     q_shape = shape[:-1]
+    if quantity == "v":
+        return _raw_v(source, chunk_bytes, threads)
     if order == "F" and len(shape) > 1:
         return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
@@ -132,6 +183,54 @@ def iter_q_chunks(
 
     chunks = source.iter_mapped(rows * d, q_rows, threads)
     return q_shape, "C", d, ((start // d, q) for start, q in chunks)
+
+
+def _raw_v(
+    source: ArraySource, chunk_bytes: int, threads: int
+) -> tuple[tuple[int, ...], str, int, Iterator[tuple[int, np.ndarray]]]:
+    """LayerNorm variance of raw activations, row by row (C order) or in two passes over a
+    Fortran-ordered file."""
+    shape = source.shape
+    d = shape[-1]
+    bf16 = source.stored_as == "bfloat16"
+    if source.order == "F" and len(shape) > 1:
+        return shape[:-1], "F", d, _fortran_raw_v(source, chunk_bytes)
+    rows = max(1, chunk_bytes // (d * source.dtype.itemsize))
+
+    def v_rows(start: int, values: np.ndarray) -> np.ndarray:
+        return variance_rows(values.reshape(-1, d), bf16)
+
+    chunks = source.iter_mapped(rows * d, v_rows, threads)
+    return shape[:-1], "C", d, ((start // d, v) for start, v in chunks)
+
+
+def _fortran_raw_v(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Fortran-ordered raw activations (element (i, j) at i + N*j): a first pass sums each row
+    for its mean, a second accumulates the deviations e = x - mu and their squares in float64
+    per row (memory: a few N float64), then ``v = (sum e**2 - (sum e)**2 / d) / d`` as in
+    :func:`rmsnorm_eps.kernels.variance_rows`."""
+    d = source.shape[-1]
+    n = source.size // d
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    bf16 = source.stored_as == "bfloat16"
+
+    def widened(values: np.ndarray) -> np.ndarray:
+        return (bf16_to_float32(values) if bf16 else values).astype(np.float64)
+
+    total = np.zeros(n, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start, values in source.iter_elements(per):
+            np.add.at(total, (start + np.arange(values.size)) % n, widened(values))
+        mu = total / d
+        s1 = np.zeros(n, np.float64)
+        s2 = np.zeros(n, np.float64)
+        for start, values in source.iter_elements(per):
+            rows = (start + np.arange(values.size)) % n
+            e = widened(values) - mu[rows]
+            np.add.at(s1, rows, e)
+            np.add.at(s2, rows, e * e)
+        v = np.maximum((s2 - s1 * s1 / d) / d, 0.0)
+    yield 0, v
 
 
 def _fortran_raw_q(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -250,6 +349,7 @@ def fold_chunks(
     positions: SequentialReader | None,
     q_shape: tuple[int, ...],
     order: str,
+    quantity: Quantity = "q",
 ) -> None:
     """Feed every q chunk to ``acc`` (and to the first-token split when the dump has
     positions). A negative q (:class:`NegativeValue`, raised by either accumulator) becomes an
@@ -263,7 +363,8 @@ def fold_chunks(
         where = unravel(exc.index, q_shape, order)
         raise InputFileError(
             src.path,
-            f"negative q {exc.value!r} at index {list(where)} (q is a mean of squares)",
+            f"negative {quantity} {exc.value!r} at index {list(where)} "
+            f"({quantity} is a mean of squares)",
             key=src.key,
         ) from None
 

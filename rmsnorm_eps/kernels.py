@@ -1,4 +1,5 @@
-"""Mean squares of raw activations, q = mean(x**2) over the last axis, without loss.
+"""Mean squares of raw activations, q = mean(x**2) over the last axis, without loss (and
+LayerNorm's variance v = mean((x - mean x)**2): :func:`variance_rows`).
 
 Every supported input dtype is widened *exactly* to float64 before squaring: the square of a
 float16, bfloat16 or float32 value is exact in float64 and cannot overflow or underflow there,
@@ -37,6 +38,7 @@ __all__ = [
     "mean_square_rows_bf16",
     "mean_square_rows_fast",
     "refine_rows",
+    "variance_rows",
 ]
 
 # Below this, float64 squares of the row's elements may have underflowed (2**-1022 / 2**-52).
@@ -246,3 +248,88 @@ def refine_rows(
     if rows.size:
         q[rows] = exact(rows)
     return int(rows.size)
+
+
+# --------------------------------------------------------------------------- LayerNorm variance
+
+
+def _widen(x: np.ndarray, bf16: bool, out: np.ndarray) -> None:
+    """Copy a block of float16/float32/float64 values (or bfloat16 bit patterns) into the
+    float64 array ``out``, exactly."""
+    if bf16:
+        np.copyto(out, bf16_to_float32(x))
+    else:
+        np.copyto(out, x)
+
+
+def _variance_block(w: np.ndarray, out: np.ndarray) -> None:
+    """Corrected two-pass variance of the float64 rows ``w`` (overwritten with deviations).
+
+    ``mu = sum(x) / d``, ``e = x - mu``, ``v = (sum(e**2) - (sum e)**2 / d) / d``: the second
+    term removes, to first order, the rounding error of mu (Chan, Golub and LeVeque,
+    "Algorithms for computing the sample variance", 1983); v is clamped at 0 (NaN stays NaN).
+    """
+    d = w.shape[1]
+    mu = np.sum(w, axis=1) / d
+    np.subtract(w, mu[:, None], out=w)
+    s1 = np.sum(w, axis=1)
+    np.vecdot(w, w, out=out)
+    out -= s1 * s1 / d
+    out /= d
+    np.maximum(out, 0.0, out=out)
+
+
+def _rescaled_variance(rows: np.ndarray) -> np.ndarray:
+    """Variance of float64 rows whose squared deviations may overflow or underflow: the rows
+    are centred, divided by their largest |deviation| m, and v is multiplied back by m**2."""
+    d = rows.shape[1]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        # mean without overflow: scale by the max |x| first
+        a = np.max(np.abs(rows), axis=1, keepdims=True)
+        a = np.where(a > 0, a, 1.0)
+        mu = np.sum(rows / a, axis=1, keepdims=True) / d * a
+        e = rows - mu
+        m = np.max(np.abs(e), axis=1, keepdims=True)
+        m = np.where(m > 0, m, 1.0)
+        s = e / m
+        s1 = np.sum(s, axis=1)
+        v = (np.einsum("ij,ij->i", s, s) - s1 * s1 / d) / d
+        v = np.maximum(v, 0.0) * (m[:, 0] * m[:, 0])
+    return np.asarray(v, np.float64)
+
+
+def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+    """Return ``v[i] = mean((x[i, :] - mean(x[i, :]))**2)`` in float64 (LayerNorm's variance).
+
+    ``x`` is a 2-D float16/float32/float64 array, or uint16 bfloat16 bit patterns with
+    ``bf16``. Every value is widened exactly to float64 block by block, then the corrected
+    two-pass formula of :func:`_variance_block` is applied: the mean is removed before
+    squaring, so a large common offset (|mean| >> std) costs no accuracy (a one-pass
+    ``mean(x**2) - mean(x)**2`` would cancel catastrophically). The error is a few units of
+    float64 roundoff times ``d`` relative to v. float64 rows whose result may have overflowed
+    or underflowed (v not finite, or v < 1e-290) among rows of finite values are recomputed with the
+    deviations scaled by their largest magnitude. A row holding NaN gives NaN; a row holding
+    inf gives NaN as well (its deviation inf - inf is undefined); both are counted as
+    nonfinite by the reports. A constant row gives exactly 0 when its mean is exact (always for
+    float16/bfloat16/float32 inputs with d < 2**29).
+    """
+    n, d = x.shape
+    v = np.empty(n, np.float64) if out is None else out[:n]
+    if not bf16 and x.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"variance_rows: unsupported dtype {x.dtype}")
+    step = _rows_per_block(d)
+    wide = np.empty((min(step, n), d), np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            w = wide[: e - s]
+            _widen(x[s:e], bf16, w)
+            _variance_block(w, v[s:e])
+    if x.dtype == np.float64 and not bf16:
+        with np.errstate(invalid="ignore"):
+            suspect = np.flatnonzero(~(v >= _F64_SMALL) | np.isinf(v))
+        if suspect.size:
+            rows = x[suspect]
+            finite_rows = np.all(np.isfinite(rows), axis=1)
+            v[suspect[finite_rows]] = _rescaled_variance(rows[finite_rows])
+    return v

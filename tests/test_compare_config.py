@@ -164,7 +164,6 @@ def test_sum_placement_takes_dim_from_config(tmp_path: Path) -> None:
     [
         ("eps: 1e-4, placement: sum", "placement is sum but dim is missing for 2 layer(s)"),
         ("eps: 1e-4", "placement is missing for 2 layer(s)"),
-        ("eps: 1e-5, placement: inside, norm: layer", "is a LayerNorm"),
     ],
 )
 def test_incomplete_config_is_refused(tmp_path: Path, defaults: str, message: str) -> None:

@@ -59,6 +59,25 @@ class Histogram(str, Enum):
     NONE = "none"
 
 
+class NormKind(str, Enum):
+    """``--norm``: the norm a plain dump comes from. ``rms``: its figures are of
+    q = mean(x^2); ``layer`` (LayerNorm): of the variance v = mean((x - mean x)^2), on which eps
+    acts exactly as on q. With ``--config``, a layer whose entry sets ``norm`` keeps it."""
+
+    RMS = "rms"
+    LAYER = "layer"
+
+
+NormOpt = Annotated[
+    NormKind | None,
+    typer.Option(
+        "--norm",
+        help="Norm of the dump's layers: rms (q = mean(x^2)) or layer (LayerNorm: the variance "
+        "v = mean((x - mean x)^2); --raw computes it). A --config entry's norm wins.",
+        show_default="rms",
+    ),
+]
+
 #: Every spelling ``--dtype`` accepts, mapped to numpy's name. ``--dtype`` always names the
 #: dtype of the data (how the values are stored or computed), whatever the command.
 DTYPE_ALIASES: dict[str, str] = {

@@ -24,6 +24,7 @@ from rmsnorm_eps.cli._options import (
     FormatOpt,
     MaxFractionOpt,
     MaxViolationsOpt,
+    NormOpt,
     OutputOpt,
     PlotLayersOpt,
     PlotOpt,
@@ -49,6 +50,8 @@ from rmsnorm_eps.cli._options import (
         "  rmsnorm-eps compare q.npz --from eps=1e-5 --to eps=1e-5 --scale 0.1\n\n"
         "  rmsnorm-eps compare q.npz --from config --config configs/llama-3-8b.yaml "
         "--to eps=1e-6\n\n"
+        "  rmsnorm-eps compare x.npz --raw --norm layer --from eps=1e-5 --to eps=1e-6  "
+        "# LayerNorm: v = mean((x - mean x)^2) in place of q\n\n"
         "Plot: the largest |change| per decade of q/eps_from, per layer, with the tolerance "
         "marked.\n\n"
         "Exit codes: 0 no input moves by more than the tolerance (or within budget), 1 inputs "
@@ -74,6 +77,7 @@ def compare(
         ),
     ] = None,
     raw: RawOpt = False,
+    norm: NormOpt = None,
     tolerance: Annotated[
         float,
         typer.Option(
@@ -158,6 +162,7 @@ def compare(
             dtype=dtype,
             column=column,
             config=loaded,
+            norm=norm.value if norm is not None else "rms",
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None

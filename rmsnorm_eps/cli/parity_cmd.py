@@ -13,6 +13,7 @@ from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
     FormatOpt,
+    NormKind,
     OutputOpt,
     PlotOpt,
     ReportOpt,
@@ -108,6 +109,15 @@ def parity(
     report_to: ReportOpt = None,
     summary: SummaryOpt = False,
     plot: PlotOpt = None,
+    norm: Annotated[
+        NormKind | None,
+        typer.Option(
+            "--norm",
+            help="The norm the implementation computes: rms or layer (LayerNorm, reference with "
+            "the probe file's bias). Must match the probe file (`probe --norm`).",
+            show_default="the probe file's",
+        ),
+    ] = None,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -138,6 +148,11 @@ def parity(
         except ValueError as exc:
             raise usage_error(str(exc)) from None
     probes = load_probes(probes_path)
+    if norm is not None and norm.value != probes.norm:
+        raise usage_error(
+            f"--norm {norm.value}: the probe file (--probes) was made for norm "
+            f"{probes.norm}; make probes with `probe --norm {norm.value}`"
+        )
     outputs = read_actual(actual, key, expect_shape=(probes.count, probes.dim))
     where = str(actual) if outputs.key is None else f"{actual} [{outputs.key}]"
     result = compare_outputs(

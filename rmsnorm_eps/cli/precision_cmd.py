@@ -12,6 +12,7 @@ from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
     FormatOpt,
+    NormKind,
     OutputOpt,
     ReportOpt,
     SummaryOpt,
@@ -28,6 +29,7 @@ _DTYPES = ("float16", "bfloat16", "float32")
         "  rmsnorm-eps precision --eps 1e-6\n\n"
         "  rmsnorm-eps precision --eps 1e-8 --dtype float16\n\n"
         "  rmsnorm-eps precision --eps 1e-6 --dtype bf16,fp16\n\n"
+        "  rmsnorm-eps precision --eps 1e-5 --norm layer  # LayerNorm: v + eps\n\n"
         "Exit codes: 0 eps usable in every dtype shown, 1 eps rounds to zero (or overflows) "
         "in one of them, 2 usage error. --exit-zero turns 1 into 0."
     ),
@@ -49,6 +51,15 @@ def precision(
     output: OutputOpt = None,
     report_to: ReportOpt = None,
     summary: SummaryOpt = False,
+    norm: Annotated[
+        NormKind,
+        typer.Option(
+            "--norm",
+            help="The norm eps belongs to: rms (the figures are of q = mean(x^2)) or layer "
+            "(LayerNorm: of the variance v = mean((x - mean x)^2); eps is stored and absorbed "
+            "the same way).",
+        ),
+    ] = NormKind.RMS,
 ) -> None:
     """eps rounded to each dtype; the q above which fl(q + eps) == q; the range of q.
 
@@ -62,7 +73,7 @@ def precision(
     names: list[str] = []
     for listed in dtype or []:
         names += [d for d in listed.split(",") if d not in names]
-    report = precision_report(eps, tuple(names) or None)
+    report = precision_report(eps, tuple(names) or None, norm.value)
     gone = report.vanishing
     finish(
         report,

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import app
+from rmsnorm_eps.cli._app import app, usage_error
 from rmsnorm_eps.cli._options import (
     DeprecatedOutOpt,
     DtypeChoice,
     Format,
     FormatOpt,
+    NormKind,
     OutputOpt,
     data_output,
 )
@@ -31,8 +32,8 @@ class GainConvention(str, Enum):
     ONE_PLUS_W = "1+w"
 
 
-def _read_gain(path: Path, dim: int) -> np.ndarray:
-    """The weight array of a .npy/.npz file (one array of shape (dim,))."""
+def _read_gain(path: Path, dim: int, what: str = "gain") -> np.ndarray:
+    """The weight (or bias) array of a .npy/.npz file (one array of shape (dim,))."""
     import numpy as np
 
     from rmsnorm_eps.dumps import open_dump
@@ -40,13 +41,13 @@ def _read_gain(path: Path, dim: int) -> np.ndarray:
 
     sources = open_dump(path)
     if len(sources) != 1:
-        raise InputFileError(path, f"holds {len(sources)} arrays; a gain file holds one")
+        raise InputFileError(path, f"holds {len(sources)} arrays; a {what} file holds one")
     src = sources[0]
     if src.shape != (dim,):
-        raise InputFileError(path, f"gain has shape {src.shape}, expected ({dim},)", key=src.key)
+        raise InputFileError(path, f"{what} has shape {src.shape}, expected ({dim},)", key=src.key)
     values = np.concatenate([chunk.astype(np.float64) for _, chunk in src.iter_elements(dim)])
     if not bool(np.all(np.isfinite(values))):
-        raise InputFileError(path, "gain holds NaN or inf", key=src.key)
+        raise InputFileError(path, f"{what} holds NaN or inf", key=src.key)
     return values
 
 
@@ -60,9 +61,12 @@ def _read_gain(path: Path, dim: int) -> np.ndarray:
         "--save-data probes.npz\n\n"
         "  rmsnorm-eps probe --dim 640 --eps 1e-6 --gain weight.npy --gain-convention 1+w "
         "--save-data probes.npz\n\n"
+        "  rmsnorm-eps probe --dim 768 --eps 1e-5 --norm layer --bias random "
+        "--save-data ln-probes.npz  # LayerNorm\n\n"
         "The file holds inputs (n, d) float64 (exactly representable in --dtype), weight (d,), "
-        "reference (n, d), category, q and metadata. Run your implementation on inputs cast "
-        "to --dtype with that weight, save the outputs and run `rmsnorm-eps parity`."
+        "reference (n, d), category, q and metadata (--norm layer: also bias (d,), and q is the "
+        "variance v). Run your implementation on inputs cast to --dtype with that weight (and "
+        "bias), save the outputs and run `rmsnorm-eps parity`."
     ),
 )
 def probe(
@@ -112,6 +116,22 @@ def probe(
     out: DeprecatedOutOpt = None,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
+    norm: Annotated[
+        NormKind,
+        typer.Option(
+            "--norm",
+            help="rms (RMSNorm) or layer (LayerNorm with bias: categories by the variance "
+            "v = mean((x - mean x)^2), constant vectors have v = 0 and output the bias).",
+        ),
+    ] = NormKind.RMS,
+    bias: Annotated[
+        str,
+        typer.Option(
+            "--bias",
+            help="LayerNorm bias (beta): zeros, random (seeded, 0.1 N(0,1)) or a .npy/.npz FILE "
+            "of shape (d,). Only with --norm layer.",
+        ),
+    ] = "zeros",
 ) -> None:
     """Probe inputs where eps matters, each with its float64 reference RMSNorm output.
 
@@ -124,8 +144,15 @@ def probe(
 
     data_path = data_output(save_data, out, "the probe file to write")
     gain_file = None if gain in ("ones", "random") else Path(gain)
-    check_outputs([("--gain", gain_file)], [("--save-data", data_path), ("-o/--output", output)])
+    bias_file = None if bias in ("zeros", "random") else Path(bias)
+    if norm is NormKind.RMS and bias != "zeros":
+        raise usage_error("--bias is a LayerNorm's beta: give it with --norm layer")
+    check_outputs(
+        [("--gain", gain_file), ("--bias", bias_file)],
+        [("--save-data", data_path), ("-o/--output", output)],
+    )
     weight: str | np.ndarray = gain if gain in ("ones", "random") else _read_gain(Path(gain), dim)
+    beta: str | np.ndarray = bias if bias_file is None else _read_gain(bias_file, dim, "bias")
     probes = make_probes(
         dim,
         eps,
@@ -134,11 +161,15 @@ def probe(
         seed=seed,
         gain_convention=gain_convention.value,
         delta=delta,
+        norm=norm.value,
+        bias=beta,
     )
-    if weight is not gain:
-        from dataclasses import replace
+    from dataclasses import replace
 
+    if weight is not gain:
         probes = replace(probes, gain_kind=f"file:{Path(gain).name}")
+    if bias_file is not None:
+        probes = replace(probes, bias_kind=f"file:{bias_file.name}")
     write_probes(probes, data_path)
     emit(ProbeSummary(probes, str(data_path)), fmt, output)
     summary_line(f"wrote {probes.count} probes (d={dim}, {dtype}, eps {eps!r}) to {data_path}")

@@ -24,6 +24,7 @@ from rmsnorm_eps.cli._options import (
     Histogram,
     MaxFractionOpt,
     MaxViolationsOpt,
+    NormOpt,
     OutputOpt,
     PlotLayersOpt,
     PlotOpt,
@@ -48,6 +49,7 @@ from rmsnorm_eps.cli._options import (
         "  rmsnorm-eps ratio q.npz --config configs/qwen3-8b.yaml  # eps per layer\n\n"
         "  rmsnorm-eps ratio rank0.npy --eps 1e-5 --raw --save-summary s0.json\n\n"
         "  rmsnorm-eps ratio x_bf16.npy --eps 1e-5 --raw --dtype bf16\n\n"
+        "  rmsnorm-eps ratio x.npz --eps 1e-5 --raw --norm layer  # LayerNorm: v/eps\n\n"
         "Plot: A against q/eps with the data's distribution, per layer.\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
@@ -75,6 +77,7 @@ def ratio(
         ),
     ] = None,
     raw: RawOpt = False,
+    norm: NormOpt = None,
     delta: Annotated[
         float | None,
         typer.Option(
@@ -135,6 +138,8 @@ def ratio(
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
     A = sqrt(q/(q+eps)) is the attenuation eps applies to an input with mean square q.
+    For a LayerNorm (--norm layer, or norm: layer in --config) every figure is of the variance
+    v = mean((x - mean x)^2) instead of q.
     An input violates when q/eps < (1-delta)^2/(delta(2-delta)); exactly at the bound passes.
     NaN and inf q values are counted and listed, and each is a violation.
     """
@@ -177,6 +182,7 @@ def ratio(
             column=column,
             skip_unreadable=skip_unreadable,
             config=loaded,
+            norm=norm.value if norm is not None else "rms",
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
@@ -191,6 +197,9 @@ def ratio(
 
         return plot_ratio(report, plot_fmt, plot_layers).data
 
+    from rmsnorm_eps.reports.commands.ratio import quantity_label
+
+    qv = quantity_label(report.layers)
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     finish(
         report,
@@ -199,7 +208,7 @@ def ratio(
         passed=gate.passed,
         skipped=report.skipped,
         draw=draw,
-        message=f"{report.violations} violation(s) ({report.below_bound} below q/eps "
+        message=f"{report.violations} violation(s) ({report.below_bound} below {qv}/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs{budget}",

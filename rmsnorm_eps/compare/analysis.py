@@ -49,10 +49,12 @@ from rmsnorm_eps.dumps import map_layers
 from rmsnorm_eps.engine import (
     DEFAULT_CHUNK_BYTES,
     PositionSplit,
+    Quantity,
     ReportTotals,
     SequentialReader,
     fold_chunks,
     iter_q_chunks,
+    layer_quantities,
     unravel,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
@@ -120,6 +122,9 @@ class CompareLayer:
     # (their worst and nonfinite indices are indices of the whole layer's array).
     first_token: CompareLayer | None = None
     other_tokens: CompareLayer | None = None
+    # "q" = mean(x^2), or "v" = mean((x - mean x)^2) for a LayerNorm layer (its figures, q and
+    # r = q/eps_from, are then of v): see rmsnorm_eps.engine.layer_quantities.
+    quantity: Quantity = "q"
 
     @property
     def nonfinite_q(self) -> int:
@@ -383,6 +388,7 @@ def compare_dump(
     config: NormConfig | None = None,
     dtype: str | None = None,
     column: str | None = None,
+    norm: str = "rms",
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
@@ -396,7 +402,9 @@ def compare_dump(
     is listed in ``CompareReport.skipped`` (before the config is matched: an unreadable member
     needs no settings). ``members_total`` / ``members_analysed`` account for every member.
     ``dtype="bfloat16"`` reads uint16 (or V2) arrays as bfloat16 bit patterns, as in
-    :func:`rmsnorm_eps.analysis.analyze_dump`.
+    :func:`rmsnorm_eps.analysis.analyze_dump`. ``norm`` (``"rms"`` or ``"layer"``) is the kind
+    of the layers whose config entry (if any) gives no ``norm``: a LayerNorm layer is compared
+    on its variance ``v = mean((x - mean x)**2)`` (raw: computed here) in place of q.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -410,6 +418,7 @@ def compare_dump(
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
     opened_skips = len(skipped)
+    quantities = layer_quantities([src.name for src in sources], norm, config)
     layers = map_layers(
         sources,
         lambda src: _compare_layer(
@@ -421,6 +430,7 @@ def compare_dump(
             raw,
             top_k,
             chunk_bytes,
+            quantities[src.name],
         ),
         skipped,
         skip_unreadable,
@@ -450,9 +460,10 @@ def _compare_layer(
     raw: bool,
     top_k: int,
     chunk_bytes: int,
+    quantity: Quantity = "q",
 ) -> CompareLayer:
     """One layer of :func:`compare_dump`."""
-    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes)
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, quantity=quantity)
     for side, spec in (("--from", spec_from), ("--to", spec_to)):
         if dim is not None and spec.dim is not None and spec.dim != dim:
             raise InputFileError(
@@ -467,7 +478,7 @@ def _compare_layer(
         make = partial(CompareAccumulator, spec_from, spec_to, tol, c, top_k)
         split = PositionSplit(make, _kept, _remap)
         positions = SequentialReader(pos_src)
-    fold_chunks(src, chunks, acc, split, positions, q_shape, order)
+    fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
     dtype = str(src.dtype.newbyteorder("="))
     layer = acc.result(name=src.name, shape=q_shape, order=order, dtype=dtype, raw_dim=dim)
     if split is not None:
@@ -482,4 +493,11 @@ def _compare_layer(
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
         layer = replace(layer, first_token=first, other_tokens=other)
+    if quantity != "q":
+        layer = replace(
+            layer,
+            quantity=quantity,
+            first_token=layer.first_token and replace(layer.first_token, quantity=quantity),
+            other_tokens=layer.other_tokens and replace(layer.other_tokens, quantity=quantity),
+        )
     return layer

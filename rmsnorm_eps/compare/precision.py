@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from rmsnorm_eps.compare.rounding import FORMATS, FloatFormat, get_format, round_to
+from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.numerics import attenuation_loss, validate_eps
 
 __all__ = ["PrecisionReport", "PrecisionRow", "absorption_thresholds", "precision_report"]
@@ -72,6 +73,9 @@ class PrecisionReport:
 
     eps: float
     rows: tuple[PrecisionRow, ...]
+    # What every "q" of the rows is: q = mean(x^2) (RMSNorm) or v = mean((x - mean x)^2)
+    # (LayerNorm, norm "layer"): a LayerNorm stores eps and absorbs it in v + eps the same way.
+    quantity: str = "q"
 
     @property
     def vanishing(self) -> tuple[str, ...]:
@@ -205,8 +209,16 @@ def precision_row(eps: float, dtype: str) -> PrecisionRow:
     )
 
 
-def precision_report(eps: float, dtypes: tuple[str, ...] | None = None) -> PrecisionReport:
-    """:func:`precision_row` for each dtype (default: float16, bfloat16, float32)."""
+def precision_report(
+    eps: float, dtypes: tuple[str, ...] | None = None, norm: str = "rms"
+) -> PrecisionReport:
+    """:func:`precision_row` for each dtype (default: float16, bfloat16, float32).
+
+    ``norm="layer"`` (LayerNorm) changes no figure, only what they refer to: the variance
+    ``v = mean((x - mean x)**2)`` in ``v + eps`` instead of q (``quantity`` "v")."""
     e = validate_eps(eps)
+    if norm not in ("rms", "layer"):
+        raise InvalidParameterError(f"norm must be 'rms' or 'layer', got {str(norm)[:40]!r}")
     names = dtypes or ("float16", "bfloat16", "float32")
-    return PrecisionReport(e, tuple(precision_row(e, d) for d in names))
+    quantity = "v" if norm == "layer" else "q"
+    return PrecisionReport(e, tuple(precision_row(e, d) for d in names), quantity)

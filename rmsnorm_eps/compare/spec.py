@@ -109,6 +109,81 @@ def _pairs(text: str, option: str) -> dict[str, str]:
     return out
 
 
+def _placement(kv: dict[str, str], where: str) -> str:
+    placement = kv.get("placement", "inside").lower()
+    if placement not in PLACEMENTS:
+        raise InvalidParameterError(
+            f"{where}: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
+        )
+    return placement
+
+
+def _dim(kv: dict[str, str], placement: str, where: str) -> int | None:
+    """``dim=D``: only with placement sum, which needs it."""
+    dim: int | None = None
+    if "dim" in kv:
+        try:
+            dim = int(kv["dim"])
+        except ValueError:
+            raise InvalidParameterError(
+                f"{where}: dim must be a positive integer, got {kv['dim']!r}"
+            ) from None
+        if dim <= 0:
+            raise InvalidParameterError(f"{where}: dim must be >= 1, got {dim}")
+        if placement != "sum":
+            raise InvalidParameterError(f"{where}: dim is only used by placement=sum")
+    if placement == "sum" and dim is None:
+        raise InvalidParameterError(
+            f"{where}: placement=sum adds eps to the sum of squares; give dim=D"
+        )
+    return dim
+
+
+def _dtype(kv: dict[str, str], where: str) -> str | None:
+    dtype = kv.get("dtype")
+    if dtype is not None and dtype not in COMPUTE_DTYPES:
+        raise InvalidParameterError(
+            f"{where}: dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {dtype!r}"
+        )
+    return dtype
+
+
+def _framework_spec(
+    text: str, kv: dict[str, str], placement: str, dtype: str | None, where: str
+) -> EpsSpec:
+    """``framework=NAME[,dtype=T]``: eps and compute precision from the defaults table."""
+    if "eps" in kv:
+        raise InvalidParameterError(f"{where}: give eps= or framework=, not both")
+    if "placement" in kv and placement != "inside":
+        raise InvalidParameterError(
+            f"{where}: framework defaults put eps inside the square root; "
+            "give eps= to model another placement"
+        )
+    fd = framework_eps(kv["framework"], dtype)
+    return EpsSpec(
+        text=text,
+        eps=fd.eps,
+        placement="inside",
+        dim=None,
+        dtype=fd.compute_dtype or "float64",
+        framework=fd.row.name,
+        input_dtype=dtype,
+        note=f"{fd.row.api}: {fd.explanation}",
+    )
+
+
+def _eps(kv: dict[str, str], where: str) -> float:
+    if "eps" not in kv:
+        raise InvalidParameterError(f"{where}: give eps=E or framework=NAME")
+    try:
+        eps_value = float(kv["eps"])
+    except ValueError:
+        raise InvalidParameterError(f"{where}: eps must be a number, got {kv['eps']!r}") from None
+    if not math.isfinite(eps_value) or eps_value <= 0.0:
+        raise InvalidParameterError(f"{where}: eps must be finite and > 0")
+    return validate_eps(eps_value)
+
+
 def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
     """Parse and resolve a SPEC (see the module docstring); ``option`` names it in errors."""
     if is_config_spec(text):
@@ -117,65 +192,15 @@ def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
             "resolve it with specs_from_config (the CLI's --config FILE)"
         )
     kv = _pairs(text, option)
-    placement = kv.get("placement", "inside").lower()
-    if placement not in PLACEMENTS:
-        raise InvalidParameterError(
-            f"{option} {text!r}: placement must be one of {', '.join(PLACEMENTS)}, "
-            f"got {placement!r}"
-        )
-    dim: int | None = None
-    if "dim" in kv:
-        try:
-            dim = int(kv["dim"])
-        except ValueError:
-            raise InvalidParameterError(
-                f"{option} {text!r}: dim must be a positive integer, got {kv['dim']!r}"
-            ) from None
-        if dim <= 0:
-            raise InvalidParameterError(f"{option} {text!r}: dim must be >= 1, got {dim}")
-        if placement != "sum":
-            raise InvalidParameterError(f"{option} {text!r}: dim is only used by placement=sum")
-    if placement == "sum" and dim is None:
-        raise InvalidParameterError(
-            f"{option} {text!r}: placement=sum adds eps to the sum of squares; give dim=D"
-        )
-    dtype = kv.get("dtype")
-    if dtype is not None and dtype not in COMPUTE_DTYPES:
-        raise InvalidParameterError(
-            f"{option} {text!r}: dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {dtype!r}"
-        )
+    where = f"{option} {text!r}"
+    placement = _placement(kv, where)
+    dim = _dim(kv, placement, where)
+    dtype = _dtype(kv, where)
     if "framework" in kv:
-        if "eps" in kv:
-            raise InvalidParameterError(f"{option} {text!r}: give eps= or framework=, not both")
-        if "placement" in kv and placement != "inside":
-            raise InvalidParameterError(
-                f"{option} {text!r}: framework defaults put eps inside the square root; "
-                "give eps= to model another placement"
-            )
-        fd = framework_eps(kv["framework"], dtype)
-        return EpsSpec(
-            text=text,
-            eps=fd.eps,
-            placement="inside",
-            dim=None,
-            dtype=fd.compute_dtype or "float64",
-            framework=fd.row.name,
-            input_dtype=dtype,
-            note=f"{fd.row.api}: {fd.explanation}",
-        )
-    if "eps" not in kv:
-        raise InvalidParameterError(f"{option} {text!r}: give eps=E or framework=NAME")
-    try:
-        eps_value = float(kv["eps"])
-    except ValueError:
-        raise InvalidParameterError(
-            f"{option} {text!r}: eps must be a number, got {kv['eps']!r}"
-        ) from None
-    if not math.isfinite(eps_value) or eps_value <= 0.0:
-        raise InvalidParameterError(f"{option} {text!r}: eps must be finite and > 0")
+        return _framework_spec(text, kv, placement, dtype, where)
     return EpsSpec(
         text=text,
-        eps=validate_eps(eps_value),
+        eps=_eps(kv, where),
         placement=placement,
         dim=dim,
         dtype=dtype or "float64",
@@ -201,9 +226,6 @@ class LayerSpecs:
         return f"per layer from {self.config}"
 
 
-_LAYER_NORM = "the norm is a LayerNorm (compare models RMSNorm, whose q is mean(x^2))"
-
-
 def _layers(names: Iterable[str], limit: int = 10) -> str:
     items = list(names)
     shown = ", ".join(items[:limit])
@@ -220,8 +242,9 @@ def specs_from_config(
     name matches, and ``q + eps`` is formed in the config's reduction_dtype when that is
     float32, float16 or bfloat16 (exact float64 when it is float64 or missing). A layer that
     matches no pattern, a missing or conflicting eps or placement, a missing dim under
-    placement sum, and a LayerNorm (q would be a variance, not mean(x^2)) are ConfigErrors:
-    nothing is filled in.
+    placement sum are ConfigErrors: nothing is filled in. A LayerNorm (``norm: layer``) is
+    compared like an RMSNorm, on its variance v instead of q (``compare_dump`` takes the
+    layer's quantity from the same config).
     """
     names = list(names)
     remedy = f"fix the config or give an explicit SPEC to {option}"
@@ -232,10 +255,6 @@ def specs_from_config(
         settings = config.settings_for(name)
         assert settings is not None  # eps_for_layers refused unmatched names
         placement = settings.placement
-        norm = settings.norm.value
-        if norm == "layer":
-            problems.setdefault(_LAYER_NORM, []).append(name)
-            continue
         if not isinstance(placement.value, str):
             problems.setdefault(f"placement is {placement.provenance.describe()}", []).append(name)
             continue

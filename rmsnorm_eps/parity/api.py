@@ -98,7 +98,7 @@ def compare_outputs(
         tolerance=tol,
         categories=categories,
         inference=inference,
-        diagnosis=diagnose(categories, inference, probes.dim),
+        diagnosis=diagnose(categories, inference, probes.dim, probes.norm),
     )
 
 
@@ -116,6 +116,8 @@ def check_parity(
     rtol: float | None = None,
     delta: float = 0.01,
     with_weight: bool = False,
+    norm: str = "rms",
+    bias: str | np.ndarray = "zeros",
 ) -> ParityResult:
     """Build probes, call ``fn(inputs)`` (or ``fn(inputs, weight)``) once and judge its output.
 
@@ -124,13 +126,25 @@ def check_parity(
     implementation holds ('ones', 'random' or an array); with ``gain_convention='1+w'`` the
     reference multiplies by 1 + weight. With ``with_weight=True`` fn also receives the weight
     (d,) in ``dtype``: needed for ``gain='random'``, whose values come from the seed.
+    ``norm="layer"`` checks a LayerNorm with bias ``bias`` (see
+    :func:`~rmsnorm_eps.parity.probes.make_probes`); with ``with_weight`` fn then receives
+    ``fn(inputs, weight, bias)``.
     """
     probes = make_probes(
-        dim, eps, gain=gain, dtype=dtype, seed=seed, gain_convention=gain_convention, delta=delta
+        dim,
+        eps,
+        gain=gain,
+        dtype=dtype,
+        seed=seed,
+        gain_convention=gain_convention,
+        delta=delta,
+        norm=norm,
+        bias=bias,
     )
     np_dtype = numpy_dtype(dtype)
     x = probes.inputs.astype(np_dtype)
-    raw = fn(x, probes.weight.astype(np_dtype)) if with_weight else fn(x)  # type: ignore[call-arg]
+    params = [probes.weight] + ([probes.bias] if probes.bias is not None else [])
+    raw = fn(x, *(p.astype(np_dtype) for p in params)) if with_weight else fn(x)
     out = np.asarray(raw)
     if out.size != probes.count * probes.dim or out.ndim < 1 or out.shape[-1] != probes.dim:
         raise InvalidParameterError(

@@ -21,6 +21,11 @@ Let ``n_i = g * x_i / rms_i`` be the eps-free normalized output of probe row i
    dtypes (output rounding plus a few internal roundings). The placement with the smallest chi2
    wins when it fits (chi2 per row <= 100) and the next one is at least 4 times worse. The 1-sigma
    interval of e is where ``chi2 <= chi2_min + max(1, chi2_min / dof)``.
+
+LayerNorm probe sets (``probes.norm == "layer"``): the same with ``x`` centred
+(``x - mean x``), ``q`` the variance v, ``rms = sqrt(v)`` the standard deviation, and the bias b
+removed from both the outputs and the reference first (``a - b``, ``ref - b``), since eps only
+scales the normalized part: ``y - b = g (x - mu) / sqrt(v + eps)``.
 """
 
 from __future__ import annotations
@@ -113,8 +118,15 @@ class Inference:
 
 
 def _normalized(probes: ProbeSet) -> tuple[np.ndarray, np.ndarray]:
-    """(n, rms): eps-free outputs ``g x / rms`` and the row RMS, without overflow."""
+    """(n, rms): eps-free outputs ``g x / rms`` and the row RMS, without overflow (LayerNorm:
+    ``g (x - mu) / std`` and the standard deviation)."""
     x = probes.inputs
+    if probes.norm == "layer":
+        m0 = np.max(np.abs(x), axis=1, keepdims=True)
+        s0 = x / np.where(m0 > 0.0, m0, 1.0)
+        mu = np.mean(s0, axis=1, keepdims=True)
+        mu = mu + np.mean(s0 - mu, axis=1, keepdims=True)
+        x = (s0 - mu) * m0
     m = np.max(np.abs(x), axis=1, keepdims=True)
     safe = np.where(m > 0.0, m, 1.0)
     s = x / safe
@@ -127,7 +139,7 @@ def _normalized(probes: ProbeSet) -> tuple[np.ndarray, np.ndarray]:
 def _channel_factors(probes: ProbeSet, actual: np.ndarray) -> np.ndarray:
     """``f_c = median(a / reference)`` over the ordinary and constant rows, per channel."""
     rows = np.concatenate([probes.rows("ordinary"), probes.rows("constant")])
-    a, ref = actual[rows], probes.reference[rows]
+    a, ref = _unbiased(probes, actual[rows]), _unbiased(probes, probes.reference[rows])
     big = np.abs(ref) >= 1e-3 * np.max(np.abs(ref), axis=1, keepdims=True)
     usable = big & np.isfinite(a) & (ref != 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -137,6 +149,11 @@ def _channel_factors(probes: ProbeSet, actual: np.ndarray) -> np.ndarray:
     if has.any():
         out[has] = np.nanmedian(ratio[:, has], axis=0)
     return out
+
+
+def _unbiased(probes: ProbeSet, y: np.ndarray) -> np.ndarray:
+    """Outputs with the LayerNorm bias removed (unchanged for RMSNorm)."""
+    return y if probes.bias is None else y - probes.bias
 
 
 def _gain_finding(probes: ProbeSet, f: np.ndarray, u: float) -> GainFinding:
@@ -229,7 +246,7 @@ def infer(probes: ProbeSet, actual: np.ndarray, output_dtype: str) -> Inference:
     den = np.sum(uu * uu, axis=1)
     keep = den > 0.0
     rows, uu, den = rows[keep], uu[keep], den[keep]
-    t = np.sum(actual[rows] * uu, axis=1) / den
+    t = np.sum(_unbiased(probes, actual[rows]) * uu, axis=1) / den
     s = 4.0 * u * np.abs(t) + u
     q, r = probes.q[rows], rms[rows]
     attenuated = int(np.count_nonzero(t < 1.0 - 3.0 * s))

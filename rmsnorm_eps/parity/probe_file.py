@@ -19,6 +19,7 @@ from rmsnorm_eps.parity.probe_set import (
     CATEGORIES,
     GAIN_CONVENTIONS,
     MAX_PROBE_VALUES,
+    NORMS,
     PROBE_FORMAT,
     ProbeSet,
 )
@@ -51,6 +52,8 @@ def probe_bytes(probes: ProbeSet) -> bytes:
         "q": probes.q,
         "metadata": np.array(json.dumps(probes.metadata(), sort_keys=True)),
     }
+    if probes.bias is not None:  # LayerNorm: the beta the implementation adds
+        members["bias"] = probes.bias
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key, array in members.items():
@@ -179,6 +182,7 @@ def _check_declared_sizes(p: Path, sizes: dict[str, int], n: int, dim: int) -> N
         ("reference", n * dim),
         ("weight", dim),
         ("gain", dim),
+        ("bias", dim),
         ("q", n),
     ):
         declared = sizes.get(f"{key}.npy", 0)
@@ -212,6 +216,8 @@ def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
         q = _member(data, p, "q")
         if q.dtype != np.float64 or q.shape != (n,) or not bool(np.all(q >= 0.0)):
             raise InputFileError(p, f"expected {n} float64 values >= 0", key="q")
+        norm = _norm(meta, p)
+        bias = _float_array(data, p, "bias", (dim,)) if norm == "layer" else None
     try:
         numerics.validate_eps(eps)
         delta = numerics.validate_delta(_meta(meta, p, "delta", float))
@@ -232,4 +238,15 @@ def load_probes(path: str | os.PathLike[str]) -> ProbeSet:
         delta=delta,
         bound_ratio=_meta(meta, p, "bound_ratio", float),
         version=_meta(meta, p, "version", str),
+        norm=norm,
+        bias=bias,
+        bias_kind=_meta(meta, p, "bias", str) if norm == "layer" else None,
     )
+
+
+def _norm(meta: dict[str, Any], p: Path) -> str:
+    """The norm the probes were made for: ``rms`` when the metadata has no ``norm`` field."""
+    norm = meta.get("norm", "rms")
+    if norm not in NORMS:
+        raise InputFileError(p, f"unknown norm {str(norm)[:40]!r}", key="metadata")
+    return str(norm)

@@ -14,7 +14,9 @@ from rmsnorm_eps import __version__
 __all__ = [
     "CATEGORIES",
     "GAIN_CONVENTIONS",
+    "LAYERNORM_REFERENCE_NAME",
     "MAX_PROBE_VALUES",
+    "NORMS",
     "PROBE_FORMAT",
     "REFERENCE_NAME",
     "SMALL_CATEGORIES",
@@ -26,6 +28,12 @@ REFERENCE_NAME = (
     "rmsnorm_eps.numerics.rmsnorm_reference: float64, y = g * x / sqrt(mean(x^2) + eps) "
     "over the last axis, scaled by max|x| so no intermediate overflows"
 )
+LAYERNORM_REFERENCE_NAME = (
+    "rmsnorm_eps.numerics.layernorm_reference: float64, y = g * (x - mu) / sqrt(v + eps) + b "
+    "with mu = mean(x), v = mean((x - mu)^2) over the last axis (two-pass, scaled by max|x|)"
+)
+#: The norms a probe set can be made for: RMSNorm (q = mean(x^2)) or LayerNorm (v, with bias).
+NORMS = ("rms", "layer")
 CATEGORIES = (
     "zero",
     "tiny",
@@ -54,6 +62,10 @@ class ProbeSet:
     ``gain = weight`` (convention ``w``) or ``1 + weight`` (convention ``1+w``).
     ``category[i]`` indexes :data:`CATEGORIES`; ``q[i] = mean(inputs[i]**2)`` (+inf where it
     exceeds float64).
+
+    ``norm`` is ``"rms"`` or ``"layer"``: for a LayerNorm probe set ``q[i]`` holds the variance
+    ``v = mean((x - mean x)**2)`` the categories are defined by, ``bias`` the beta (d,) the
+    implementation is given and the reference adds (``None`` for RMSNorm).
     """
 
     inputs: np.ndarray
@@ -70,6 +82,9 @@ class ProbeSet:
     delta: float
     bound_ratio: float
     version: str = __version__
+    norm: str = "rms"
+    bias: np.ndarray | None = None
+    bias_kind: str | None = None  # LayerNorm: zeros, random, given or file:NAME
 
     @property
     def dim(self) -> int:
@@ -84,8 +99,9 @@ class ProbeSet:
         return np.flatnonzero(self.category == CATEGORIES.index(name))
 
     def metadata(self) -> dict[str, Any]:
-        """The metadata stored with the probes (JSON-serializable, fixed key order)."""
-        return {
+        """The metadata stored with the probes (JSON-serializable, fixed key order; ``norm``
+        only for a LayerNorm set, so RMSNorm probe files keep their bytes)."""
+        meta: dict[str, Any] = {
             "format": PROBE_FORMAT,
             "tool": "rmsnorm-eps",
             "version": self.version,
@@ -98,5 +114,9 @@ class ProbeSet:
             "delta": self.delta,
             "bound_ratio": self.bound_ratio,
             "axis": -1,
-            "reference": REFERENCE_NAME,
+            "reference": REFERENCE_NAME if self.norm == "rms" else LAYERNORM_REFERENCE_NAME,
         }
+        if self.norm != "rms":
+            meta["norm"] = self.norm
+            meta["bias"] = self.bias_kind or "given"
+        return meta

@@ -20,6 +20,15 @@ for the configured eps or by its shape:
 Inputs and weights are rounded to the probe dtype first, so the implementation sees exactly the
 values the float64 reference :func:`rmsnorm_eps.numerics.rmsnorm_reference` used.
 
+**LayerNorm** (``norm="layer"``): y = g (x - mu) / sqrt(v + eps) + b with v = mean((x - mu)**2),
+reference :func:`rmsnorm_eps.numerics.layernorm_reference` with the bias b. The same categories
+are defined by ``r = v/eps``: their rows are centred vectors scaled to the target v plus an
+offset of 3 standard deviations (an implementation must remove the mean, not just divide by the
+RMS); ``zero`` and ``constant`` rows have v = 0 exactly, so the output is b exactly whatever eps;
+``mixed-scale`` gains a row 30 + N(0, 1): a one-pass ``mean(x**2) - mean(x)**2`` in float32
+loses about 30**2 u = 5e-5 of its variance (fails the float32 tolerances), a two-pass or
+Welford float32 LayerNorm about 30 u = 2e-6 (passes). Needs d >= 2 (a 1-vector has v = 0).
+
 This module makes probe sets; the data type is :mod:`rmsnorm_eps.parity.probe_set` and the file
 format :mod:`rmsnorm_eps.parity.probe_file` (both re-exported here).
 """
@@ -34,13 +43,15 @@ import numpy as np
 
 from rmsnorm_eps import numerics
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.kernels import mean_square_rows
+from rmsnorm_eps.kernels import mean_square_rows, variance_rows
 from rmsnorm_eps.parity.dtypes import dtype_info, round_to
 from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes, write_probes
 from rmsnorm_eps.parity.probe_set import (
     CATEGORIES,
     GAIN_CONVENTIONS,
+    LAYERNORM_REFERENCE_NAME,
     MAX_PROBE_VALUES,
+    NORMS,
     PROBE_FORMAT,
     REFERENCE_NAME,
     SMALL_CATEGORIES,
@@ -50,7 +61,9 @@ from rmsnorm_eps.parity.probe_set import (
 __all__ = [
     "CATEGORIES",
     "GAIN_CONVENTIONS",
+    "LAYERNORM_REFERENCE_NAME",
     "MAX_PROBE_VALUES",
+    "NORMS",
     "PROBE_FORMAT",
     "REFERENCE_NAME",
     "SMALL_CATEGORIES",
@@ -150,6 +163,55 @@ def _category_rows(
     return rows
 
 
+#: Mean of the large-mean LayerNorm probe row (its standard deviation is about 1).
+_LARGE_MEAN = 30.0
+
+
+def _with_v(v: np.ndarray, target: float, rng: np.random.Generator) -> np.ndarray:
+    """A LayerNorm probe row: ``v`` centred and rescaled so that mean((x - mean x)**2) =
+    ``target``, plus a random-sign offset of 3 standard deviations (before rounding)."""
+    c = v - float(np.mean(v))
+    std = math.sqrt(target)
+    sign = 1.0 if rng.random() < 0.5 else -1.0
+    return c * (std / math.sqrt(float(np.mean(c * c)))) + sign * 3.0 * std
+
+
+def _layer_rows(
+    rows: list[tuple[str, np.ndarray]], rng: np.random.Generator
+) -> list[tuple[str, np.ndarray]]:
+    """The RMSNorm rows turned into LayerNorm probes: the small categories get v = their q
+    (:func:`_with_v`), ordinary rows an offset of 0.5, and mixed-scale one large-mean row."""
+    out: list[tuple[str, np.ndarray]] = []
+    for name, row in rows:
+        if name in SMALL_CATEGORIES:
+            row = _with_v(row, float(np.mean(row * row)), rng)
+        elif name == "ordinary":
+            row = row + 0.5
+        out.append((name, row))
+        if name == "constant" and row[0] == 7.5:
+            out.append(("mixed-scale", _LARGE_MEAN + rng.standard_normal(row.size)))
+    return out
+
+
+def _resolve_bias(
+    bias: str | np.ndarray, d: int, dtype: str, rng: np.random.Generator
+) -> tuple[np.ndarray, str]:
+    """LayerNorm's beta: zeros, random (0.1 N(0, 1), seeded) or an array; rounded to the dtype."""
+    if isinstance(bias, str) and bias == "zeros":
+        return np.zeros(d), "zeros"
+    if isinstance(bias, str) and bias == "random":
+        return round_to(0.1 * rng.standard_normal(d), dtype), "random"
+    if isinstance(bias, str):
+        raise InvalidParameterError(f"bias must be 'zeros', 'random' or an array, got {bias!r}")
+    b = np.asarray(bias, dtype=np.float64)
+    if b.shape != (d,):
+        raise InvalidParameterError(f"bias must have shape ({d},), got {b.shape}")
+    rounded = round_to(b, dtype)
+    if not bool(np.all(np.isfinite(rounded))):
+        raise InvalidParameterError(f"bias holds NaN or inf, or does not fit in {dtype}")
+    return rounded, "given"
+
+
 def make_probes(
     dim: int,
     eps: float,
@@ -159,8 +221,17 @@ def make_probes(
     seed: int = 0,
     gain_convention: str = "w",
     delta: float = 0.01,
+    norm: str = "rms",
+    bias: str | np.ndarray = "zeros",
 ) -> ProbeSet:
-    """Build the probe set: same arguments, same bytes (numpy's PCG64 seeded with ``seed``)."""
+    """Build the probe set: same arguments, same bytes (numpy's PCG64 seeded with ``seed``).
+
+    ``norm="layer"`` makes LayerNorm probes (see the module docstring) with ``bias`` (beta:
+    'zeros', 'random' or an array of shape (dim,)); ``bias`` is ignored for RMSNorm."""
+    if norm not in NORMS:
+        raise InvalidParameterError(f"norm must be 'rms' or 'layer', got {norm!r}")
+    if norm == "layer" and dim == 1:
+        raise InvalidParameterError("LayerNorm probes need dim >= 2 (a 1-vector has v = 0)")
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise InvalidParameterError(f"dim must be an integer >= 1, got {dim!r}")
     e = numerics.validate_eps(eps)
@@ -175,16 +246,26 @@ def make_probes(
     bound = float(numerics.min_ratio(dl))
     rng = np.random.default_rng(seed)
     weight, g_eff, kind = _resolve_gain(gain, dim, dtype, gain_convention, rng)
+    rows = _category_rows(rng, dim, e, dtype, bound, g_eff)
+    beta: np.ndarray | None = None
+    bias_kind: str | None = None
+    if norm == "layer":
+        rows = _layer_rows(rows, rng)
+        beta, bias_kind = _resolve_bias(bias, dim, dtype, np.random.default_rng([seed, 1]))
     kept: list[tuple[str, np.ndarray]] = []
-    for name, row in _category_rows(rng, dim, e, dtype, bound, g_eff):
+    for name, row in rows:
         rounded = round_to(row, dtype)
         if name != "zero" and not bool(np.any(rounded)):
             continue  # underflowed to zero in this dtype: the zero row already covers it
         kept.append((name, rounded))
     inputs = np.stack([r for _, r in kept]).astype(np.float64)
     category = np.array([CATEGORIES.index(n) for n, _ in kept], dtype=np.int16)
-    reference = numerics.rmsnorm_reference(inputs, e, g_eff)
-    q = mean_square_rows(inputs)
+    if beta is None:
+        reference = numerics.rmsnorm_reference(inputs, e, g_eff)
+        q = mean_square_rows(inputs)
+    else:
+        reference = numerics.layernorm_reference(inputs, e, g_eff, beta)
+        q = variance_rows(inputs)
     return ProbeSet(
         inputs=inputs,
         reference=reference,
@@ -199,6 +280,9 @@ def make_probes(
         gain_convention=gain_convention,
         delta=dl,
         bound_ratio=bound,
+        norm=norm,
+        bias=beta,
+        bias_kind=bias_kind,
     )
 
 

@@ -55,7 +55,8 @@ def _eps_text(inf: dict[str, Any]) -> str:
 def _markdown(doc: dict[str, Any]) -> str:
     inf, rule = doc["inference"], doc["error_rule"]
     lines = [
-        f"# RMSNorm parity record: {doc['verdict'].upper()}",
+        f"# {'LayerNorm' if doc.get('norm') == 'layer' else 'RMSNorm'} parity record: "
+        f"{doc['verdict'].upper()}",
         "",
         f"{doc['diagnosis']}",
         "",
@@ -63,6 +64,7 @@ def _markdown(doc: dict[str, Any]) -> str:
         "|---|---|",
     ]
     fields = [
+        ("norm", "LayerNorm (layer)" if doc.get("norm") == "layer" else "RMSNorm (rms)"),
         ("dimension", doc["dimension"]),
         ("normalization axis", doc["normalization_axis"]),
         ("input dtype", doc["input_dtype"]),

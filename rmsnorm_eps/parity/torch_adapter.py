@@ -68,13 +68,17 @@ def check_parity_torch(
     atol: float | None = None,
     rtol: float | None = None,
     delta: float = 0.01,
+    norm: str = "rms",
+    bias: str | np.ndarray = "zeros",
 ) -> ParityResult:
     """Check an ``nn.Module`` (e.g. ``torch.nn.RMSNorm(d, eps=None)``) or a tensor function.
 
     ``dim`` defaults to the module's ``normalized_shape`` (1-D). ``gain`` must be the weight
     the module holds: 'ones' for a freshly built module, or the array
     ``module.weight.detach().float().numpy()``. The module is run in the probe ``dtype``
-    (cast it first, e.g. ``module.to(torch.bfloat16)``).
+    (cast it first, e.g. ``module.to(torch.bfloat16)``). ``norm="layer"`` checks a LayerNorm
+    (``torch.nn.LayerNorm(d, eps=...)``) against the float64 LayerNorm reference; ``bias`` must
+    then be the beta the module holds ('zeros' for a fresh module, or its array).
     """
     if dim is None:
         shape = getattr(module, "normalized_shape", None)
@@ -82,7 +86,15 @@ def check_parity_torch(
             raise InvalidParameterError("give dim= (the module has no 1-D normalized_shape)")
         dim = int(next(iter(shape)))
     probes = make_probes(
-        dim, eps, gain=gain, dtype=dtype, seed=seed, gain_convention=gain_convention, delta=delta
+        dim,
+        eps,
+        gain=gain,
+        dtype=dtype,
+        seed=seed,
+        gain_convention=gain_convention,
+        delta=delta,
+        norm=norm,
+        bias=bias,
     )
     out, out_dtype = run_torch(module, probes.inputs, dtype)
     return compare_outputs(

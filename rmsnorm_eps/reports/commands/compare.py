@@ -21,6 +21,7 @@ from rmsnorm_eps.reports.checks import (
 )
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
+from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
@@ -79,6 +80,7 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
+        "quantity": layer.quantity,
         "count": layer.count,
         "nan": layer.nan_count,
         "inf": layer.inf_count,
@@ -145,16 +147,17 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
 # ----------------------------------------------------------------------------- text
 def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     eps_from = layer.spec_from.eps
+    q = layer.quantity  # q = mean(x^2), or v (LayerNorm variance)
     out: list[RenderableType] = []
     if layer.worst:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
-        worst = simple_table("index", "q", "q/eps_from", "factor", "change")
+        worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
         for m in layer.worst:
             worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
         out.append(worst)
     if layer.decades:
-        out.append(Text(f"{_e(layer.name)}: by decade of q/eps_from (eps_from {eps_from:g})"))
-        dec = simple_table("q/eps_from", "count", "moved", "max |change|")
+        out.append(Text(f"{_e(layer.name)}: by decade of {q}/eps_from (eps_from {eps_from:g})"))
+        dec = simple_table(f"{q}/eps_from", "count", "moved", "max |change|")
         for d in layer.decades:
             dec.add_row(
                 f"[1e{d.decade}, 1e{d.decade + 1})",
@@ -210,7 +213,7 @@ def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
 def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-    kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
+    kind = quantity_kind(report.layers, report.raw)
     lines = [f"{_e(report.source)} ({kind})"]
     for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
         head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
@@ -315,7 +318,8 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         if layer.moved:
             w = layer.worst[0] if layer.worst else None
             where = (
-                f"; largest at index {_idx(w.index)} (q {_g(w.q)}, q/eps_from {_g(w.ratio)}, "
+                f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
+                f"{layer.quantity}/eps_from {_g(w.ratio)}, "
                 f"change {w.change:+.6g})"
                 if w is not None
                 else ""
@@ -369,7 +373,11 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         if gate is not None
         else ("no violations" if passed else f"{report.violations} violation(s)")
     )
-    kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
+    kind = (
+        quantity_kind(report.layers, report.raw, str)
+        if quantity_label(report.layers) != "q"
+        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
+    )
     scale = "" if report.scale == 1.0 else f"; the --to side sees c*x with c = {_g(report.scale)}"
     facts = (
         ("source", f"{report.source} ({kind})"),

@@ -47,7 +47,7 @@ NONFINITE_RULE = "checked separately: NaN always fails; inf passes only against 
 def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[str, Any]:
     """The parity result as the acceptance record."""
     p, inf, tol = result.probes, result.inference, result.tolerance
-    from rmsnorm_eps.parity.probes import REFERENCE_NAME
+    from rmsnorm_eps.parity.probes import LAYERNORM_REFERENCE_NAME, REFERENCE_NAME
 
     doc = _head("parity")
     if timestamp is not None:
@@ -56,6 +56,7 @@ def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[
         {
             "verdict": "pass" if result.passed else "fail",
             "diagnosis": result.diagnosis,
+            "norm": p.norm,
             "dimension": p.dim,
             "normalization_axis": "last (-1)",
             "input_dtype": p.dtype,
@@ -68,7 +69,7 @@ def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[
             "inferred_eps": _jnum(inf.eps),
             "inferred_eps_interval": [_jnum(inf.eps_low), _jnum(inf.eps_high)],
             "placement": inf.placement,
-            "reference": REFERENCE_NAME,
+            "reference": LAYERNORM_REFERENCE_NAME if p.norm == "layer" else REFERENCE_NAME,
             "probes": {
                 "source": result.probe_source,
                 "sha256": result.probe_sha256,
@@ -170,7 +171,10 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
     parts: list[RenderableType] = [
         Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
         Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
-        Text(f"configured eps {p.eps!r}, gain {p.gain_kind} (convention {p.gain_convention})"),
+        Text(
+            f"configured eps {p.eps!r}, gain {_e(p.gain_kind)} (convention {p.gain_convention})"
+            + (f", LayerNorm with bias {_e(p.bias_kind or 'given')}" if p.norm == "layer" else "")
+        ),
         Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
         Text(f"({tol.source}); nonfinite values checked separately"),
     ]

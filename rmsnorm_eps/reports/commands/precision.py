@@ -30,6 +30,7 @@ def document(result: PrecisionReport, gate: Any = None) -> dict[str, Any]:
     """The precision document: per dtype, the stored eps and where it stops acting."""
     doc = head("precision")
     doc["eps"] = result.eps
+    doc["quantity"] = result.quantity
     doc["vanishing"] = list(result.vanishing)
     doc["dtypes"] = [
         {
@@ -64,7 +65,7 @@ def _flags(r: PrecisionRow) -> str:
     return "subnormal" if r.subnormal else "normal"
 
 
-def _notes(r: PrecisionRow) -> list[str]:
+def _notes(r: PrecisionRow, q: str = "q") -> list[str]:
     """What is notable about eps in one dtype: vanishing, overflow, subnormal, absorption."""
     notes = []
     if r.rounds_to_zero:
@@ -81,8 +82,8 @@ def _notes(r: PrecisionRow) -> list[str]:
         )
     if r.absorbed_from and r.stored:
         notes.append(
-            f"{r.dtype}: eps acts on q + eps only for q < {r.absorbed_from:.6g} "
-            f"(q/eps < {r.absorbed_from / r.stored:.6g})"
+            f"{r.dtype}: eps acts on {q} + eps only for {q} < {r.absorbed_from:.6g} "
+            f"({q}/eps < {r.absorbed_from / r.stored:.6g})"
         )
     return notes
 
@@ -100,15 +101,21 @@ def _precision_parts(report: PrecisionReport) -> list[RenderableType]:
     row("stored eps", [f"{r.stored:.9g}" for r in rows])
     row("relative error", [f"{r.relative_error:+.3g}" for r in rows])
     row("eps is", [_flags(r) for r in rows])
-    row("q + eps == q from q =", [_f(r.absorbed_from) for r in rows])
-    row("... for every q >=", [_f(r.always_absorbed_from) for r in rows])
+    q = report.quantity  # q = mean(x^2), or v (LayerNorm variance): same figures
+    row(f"{q} + eps == {q} from {q} =", [_f(r.absorbed_from) for r in rows])
+    row(f"... for every {q} >=", [_f(r.always_absorbed_from) for r in rows])
     row("1 - A there (exact)", [_f(r.loss_at_absorption, 3) for r in rows])
     row("checked by adding", ["yes" if r.verified else "MISMATCH" for r in rows])
-    row("largest q", [_f(r.max) for r in rows])
-    row("q flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
+    row(f"largest {q}", [_f(r.max) for r in rows])
+    row(f"{q} flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
     row("x*x finite up to |x| =", [_f(r.square_finite_max) for r in rows])
     row("x*x overflows from", [_f(r.square_overflow_from) for r in rows])
-    notes = [note for r in rows for note in _notes(r)]
+    notes = [note for r in rows for note in _notes(r, q)]
+    if q == "v":
+        notes.append(
+            "LayerNorm: v = mean((x - mean x)^2), to which eps is added exactly as to "
+            "q = mean(x^2) in RMSNorm"
+        )
     return [t, Text("\n".join(notes))] if notes else [t]
 
 
@@ -151,7 +158,8 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
             sub = ", subnormal" if row.subnormal else ""
             msg = (
                 f"{row.dtype}: eps {_g(report.eps, 12)} is stored as {row.stored!r} "
-                f"(relative error {_g(row.relative_error, 4)}{sub}); q + eps == q from q >= "
+                f"(relative error {_g(row.relative_error, 4)}{sub}); {report.quantity} + eps == "
+                f"{report.quantity} from {report.quantity} >= "
                 f"{_g(row.absorbed_from)}"
             )
         checks.append(

@@ -71,14 +71,18 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
         f"{probes.count} probes, d={probes.dim}, dtype {probes.dtype}, eps {probes.eps!r}, "
         f"gain {probes.gain_kind} (convention {probes.gain_convention}), seed {probes.seed}"
     )
+    q = "q"
+    if probes.norm == "layer":  # LayerNorm: categories by v = mean((x - mean x)^2)
+        q = "v"
+        head += f", LayerNorm (bias {_e(probes.bias_kind or 'given')}; v = variance)"
     if path:
         head += f" -> {_e(path)}"
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name, justify in [
         ("category", "left"),
         ("rows", "right"),
-        ("min q/eps", "right"),
-        ("max q/eps", "right"),
+        (f"min {q}/eps", "right"),
+        (f"max {q}/eps", "right"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in doc["categories"]:

@@ -7,6 +7,7 @@ input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -26,7 +27,16 @@ from rmsnorm_eps.reports.registry import ALL_FORMATS
 if TYPE_CHECKING:  # analysis imports numpy
     from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 
-__all__ = ["FORMATS", "RATIO_RULES", "checks", "document", "histogram_rows", "text"]
+__all__ = [
+    "FORMATS",
+    "RATIO_RULES",
+    "checks",
+    "document",
+    "histogram_rows",
+    "quantity_kind",
+    "quantity_label",
+    "text",
+]
 
 FORMATS = frozenset(ALL_FORMATS)
 
@@ -59,6 +69,7 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
+        "quantity": layer.quantity,
         "count": layer.count,
         "nonfinite": layer.nonfinite,
         "nan": layer.nan_count,
@@ -121,6 +132,26 @@ def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, A
 
 
 # ----------------------------------------------------------------------------- text
+def quantity_label(layers: Any) -> str:
+    """``q`` (RMSNorm: mean(x^2)), ``v`` (LayerNorm: the variance) or ``q|v`` (both kinds)."""
+    kinds = {getattr(layer, "quantity", "q") for layer in layers}
+    return "q|v" if len(kinds) > 1 else (kinds.pop() if kinds else "q")
+
+
+def quantity_kind(layers: Any, raw: bool, esc: Callable[[str], str] = _e) -> str:
+    """What the figures are of, for a report's header line (layer names through ``esc``:
+    the text escape, or ``str`` where the output format escapes them itself)."""
+    label = quantity_label(layers)
+    if label == "q":
+        return "raw activations, q = mean(x^2) over the last axis" if raw else "q values"
+    v = "v = mean((x - mean x)^2) over the last axis (LayerNorm variance)"
+    if label == "v":
+        return f"raw activations, {v}" if raw else "v values (LayerNorm variance)"
+    names = ", ".join(esc(x.name) for x in layers if getattr(x, "quantity", "q") == "v")
+    base = "raw activations, q = mean(x^2) over the last axis" if raw else "q values"
+    return f"{base}; for the LayerNorm layers {names}: {v if raw else 'v values'}"
+
+
 def _shard_index(
     index: tuple[int, ...], shard: int | None, shard_index: tuple[int, ...] | None
 ) -> str:
@@ -183,11 +214,12 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
 
 def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
     """The title line and the table (a table title would wrap at the table's width)."""
-    title = Text(f"{_e(layer.name)}: inputs per decade of r = q/eps (bound r >= {fmt(bound)})")
+    qv = layer.quantity
+    title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {fmt(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("r = q/eps")
+    table.add_column(f"r = {qv}/eps")
     table.add_column("count", justify="right")
     table.add_column("", no_wrap=True)
     table.add_column("")
@@ -219,11 +251,12 @@ def _position_parts(report: RatioReport) -> list[RenderableType]:
 
 def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
     parts: list[RenderableType] = []
-    kind = "raw activations, q = mean(x^2) over the last axis" if report.raw else "q values"
+    kind = quantity_kind(report.layers, report.raw)
+    qv = quantity_label(report.layers)
     parts.append(
         Text(
             f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
-            f"(delta {fmt(report.delta, 12)}) <=> q/eps >= {fmt(report.min_ratio, 12)}"
+            f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
         )
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -232,8 +265,8 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         ("eps", "right"),
         ("count", "right"),
         ("nonfinite", "right"),
-        ("min q", "right"),
-        ("min q/eps", "right"),
+        (f"min {qv}", "right"),
+        (f"min {qv}/eps", "right"),
         ("min A", "right"),
         ("below bound", "right"),
         ("violating", "right"),
@@ -253,7 +286,8 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             # The title is a line of its own: a table title wraps at the table's width.
             parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
             worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-            for name in ("index", "q", "q/eps", "A", "1 - A"):
+            q = layer.quantity
+            for name in ("index", q, f"{q}/eps", "A", "1 - A"):
                 worst.add_column(name, justify="left" if name == "index" else "right")
             for w in layer.worst:
                 worst.add_row(
@@ -271,7 +305,8 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             )
             parts.append(
                 Text(
-                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite q ({layer.nan_count} NaN, "
+                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
+                    f"({layer.nan_count} NaN, "
                     f"{layer.inf_count} inf), each a violation: {shown}"
                 )
             )
@@ -328,6 +363,7 @@ class _Shards:
 def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> Check:
     """``ratio/below-bound``: fails when some finite q has ``q/eps < min_ratio``."""
     bound = report.min_ratio
+    qv = getattr(layer, "quantity", "q")
     finite = layer.count - layer.nonfinite
     below = layer.below_bound
     nums: dict[str, Number] = {
@@ -350,17 +386,17 @@ def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> 
             where += in_shard
         msg = (
             f"{layer.name}: {below} of {layer.count} inputs "
-            f"({_g(100.0 * below / layer.count, 3)}%) have q/eps below {_g(bound, 12)} "
-            f"(A < {_g(1.0 - report.delta, 12)}); min q/eps {_g(layer.min_ratio)} "
+            f"({_g(100.0 * below / layer.count, 3)}%) have {qv}/eps below {_g(bound, 12)} "
+            f"(A < {_g(1.0 - report.delta, 12)}); min {qv}/eps {_g(layer.min_ratio)} "
             f"(A = {_g(layer.min_attenuation)}){where}"
         )
     elif finite:
         msg = (
-            f"{layer.name}: all {finite} finite inputs have q/eps >= {_g(bound, 12)}; "
-            f"min q/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
+            f"{layer.name}: all {finite} finite inputs have {qv}/eps >= {_g(bound, 12)}; "
+            f"min {qv}/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
         )
     else:
-        msg = f"{layer.name}: no finite q value to check"
+        msg = f"{layer.name}: no finite {qv} value to check"
     level: Level = "note" if below == 0 else bad
     return Check("ratio/below-bound", layer.name, below == 0, level, msg, nums, loc)
 
@@ -412,12 +448,17 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         if gate is not None
         else ("no violations" if passed else f"{report.violations} violation(s)")
     )
-    kind = "activations (q = mean(x^2) over the last axis)" if report.raw else "q values"
+    qv = quantity_label(report.layers)
+    kind = (
+        quantity_kind(report.layers, report.raw, str)
+        if qv != "q"
+        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
+    )
     facts: tuple[tuple[str, str], ...] = (
         ("source", f"{report.source} ({kind})"),
         (
             "bound",
-            f"A >= {_g(1.0 - report.delta, 12)} <=> q/eps >= {_g(bound, 12)} "
+            f"A >= {_g(1.0 - report.delta, 12)} <=> {qv}/eps >= {_g(bound, 12)} "
             f"(delta {_g(report.delta, 12)})",
         ),
         ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
