@@ -50,3 +50,20 @@ def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[Rendera
             verdict = f"INCOMPLETE ({len(skipped)} layer(s) skipped): " + verdict
         parts.append(Text(verdict + options.gate.reason))
     return parts
+
+
+def members_document(report: Any) -> dict[str, Any]:
+    """``{"members": {"total", "analysed"}}`` of a dump's report: every entry of the file is
+    either analysed or listed as skipped (a merged report has no file: nothing)."""
+    if getattr(report, "shards", None) or not report.members_total:
+        return {}
+    return {"members": {"total": report.members_total, "analysed": report.members_analysed}}
+
+
+def members_parts(report: Any) -> list[RenderableType]:
+    """One line saying how many entries the dump's file holds and how many were analysed
+    (for a container of several entries, or when one was not analysed)."""
+    total, analysed = report.members_total, report.members_analysed
+    if getattr(report, "shards", None) or not (total > 1 or analysed < total):
+        return []
+    return [Text(f"Members: {total} in the file, {analysed} analysed")]

@@ -20,7 +20,12 @@ from rmsnorm_eps.reports.checks import (
     with_skipped,
 )
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
+from rmsnorm_eps.reports.commands._layers import (
+    members_document,
+    members_parts,
+    position_split_parts,
+    tail_parts,
+)
 from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import fmt as _f
@@ -135,6 +140,7 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
                 "violation_fraction": result.violation_fraction,
                 "max_abs_change": jnum(result.max_abs_change),
                 "layers_affected": list(result.layers_affected),
+                **members_document(result),
             },
             "gate": gate_document(gate),
             "layers": [_layer(layer) for layer in result.layers],
@@ -254,6 +260,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
     for layer in report.layers:
         if layer.violations:
             parts.extend(_layer_details(layer))
+    parts.extend(members_parts(report))
     parts.append(
         Text(
             f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "

@@ -18,7 +18,12 @@ from rich.text import Text
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.commands._layers import position_split_parts, tail_parts
+from rmsnorm_eps.reports.commands._layers import (
+    members_document,
+    members_parts,
+    position_split_parts,
+    tail_parts,
+)
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_renderables
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
@@ -120,6 +125,7 @@ def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, A
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
                 "layers_affected": list(result.layers_affected),
+                **members_document(result),
             },
             "gate": gate_document(gate),
             "layers": [_layer(layer) for layer in result.layers],
@@ -310,6 +316,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
                     f"{layer.inf_count} inf), each a violation: {shown}"
                 )
             )
+    parts.extend(members_parts(report))
     affected = report.layers_affected
     parts.append(
         Text(
