@@ -187,13 +187,18 @@ def _header(column: Column) -> str:
     return " ".join(_plain(column.header).split())
 
 
-def _compact(table: Table, width: int, names: dict[str, str]) -> list[RenderableType]:
+def _compact(
+    table: Table, width: int, names: dict[str, str], named: bool = False
+) -> list[RenderableType]:
     """One block per row: the first cell on a line, then ``  header: value`` pairs packed on
-    lines of at most ``width`` characters (a pair is never split)."""
+    lines of at most ``width`` characters (a pair is never split). The first column's header
+    is a line of its own above the blocks unless the column holds names (``named``)."""
     parts: list[RenderableType] = []
     if table.title is not None:
         parts.append(Text(_plain(table.title)))
     columns = table.columns
+    if columns and table.show_header and not named and _header(columns[0]):
+        parts.append(Text(ellipsize(_header(columns[0]), width)))
     rows = list(zip(*(list(c.cells) for c in columns), strict=True)) if columns else []
     for r, cells in enumerate(rows):
         first = _plain(cells[0])
@@ -237,6 +242,10 @@ def fit_table(
         prefix = common_prefix(full)
         if prefix:  # (1) drop the prefix every name shares
             lead = [Text(f"{noun} under {ellipsize(prefix, width - len(noun) - 7)}")]
+            if table.title is not None:  # the title first, then the line about the names
+                lead.insert(0, Text(_plain(table.title)))
+                table = _copy(table)
+                table.title = None
             names = {n: n[len(prefix) :] for n in full}
             fitted = _with_names(table, column, names)
             if _width(console, fitted) <= width:
@@ -252,7 +261,8 @@ def fit_table(
                 return [*lead, fitted]
         if column == 0:  # (3) one block per row, the name on a line of its own
             short = shorten_names(names.values(), width)
-            return [*lead, *_compact(table, width, {n: short[s] for n, s in names.items()})]
+            shown = {n: short[s] for n, s in names.items()}
+            return [*lead, *_compact(table, width, shown, named=True)]
     return _compact(table, width, {})
 
 
