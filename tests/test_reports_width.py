@@ -121,7 +121,9 @@ def _parity(tmp: Path) -> Case:
     numbers: list[str] = []
     for c in doc["categories"]:
         numbers += [str(c["rows"]), f"{c['failing']}/{c['elements']}"]
-        numbers += [fmt(c[k], 4) for k in ("max_abs_error", "max_rel_error", "min_atol", "min_rtol")]
+        numbers += [
+            fmt(c[k], 4) for k in ("max_abs_error", "max_rel_error", "min_atol", "min_rtol")
+        ]
     return rep, None, numbers, [c["name"] for c in doc["categories"]]
 
 
@@ -182,7 +184,12 @@ def _capture(tmp: Path) -> Case:
             )
         )
     result = CaptureResult(
-        tuple(records), sequences=1, tokens=12, summary_only=False, q_dtype="float32", min_ratio=None
+        tuple(records),
+        sequences=1,
+        tokens=12,
+        summary_only=False,
+        q_dtype="float32",
+        min_ratio=None,
     )
     rep = CaptureReport(result, "org/long-model", {"dump": "q.npz", "config": None})
     doc = json.loads(render(rep, "json"))
