@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from rich import box
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -169,11 +170,12 @@ def _with_names(table: Table, column: int, shown: dict[str, str]) -> Table:
 
 
 def _copy(table: Table) -> Table:
-    """A shallow copy of ``table`` with its own list of columns, none of which wraps."""
+    """A shallow copy of ``table`` with its own list of columns, none of which wraps or takes
+    a share (``ratio``) of the line: each is as wide as its widest cell."""
     import copy
 
     out = copy.copy(table)
-    out.columns = [replace(c, no_wrap=True) for c in table.columns]
+    out.columns = [replace(c, no_wrap=True, ratio=None) for c in table.columns]
     return out
 
 
@@ -200,26 +202,25 @@ def _compact(
     if columns and table.show_header and not named and _header(columns[0]):
         parts.append(Text(ellipsize(_header(columns[0]), width)))
     rows = list(zip(*(list(c.cells) for c in columns), strict=True)) if columns else []
+    inner = max(width - 2, 1)  # the pairs are indented by two spaces
     for r, cells in enumerate(rows):
         first = _plain(cells[0])
-        style = table.rows[r].style if r < len(table.rows) else None
-        block = [names.get(first, ellipsize(first, width))]
-        line = ""
+        style = (table.rows[r].style if r < len(table.rows) else None) or ""
+        parts.append(Text(names.get(first, ellipsize(first, width)), style=style))
+        lines: list[str] = []
         for column, cell in zip(columns[1:], cells[1:], strict=True):
             value = " ".join(_plain(cell).split("\n"))
             head = _header(column) if table.show_header else ""
             if not value and not head:
                 continue
             pair = f"{head}: {value}" if head else value
-            if line and len(line) + 2 + len(pair) <= width:
-                line += "  " + pair
+            if lines and len(lines[-1]) + 2 + len(pair) <= inner:
+                lines[-1] += "  " + pair
             else:
-                if line:
-                    block.append(line)
-                line = "  " + pair
-        if line:
-            block.append(line)
-        parts.append(Text("\n".join(block), style=style or ""))
+                lines.append(pair)  # (a pair longer than a line wraps between its words)
+        if lines:
+            body = _fit_text(Text("\n".join(lines), style=style), inner)
+            parts.append(Padding(body, (0, 0, 0, 2)))
     parts.append(Text(""))  # a blank line after the blocks, as after a table
     return parts
 
@@ -230,7 +231,7 @@ def fit_table(
     """``table`` fitted into ``width`` columns by the rule of the module docstring (``noun``:
     the table has names in ``column``). None: not a terminal, the table as it is."""
     if width is None:
-        return [table]
+        return [_copy(table)]
     fitted = _copy(table)
     if _width(console, fitted) <= width:
         return [fitted]
