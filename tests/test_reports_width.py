@@ -299,3 +299,33 @@ def test_shortened_names_stay_distinct_and_fit() -> None:
     shown = shorten_names(names, 16)
     assert shown["short"] == "short"
     assert all(len(s) <= 16 for s in shown.values())  # distinct at this width without growing
+
+
+def test_shortened_names_in_a_table_stay_distinct(tmp_path: Path) -> None:
+    result, gate, _, _ = _compare(tmp_path)
+    lines = _text(result, gate, 100).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" ───")) + 1
+    rows = lines[start : lines.index("", start)]
+    shown = [row.split()[0] for row in rows]
+    assert len(shown) == len(LONG) == len(set(shown))
+    assert any(ELLIPSIS in s for s in shown)  # (this width needs the middle ellipsis)
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_a_terminal_report_takes_the_terminal_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from rmsnorm_eps.cli._output import render_for
+
+    result, gate, _, _ = _ratio(tmp_path)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "64")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    text = render_for(result, "text", None, gate)
+    assert max(len(line) for line in text.splitlines()) <= 64
+    assert "layers under model.language_model.layers." in text
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # a pipe: full names
+    piped = render_for(result, "text", None, gate)
+    assert f" {LONG[0]} " in piped and ELLIPSIS not in piped
