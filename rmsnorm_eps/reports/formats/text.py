@@ -229,7 +229,8 @@ def fit_table(
     table: Table, console: Console, width: int | None, noun: str | None = None, column: int = 0
 ) -> list[RenderableType]:
     """``table`` fitted into ``width`` columns by the rule of the module docstring (``noun``:
-    the table has names in ``column``). None: not a terminal, the table as it is."""
+    the table has names in ``column``). None: not a terminal, the table with every cell on
+    one line, however long."""
     if width is None:
         return [_copy(table)]
     fitted = _copy(table)
