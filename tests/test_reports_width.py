@@ -329,3 +329,12 @@ def test_a_terminal_report_takes_the_terminal_width(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # a pipe: full names
     piped = render_for(result, "text", None, gate)
     assert f" {LONG[0]} " in piped and ELLIPSIS not in piped
+
+
+def test_wide_characters_count_as_two_cells() -> None:
+    name = "模型.层." * 10 + "q_norm"
+    shown = ellipsize(name, 21)
+    assert ELLIPSIS in shown and shown.endswith("q_norm")
+    assert sum(2 if ord(c) > 0x2E80 else 1 for c in shown) <= 21
+    short = shorten_names([name, name + "x"], 20)
+    assert len(set(short.values())) == 2

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -115,27 +116,41 @@ def common_prefix(names: Sequence[str]) -> str:
 
 
 def ellipsize(name: str, width: int, head: int | None = None) -> str:
-    """``name`` if it has at most ``width`` characters, else its first ``head`` characters
-    (default: half of what fits), :data:`ELLIPSIS`, and its last characters: ``width`` in all."""
-    if len(name) <= width:
+    """``name`` if it takes at most ``width`` terminal cells, else its start (``head`` cells;
+    default: half of what fits), :data:`ELLIPSIS`, and its end: at most ``width`` cells in all
+    (a wide character, such as CJK, takes two cells)."""
+    if cell_len(name) <= width:
         return name
     keep = max(width - 1, 0)
     h = keep // 2 if head is None else min(max(head, 0), keep)
-    return name[:h] + ELLIPSIS + name[len(name) - (keep - h) :]
+    start = _cells_from(name, h)
+    end = _cells_from(name[::-1], keep - h)[::-1]
+    return start + ELLIPSIS + end
+
+
+def _cells_from(name: str, cells: int) -> str:
+    """The longest start of ``name`` that takes at most ``cells`` terminal cells."""
+    out, used = [], 0
+    for ch in name:
+        used += cell_len(ch)
+        if used > cells:
+            break
+        out.append(ch)
+    return "".join(out)
 
 
 def shorten_names(names: Iterable[str], width: int) -> dict[str, str]:
     """Each distinct name -> what is shown for it: itself if it has at most ``width``
-    characters, else :func:`ellipsize` of it. Distinct names are shown distinct: when a
+    terminal cells, else :func:`ellipsize` of it. Distinct names are shown distinct: when a
     shortening is already taken, the ellipsis moves, and if no place works, more is shown."""
     unique = list(dict.fromkeys(names))
-    shown = {n: n for n in unique if len(n) <= width}
+    shown = {n: n for n in unique if cell_len(n) <= width}
     taken = set(shown.values())
     for name in unique:
         if name in shown:
             continue
         choice = name
-        for w in range(max(width, 1), len(name)):
+        for w in range(max(width, 1), cell_len(name)):
             keep = w - 1
             default = keep // 2
             heads = sorted(range(keep + 1), key=lambda h: (abs(h - default), h))
@@ -214,7 +229,7 @@ def _compact(
             if not value and not head:
                 continue
             pair = f"{head}: {value}" if head else value
-            if lines and len(lines[-1]) + 2 + len(pair) <= inner:
+            if lines and cell_len(lines[-1]) + 2 + cell_len(pair) <= inner:
                 lines[-1] += "  " + pair
             else:
                 lines.append(pair)  # (a pair longer than a line wraps between its words)
@@ -253,7 +268,7 @@ def fit_table(
             if _width(console, fitted) <= width:
                 return [*lead, fitted]
         # (2) shorten in the middle: the name column gets what the other columns leave
-        name_width = max([len(s) for s in names.values()] + [len(_header(fitted.columns[column]))])
+        name_width = max(cell_len(s) for s in [*names.values(), _header(fitted.columns[column])])
         budget = width - (_width(console, fitted) - name_width)
         if budget >= MIN_NAME:
             short = shorten_names(names.values(), budget)
@@ -272,7 +287,7 @@ def _fit_text(part: Text, width: int) -> Text:
     """``part`` with every word longer than ``width`` shortened in the middle (rich wraps
     running text between words, so no word is then split)."""
     plain = part.plain
-    if all(len(w) <= width for w in plain.split()):
+    if all(cell_len(w) <= width for w in plain.split()):
         return part
     lines = [" ".join(ellipsize(w, width) for w in line.split(" ")) for line in plain.split("\n")]
     return Text("\n".join(lines), style=part.style)
