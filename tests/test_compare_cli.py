@@ -22,11 +22,11 @@ def test_eps_1e6_to_1e5_lists_moved_inputs(cli, dump: Path) -> None:  # type: ig
     out = r.stdout
     assert "layers.0.input_layernorm: largest |change| (5 input(s))" in out
     # exactly two inputs move by more than 1%: q = 8e-5 ([1, 1]) and q = 3e-4 ([0, 0])
-    assert " [1, 1]    8e-05           80   0.948683     -0.0513167 " in out
-    assert " [0, 0]   0.0003          300   0.985377      -0.014623 " in out
-    assert " [1, 2]   0.0006          600   0.992596    -0.00740446 " in out
-    assert " [1e1, 1e2)       1       1      0.0513167 " in out
-    assert " [1e2, 1e3)       2       1       0.014623 " in out
+    assert " [1, 1]    8e-05           80   0.948683     -0.0513167\n" in out
+    assert " [0, 0]   0.0003          300   0.985377      -0.014623\n" in out
+    assert " [1, 2]   0.0006          600   0.992596    -0.00740446\n" in out
+    assert " [1e1, 1e2)       1       1      0.0513167\n" in out
+    assert " [1e2, 1e3)       2       1       0.014623\n" in out
     assert " layers.0.input_layernorm       8           0      0.0513167     0.948683 " in out
     assert (
         "FAIL: 2 violation(s) (2 moved by more than 0.01, 0 nonfinite) in 1 of 3 layer(s), "
@@ -88,8 +88,8 @@ def test_torch_default_resolves(cli, dump: Path) -> None:  # type: ignore[no-unt
         "to default: torch.nn.RMSNorm / torch.nn.functional.rms_norm: current torch (>= 2.7): "
         "finfo(float32).eps, the compute type of bfloat16 inputs; q + eps formed in float32"
     ) in r.stdout.replace("\n", " ")
-    assert " [1, 1]    8e-05            8   1.05987    +0.0598709 " in r.stdout
-    assert " [0, 0]   0.0003           30   1.01633    +0.0163281 " in r.stdout
+    assert " [1, 1]    8e-05            8   1.05987    +0.0598709\n" in r.stdout
+    assert " [0, 0]   0.0003           30   1.01633    +0.0163281\n" in r.stdout
 
 
 def test_placement_and_scale(cli, dump: Path) -> None:  # type: ignore[no-untyped-def]

@@ -59,7 +59,7 @@ def render_for(
     to_terminal = output is None and sys.stdout.isatty()
     options = RenderOptions(
         color=fmt == "text" and color_wanted(to_terminal),
-        width=(shutil.get_terminal_size().columns if to_terminal else 200),
+        width=shutil.get_terminal_size().columns if to_terminal else None,
         gate=gate,
         histogram=histogram,
     )

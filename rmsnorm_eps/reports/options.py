@@ -28,7 +28,9 @@ class RenderOptions:
     """Presentation choices; they never change a number, only how it is shown."""
 
     color: bool = False
-    width: int = 200  # rich tables take only the width they need
+    #: text: the terminal's columns; None when the output is not a terminal (a file, a pipe):
+    #: then nothing is wrapped or shortened
+    width: int | None = None
     gate: Any = None  # GateResult for commands that gate
     #: text: per-layer histograms of log10(q/eps): "auto" (every layer when there are at
     #: most HISTOGRAM_AUTO_LAYERS, else the layers with violations), "all", "violating", "none"

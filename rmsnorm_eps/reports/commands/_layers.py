@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.formats.text import NamedTable
 from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["position_split_parts", "tail_parts"]
@@ -26,7 +27,7 @@ def position_split_parts(
     if not split:
         return []
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("layer", overflow="fold")
+    table.add_column("layer")
     for side in ("first", "other"):
         for name, _ in columns:
             table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
@@ -35,7 +36,7 @@ def position_split_parts(
         for part in (ly.first_token, ly.other_tokens):
             cells += [Text(cell(part)) for _, cell in columns]
         table.add_row(*cells)
-    return [Text("By token position: first token (position 0) | other tokens"), table]
+    return [Text("By token position: first token (position 0) | other tokens"), NamedTable(table)]
 
 
 def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[RenderableType]:

@@ -9,7 +9,6 @@ fails on it (exit 0), the CI formats surface it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
@@ -26,7 +25,6 @@ __all__ = ["CAPTURE_RULES", "FORMATS", "checks", "document", "text"]
 
 FORMATS = frozenset(ALL_FORMATS)
 
-TEXT_WIDTH = 110  # the capture table is narrow; a fixed width keeps it stable across terminals
 
 CAPTURE_RULES = (
     Rule(
@@ -63,7 +61,7 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
     from rich.table import Table
     from rich.text import Text
 
-    from rmsnorm_eps.reports.formats.text import fmt, render_renderables
+    from rmsnorm_eps.reports.formats.text import NamedTable, fmt, render_renderables
 
     doc = document(report)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -89,7 +87,7 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
         f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
     )
     written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
-    parts: list[Any] = [head, table]
+    parts: list[Any] = [head, NamedTable(table, noun="modules")]
     for m in doc["modules"]:
         if m.get("norm") == "unknown":
             parts.append(
@@ -102,7 +100,7 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
         parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
     if written:
         parts.append(Text("wrote " + "; ".join(written)))
-    return render_renderables(parts, replace(options, width=TEXT_WIDTH))
+    return render_renderables(parts, options)
 
 
 def checks(report: CaptureReport, gate: Any = None) -> CheckReport:

@@ -28,9 +28,9 @@ from rmsnorm_eps.reports.commands._layers import (
 )
 from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
+from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
-from rmsnorm_eps.reports.formats.text import render_renderables, simple_table
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -255,7 +255,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
             f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
             style="bold" if layer.violations else None,
         )
-    parts.append(table)
+    parts.append(NamedTable(table))
     parts.extend(_position_table(report))
     for layer in report.layers:
         if layer.violations:

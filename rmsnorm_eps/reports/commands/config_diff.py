@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import no_ci_command
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
@@ -80,7 +79,11 @@ def text(d: ConfigDiff, options: RenderOptions) -> str:
         if d.equivalent
         else f"DIFFERENT: {n} difference(s) in eps, placement, gain or norm type"
     )
-    return no_ci_command("".join(_e(line) + "\n" for line in lines))
+    from rich.text import Text
+
+    from rmsnorm_eps.reports.formats.text import render_renderables
+
+    return render_renderables([Text(_e(line)) for line in lines], options)
 
 
 def _config_rules() -> tuple[Rule, ...]:

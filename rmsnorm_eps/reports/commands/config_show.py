@@ -88,7 +88,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     from rich.text import Text
 
     from rmsnorm_eps.config.model import FIELDS
-    from rmsnorm_eps.reports.formats.text import render_renderables
+    from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables
 
     parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
     if c.source:
@@ -96,7 +96,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     defaults.add_column("setting", no_wrap=True)
     defaults.add_column("value", no_wrap=True)
-    defaults.add_column("from")  # a long provenance wraps; the setting and value never do
+    defaults.add_column("from")
     for name in FIELDS:
         r = c.defaults.get(name)
         defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
@@ -123,7 +123,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
             f"{pattern}: {k} = {show_value(v)} ({v.provenance.describe(c.path)})"
             for k, v in entry.overrides
         ]
-    parts.append(layers)
+    parts.append(NamedTable(layers, noun="patterns"))
     parts += [Text(_e(line)) for line in overrides]
     parts += [Text(_e(f"note: {n}")) for n in c.notes]
     return render_renderables(parts, options)

@@ -25,7 +25,7 @@ from rmsnorm_eps.reports.commands._layers import (
     tail_parts,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_renderables
+from rmsnorm_eps.reports.formats.text import NamedTable, fmt, fmt_index, render_renderables
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -277,10 +277,10 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         ("below bound", "right"),
         ("violating", "right"),
     ]:
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for layer in report.layers:
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
-    parts.append(table)
+    parts.append(NamedTable(table))
     parts.extend(_eps_source_parts(report))
     parts.extend(_position_parts(report))
     for layer in report.layers:
