@@ -60,7 +60,7 @@ def test_help_is_clean_and_consistent(cli: Cli, command: tuple[str, ...]) -> Non
 def test_help_shows_argument_help(cli: Cli) -> None:
     text = _help(cli, "merge")
     assert re.search(r"SUMMARIES\.\.\.\s+Summaries written by", text)
-    assert re.search(r"\[DUMP\]\s+\.npy \(one layer\)", _help(cli, "ratio"))
+    assert re.search(r"\[DUMP\]\s+The dump: \.npy \(one layer\)", _help(cli, "ratio"))
 
 
 def test_every_command_option_is_annotated() -> None:
