@@ -429,10 +429,35 @@ def test_family_capture_matches_independent_float64_hook(fam: Family, dtype: Any
         assert entry.get("norm", defaults["norm"]) == m.norm, name
         assert entry.get("gain", defaults["gain"]) == m.gain, name
         assert entry["eps"] == m.eps and entry["dim"] == m.dim, name
+    # ... and the config reader (ratio --config, config show) reads it back unchanged
+    _round_trip(result, fam.model_type, captured)
     if dtype is not None:
         assert "bfloat16" in {m.input_dtype for m in result.modules if m.count}
         return
     assert support_row(fam, result) in DOCS.read_text(encoding="utf-8").splitlines()
+
+
+def _round_trip(result: Any, model_type: str, captured: dict[str, Any]) -> None:
+    """``capture --config-out``'s YAML, read by the config reader every command uses: each
+    captured layer resolves to the live eps, norm kind, gain and dim."""
+    import tempfile
+    from pathlib import Path
+
+    from rmsnorm_eps.capture.output import write_config
+    from rmsnorm_eps.config import load_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{model_type}.yaml"
+        write_config(result, path, model_type, "test")
+        config = load_config(path)
+    for name, m in captured.items():
+        if not m.count or m.norm == "unknown":
+            continue
+        got = config.settings_for(name)
+        assert got is not None, f"{name}: not covered by the written config"
+        assert got.eps.value == m.eps, name
+        assert got.norm.value == m.norm and got.gain.value == m.gain, name
+        assert got.dim.value == m.dim, name
 
 
 def support_row(fam: Family, result: Any) -> str:
