@@ -170,7 +170,7 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
     parts: list[RenderableType] = [
         Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
         Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
-        Text(f"configured eps {p.eps!r}, gain {p.gain_kind} (convention {p.gain_convention})"),
+        Text(f"configured eps {p.eps!r}, gain {_e(p.gain_kind)} (convention {p.gain_convention})"),
         Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
         Text(f"({tol.source}); nonfinite values checked separately"),
     ]
