@@ -120,3 +120,55 @@ def test_float32_q_near_its_max_with_tiny_eps_warns_nothing(tmp_path) -> None:  
     res = run_module("ratio", "--eps", "3.7e-12", "--q-file", str(tmp_path / "q.npy"))
     assert res.returncode == 1, res.stderr
     assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def _many_globs(path, n: int, names: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    layers = [f"model.layers.{i}.*norm" for i in range(n - len(names))] + list(names)
+    path.write_text(
+        "schema_version: 1\nmodel: m\ndefaults:\n  eps: 1e-5\n  placement: inside\n"
+        "  gain: w\n  norm: rms\nlayers:\n"
+        + "".join(f"  {json.dumps(name)}: {{eps: 1e-6}}\n" for name in layers),
+        encoding="utf-8",
+    )
+
+
+def test_config_show_big_table_is_plain_lines_in_the_same_layout(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Above PLAIN_ROWS patterns the layers table is plain lines: each row line is the rich
+    table's row line (trailing spaces aside), and nothing else changes."""
+    from rmsnorm_eps.config import load_config
+    from rmsnorm_eps.reports import render
+    from rmsnorm_eps.reports.commands import config_show
+    from rmsnorm_eps.reports.options import RenderOptions
+
+    path = tmp_path / "c.yaml"
+    _many_globs(path, 40, ("[/x]<b>", "\u6f22\u5b57.*"))
+    config = load_config(path)
+    options = RenderOptions(width=200)
+    rich_text = render(config, "text", options)
+    monkeypatch.setattr(config_show, "PLAIN_ROWS", 10)
+    plain_text = render(config, "text", options)
+    strip = [line.rstrip() for line in rich_text.splitlines()]
+    assert [line.rstrip() for line in plain_text.splitlines()] == strip
+
+
+def test_config_show_20000_hostile_globs(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """20,000 globs, some hostile: inert output, well under a few seconds of CPU."""
+    import resource
+
+    from tests.conftest import run_module
+    from tests.runner_lines import assert_inert
+    from tests.test_untrusted_names import CONFIG_NAMES
+
+    path = tmp_path / "big.yaml"
+    _many_globs(path, 20_000, CONFIG_NAMES)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    res = run_module("config", "show", str(path))
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before
+    assert res.returncode == 0, res.stderr
+    assert_inert(res.stdout, res.stderr, "text")
+    assert "[/x]" in res.stdout and "model.layers.19992.*norm" in res.stdout
+    assert cpu < 10, cpu
