@@ -97,7 +97,7 @@ def main() -> None:
              "--q-file", str(dump), "--format", fmt])  # fmt: skip
     line("ratio -o FILE (text)", ["-m", "rmsnorm_eps", "ratio", "--eps", "1e-5", "--q-file",
          str(dump), "-o", str(out)])  # fmt: skip
-    wall, rss, rc, text = run(["-c", LIBRARY_RATIO, str(dump)])
+    _, _, _, text = run(["-c", LIBRARY_RATIO, str(dump)])
     print(f"  {'analyze_dump alone (inside the process)':<44} {float(text.split()[0]):7.2f} s")
     print(f"\n## config on a YAML of {globs:,} globs")
     a, b = many_globs(globs, "1e-6"), many_globs(globs, "1e-2")
