@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,30 @@ def test_render_record_escapes_every_class(fmt: str, tmp_path: Path) -> None:
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     assert doc["implementation"]["source"] == hostile
     assert doc["probes"]["source"] == "::" + hostile
+
+
+# ----------------------------------------------------------------------------- output identity
+def test_capture_outputs_never_overwrite_the_model_or_each_other(
+    cli: Callable[..., Any], here: Path
+) -> None:
+    """capture's --out / --config-out: not a file of the model directory (its config.json,
+    weights), not the texts file, not each other, under any spelling (symlink, hard link)."""
+    model = here / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    texts = here / "texts.txt"
+    texts.write_text("hello\n", encoding="utf-8")
+    (here / "link.json").symlink_to(model / "config.json")
+    os.link(texts, here / "hard.txt")
+    base = ("capture", "--model", str(model), "--text-file", str(texts))
+    for extra in (
+        ("--out", str(model / "config.json")),
+        ("--out", "link.json"),
+        ("--out", "q.npz", "--config-out", "hard.txt"),
+        ("--out", "q.npz", "--config-out", "q.npz"),
+    ):
+        r = cli(*base, *extra)
+        assert r.exit_code == 2 and "is the same file as" in r.stderr, (extra, r.stderr)
+        assert len(r.stderr.splitlines()) == 1
+    assert (model / "config.json").read_text("utf-8") == "{}"
+    assert texts.read_text("utf-8") == "hello\n" and not Path("q.npz").exists()

@@ -33,6 +33,20 @@ def _read_texts(texts: list[str], text_file: Path | None) -> list[str]:
     return lines
 
 
+def _check_capture_outputs(
+    model: Path, text_file: Path | None, out: Path | None, config_out: Path | None
+) -> None:
+    """--out and --config-out may be neither an input (the texts file, the model directory or
+    a file in it, such as its config.json or weights) nor each other (exit 2, nothing
+    written)."""
+    from rmsnorm_eps.cli._paths import check_outputs
+
+    inputs: list[tuple[str, Path | None]] = [("--text-file", text_file), ("--model", model)]
+    if model.is_dir():
+        inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
+    check_outputs(inputs, [("--out", out), ("--config-out", config_out)])
+
+
 @app.command(
     "capture",
     short_help="Record q per token at every norm of a local model (offline), with the live eps.",
@@ -99,6 +113,7 @@ def capture(
         raise typer.BadParameter(f"{dtype!r} is not float32 or bfloat16", param_hint="'--dtype'")
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
+    _check_capture_outputs(model, text_file, out, config_out)
     texts = _read_texts(text or [], text_file)
     d_value, ratio = resolve_bound(delta, min_ratio)
     loaded = load_model(model, gguf, dtype)
