@@ -10,8 +10,9 @@ wall time and peak RSS (``os.wait4``) of one ``python -m rmsnorm_eps`` process, 
 the library call alone inside a child (``analyze_dump``; ``load_config`` + resolution), so the
 start-up and the rendering can be told apart:
 
-* ``ratio`` on an .npz of N tiny members (three float32 q values each, one violating): text,
-  json and ``-o`` to a file (text), and ``analyze_dump`` alone;
+* ``ratio`` on an .npz of N tiny members (three float32 q values each, one violating): json and
+  sarif on stdout, ``analyze_dump`` alone, and with ``--text`` the text report (slow: rich lays
+  out one row, and by default one histogram, per violating layer);
 * ``config show`` and ``config diff`` on YAML configs of G globs.
 """
 
@@ -62,19 +63,43 @@ def many_globs(n: int, eps: str) -> Path:
     return path
 
 
+#: Runs ``python -m rmsnorm_eps ARGS`` and writes the process's own peak RSS (VmHWM) at exit:
+#: ``ru_maxrss`` of a child would include this process's peak, which survives fork and exec.
+_LAUNCHER = r"""
+import atexit, os, runpy, sys
+def _record():
+    with open("/proc/self/status") as fh:
+        hwm = next(int(x.split()[1]) for x in fh if x.startswith("VmHWM:"))
+    with open(os.environ["BENCH_HWM"], "w") as fh:
+        fh.write(str(hwm))
+atexit.register(_record)
+if sys.argv[1] == "-c":
+    code = sys.argv[2]
+    sys.argv = sys.argv[2:]
+    exec(compile(code, "<bench>", "exec"), {"__name__": "__main__"})
+else:
+    sys.argv = ["rmsnorm-eps", *sys.argv[3:]]
+    runpy.run_module("rmsnorm_eps", run_name="__main__", alter_sys=True)
+"""
+
+
 def run(args: list[str]) -> tuple[float, float, int, str]:
     """Wall seconds, peak RSS (MiB) and exit code of one child process; its stdout."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    hwm = DATA / "hwm.txt"
+    hwm.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_HWM": str(hwm)}
     env.pop("RMSNORM_EPS_FORMAT", None)
     t = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        check=False,
     )
-    assert proc.stdout is not None
-    out = proc.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
-    return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), out
+    peak = int(hwm.read_text()) / 1024 if hwm.exists() else float("nan")
+    return wall, peak, proc.returncode, proc.stdout.decode("utf-8", "replace")
 
 
 def line(label: str, args: list[str]) -> None:
@@ -85,6 +110,9 @@ def line(label: str, args: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--text", action="store_true", help="also the text report (minutes: one row per layer)"
+    )
     opts = ap.parse_args()
     members = 20_000 if opts.quick else 100_000
     globs = 5_000 if opts.quick else 20_000
@@ -92,11 +120,12 @@ def main() -> None:
     dump = many_members(members)
     print(f"\n## ratio on an .npz of {members:,} tiny members")
     out = DATA / "report.txt"
-    for fmt in ("text", "json"):
-        line(f"ratio --format {fmt} (stdout)", ["-m", "rmsnorm_eps", "ratio", "--eps", "1e-5",
-             "--q-file", str(dump), "--format", fmt])  # fmt: skip
-    line("ratio -o FILE (text)", ["-m", "rmsnorm_eps", "ratio", "--eps", "1e-5", "--q-file",
-         str(dump), "-o", str(out)])  # fmt: skip
+    ratio = ["-m", "rmsnorm_eps", "ratio", "--eps", "1e-5", "--q-file", str(dump)]
+    line("ratio --format json (stdout)", [*ratio, "--format", "json"])
+    line("ratio --format sarif (stdout)", [*ratio, "--format", "sarif"])
+    if opts.text:
+        line("ratio text --histogram none", [*ratio, "--histogram", "none"])
+        line("ratio text -o FILE (histograms of violating layers)", [*ratio, "-o", str(out)])
     _, _, _, text = run(["-c", LIBRARY_RATIO, str(dump)])
     print(f"  {'analyze_dump alone (inside the process)':<44} {float(text.split()[0]):7.2f} s")
     print(f"\n## config on a YAML of {globs:,} globs")
