@@ -93,6 +93,8 @@ def unravel(flat: int, shape: tuple[int, ...], order: str) -> tuple[int, ...]:
     """The multi-dimensional index of flat index ``flat`` over ``shape`` in ``order``."""
     if not shape:
         return ()
+    if len(shape) == 1 and 0 <= flat < shape[0]:  # the common case, without numpy's call
+        return (int(flat),)
     return tuple(int(i) for i in np.unravel_index(flat, shape, order=order))  # type: ignore[call-overload]
 
 

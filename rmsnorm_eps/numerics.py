@@ -72,9 +72,29 @@ def _out(a: Any, scalar: bool) -> Any:
 
 def _ratio_array(r: ArrayLike) -> tuple[FloatArray, bool]:
     arr = np.asarray(r, dtype=np.float64)
-    if np.any(np.isnan(arr)) or np.any(arr < 0.0):
+    if not (arr >= 0.0).all():  # NaN compares False: refused with the negative values
         raise InvalidParameterError("ratio q/eps must be >= 0 and not NaN")
     return arr, arr.ndim == 0
+
+
+#: Up to this many ratios, :func:`attenuation` and :func:`attenuation_loss` compute element by
+#: element with ``math`` (the same IEEE float64 operations, correctly rounded ``sqrt`` in both:
+#: identical values), which saves numpy's per-call overhead on the few values of a layer.
+_SMALL = 16
+
+
+def _small(arr: FloatArray, scalar: bool, fn: Any) -> Any:
+    values = [fn(x) for x in arr.ravel().tolist()]
+    return values[0] if scalar else np.array(values, np.float64).reshape(arr.shape)
+
+
+def _attenuation_one(r: float) -> float:
+    return math.sqrt(r / (r + 1.0)) if r <= 1.0 else 1.0 / math.sqrt(1.0 + 1.0 / r)
+
+
+def _loss_one(r: float) -> float:
+    s1 = math.sqrt(r + 1.0)
+    return 1.0 / (s1 * (s1 + math.sqrt(r)))
 
 
 # Error-free transformations (Dekker/Knuth), vectorized. They let min_ratio be correctly
@@ -112,6 +132,8 @@ def attenuation(r: ArrayLike) -> FloatArray | float:
     overflow of ``1/r`` for subnormal ``r``), otherwise the second; both are accurate to ~1 ulp.
     """
     arr, scalar = _ratio_array(r)
+    if arr.size <= _SMALL:
+        return _small(arr, scalar, _attenuation_one)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         small = arr <= 1.0
         a_small = np.sqrt(arr / (arr + 1.0))
@@ -129,6 +151,8 @@ def attenuation_loss(r: ArrayLike) -> FloatArray | float:
     ``r``; for large ``r`` it tends to ``1/(2r)``. Limits: loss(0) = 1, loss(inf) = 0.
     """
     arr, scalar = _ratio_array(r)
+    if arr.size <= _SMALL:
+        return _small(arr, scalar, _loss_one)
     with np.errstate(over="ignore"):
         s1 = np.sqrt(arr + 1.0)
         out = 1.0 / (s1 * (s1 + np.sqrt(arr)))

@@ -49,10 +49,22 @@ def _threshold_for_dtype(t64: float, dtype: np.dtype[Any]) -> np.floating[Any]:
     """
     if dtype == np.float64:
         return np.float64(t64)
+    if t64 > float(np.finfo(dtype).max):  # no finite value reaches it (cast would warn)
+        return dtype.type(np.inf)
     t = dtype.type(t64)
     if float(t) < t64:
         t = np.nextafter(t, dtype.type(np.inf))
     return t
+
+
+#: Thresholds shared by every accumulator: (eps, ratio, dtype) -> threshold in that dtype. A
+#: dump of many tiny layers with one eps computes each decade edge once, not once per layer.
+#: Cleared when it grows past :data:`_CACHE_LIMIT` (a config may give every layer its own eps).
+_THRESHOLDS: dict[tuple[float, float, str], Any] = {}
+_CACHE_LIMIT = 1 << 16
+#: Chunks up to this size fold their decade histogram with one ``searchsorted`` (one numpy call
+#: per chunk); larger ones with one comparison pass per decade (faster per element).
+_SMALL_CHUNK = 4096
 
 
 def _decade_of(r: float) -> int:
@@ -90,15 +102,16 @@ class LayerAccumulator:
     nonfinite_index: list[int] = field(default_factory=list)
     nonfinite_value: list[float] = field(default_factory=list)
     decades: dict[int, int] = field(default_factory=dict)
-    _thresholds: dict[tuple[str, float], Any] = field(default_factory=dict, repr=False)
 
     # ----------------------------------------------------------------- thresholds
     def _t(self, ratio: float, dtype: np.dtype[Any]) -> Any:
-        key = (dtype.str, ratio)
-        t = self._thresholds.get(key)
+        key = (self.eps, ratio, dtype.str)
+        t = _THRESHOLDS.get(key)
         if t is None:
             t = _threshold_for_dtype(q_threshold(self.eps, ratio), dtype)
-            self._thresholds[key] = t
+            if len(_THRESHOLDS) >= _CACHE_LIMIT:
+                _THRESHOLDS.clear()
+            _THRESHOLDS[key] = t
         return t
 
     # ----------------------------------------------------------------- folding
@@ -179,6 +192,9 @@ class LayerAccumulator:
         hi = _decade_of(mx / self.eps)
         lo = max(DECADE_MIN, lo - 1)
         hi = min(DECADE_MAX, hi + 1)
+        if n <= _SMALL_CHUNK:
+            self._fold_decades_small(v, zeros, lo, hi, dtype)
+            return
         below = {lo: int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))}
         while below[lo] > zeros and lo > DECADE_MIN:  # widen until the range is exact
             lo -= 1
@@ -191,6 +207,36 @@ class LayerAccumulator:
             c = below[k + 1] - below[k]
             if c:
                 self.decades[k] = self.decades.get(k, 0) + c
+
+    def _fold_decades_small(
+        self, v: np.ndarray, zeros: int, lo: int, hi: int, dtype: np.dtype[Any]
+    ) -> None:
+        """:meth:`_fold_decades` for a small chunk, in one pass: with the decade edges
+        ``t_lo <= ... <= t_hi`` (non-decreasing in the data's dtype), ``j = #{k: t_k <= v}``
+        puts ``v`` in decade ``lo + j - 1`` (``j = 0``: below ``t_lo``, only zeros once the
+        range is exact; ``v >= t_hi`` joins decade ``hi``), the same comparisons ``v < t_k``
+        as the pass per decade."""
+        while True:
+            edges = self._edges(lo, hi, dtype)
+            j = np.searchsorted(edges, v, side="right")
+            counts = np.bincount(j, minlength=hi - lo + 2)
+            if counts[0] <= zeros or lo <= DECADE_MIN:  # widen until the range is exact
+                break
+            lo -= 1
+        for i in np.flatnonzero(counts[1:]).tolist():
+            k = lo + i
+            self.decades[k] = self.decades.get(k, 0) + int(counts[i + 1])
+
+    def _edges(self, lo: int, hi: int, dtype: np.dtype[Any]) -> np.ndarray:
+        """The decade edges ``t_lo .. t_hi`` in ``dtype`` (cached like the thresholds)."""
+        key = (self.eps, float(lo), f"{hi}{dtype.str}")
+        edges = _THRESHOLDS.get(key)
+        if edges is None:
+            edges = np.array([self._t(decade_edge(k), dtype) for k in range(lo, hi + 1)], dtype)
+            if len(_THRESHOLDS) >= _CACHE_LIMIT:
+                _THRESHOLDS.clear()
+            _THRESHOLDS[key] = edges
+        return edges
 
     def _fold_worst(self, v: np.ndarray, flat: Any) -> None:
         k = self.top_k

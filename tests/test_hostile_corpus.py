@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 from corpus.make_corpus import _SPECS, Case, all_cases, build, zip_bomb
 
+from tests.runner_lines import ANNOTATION, assert_file_inert, runner_commands
+
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_LIMIT_KIB = 256 * 1024
 CPU_LIMIT_S = 10.0
@@ -126,6 +128,9 @@ def test_hostile_case(case: Case, corpus: Path, outcomes: dict[str, Outcome]) ->
     assert "Warning" not in out.stderr, where
     assert "internal error" not in out.stderr, where
     assert out.exit_code == case.exit_code, where
+    for line in (out.stdout + "\n" + out.stderr).splitlines():  # read as the Actions runner
+        if not ("github" in case.argv and ANNOTATION.match(line)):
+            assert runner_commands(line) == [], (line[:300], where)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, where
     if case.exit_code == 2:
@@ -159,6 +164,27 @@ def test_corpus_size_and_coverage() -> None:
     assert {"ratio", "compare", "config show", "parity", "probe", "merge"} <= commands
     assert any("--config" in c.argv for c in CASES)
     assert any("--record" in c.argv for c in CASES) and any("--gain" in c.argv for c in CASES)
+
+
+def test_no_input_was_changed(corpus: Path, outcomes: dict[str, Outcome], tmp_path: Path) -> None:
+    """After every run (outputs aimed at inputs through symlinks and hard links among them),
+    every corpus file still has the bytes a fresh build gives: nothing was overwritten."""
+    build(tmp_path / "fresh")
+    fresh = _digest(tmp_path / "fresh")
+    after = _digest(corpus)
+    assert {name: after.get(name) for name in fresh} == fresh
+
+
+def test_written_files_are_inert(corpus: Path, outcomes: dict[str, Outcome]) -> None:
+    """The summary ``ratio --save-summary`` wrote from the hostile-names dump: a runner
+    ``cat``-ing it reads no command, and it loads back to the exact names."""
+    from rmsnorm_eps.merge import load_summary
+
+    written = corpus / "names_members.npz.summary.json"
+    assert_file_inert(written)
+    from corpus.issue12_cases import NAMES
+
+    assert {layer.name for layer in load_summary(written).layers} == set(NAMES)
 
 
 def _digest(directory: Path) -> dict[str, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from rmsnorm_eps import escape
 from tests.conftest import run_module
+from tests.runner_lines import CONTROL, assert_inert, runner_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))
@@ -58,36 +58,6 @@ NAMES = (
     "n" * 10_000,
 )
 DUMP_NAME = "::error::p##[x].npz"  # the file name is data too (it is the report's source)
-CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\ud800-\udfff]")
-ANNOTATION = re.compile(r"^::(error|warning) title=[^:]*(,file=[^:]*)?::[^\r\n]*$")
-
-
-def runner_commands(line: str) -> list[str]:
-    """What the Actions runner (and Azure Pipelines) would execute in one output line:
-    ``::name`` at the line start after whitespace, ``##[name`` or ``##vso[`` anywhere."""
-    found = []
-    if line.lstrip().startswith("::"):
-        found.append(line)
-    if "##[" in line or "##vso[" in line:
-        found.append(line)
-    return found
-
-
-def assert_inert(out: str, err: str, fmt: str) -> None:
-    """No command but the tool's own annotations; no raw control character anywhere."""
-    assert "\r" not in out and "\r" not in err
-    for line in err.splitlines():
-        assert runner_commands(line) == [], line[:300]
-        assert line.startswith("rmsnorm-eps: "), line[:300]
-        assert len(line) < 2 * escape.LINE_LIMIT
-    for line in out.splitlines():
-        commands = runner_commands(line)
-        if fmt == "github" and commands:
-            assert commands == [line] and ANNOTATION.match(line), line[:300]
-            assert "##" not in line
-        else:
-            assert commands == [], line[:300]
-    assert not CONTROL.search(out) and not CONTROL.search(err)
 
 
 def _write_dump(path: Path, names: tuple[str, ...]) -> None:

@@ -194,9 +194,15 @@ def capture(
     from rmsnorm_eps.cli._paths import check_outputs
 
     out = data_output(save_data, out, "the dump or summary to write")
+    inputs: list[tuple[str, Path | None]] = [
+        ("--text-file", text_file),
+        ("--dataset", dataset),
+        ("--model", model),
+    ]
+    if model.is_dir():  # its config.json, tokenizer and weights are inputs too
+        inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
     check_outputs(
-        [("--text-file", text_file), ("--dataset", dataset), ("--model", model)],
-        [("--save-data", out), ("--config-out", config_out), ("-o/--output", output)],
+        inputs, [("--save-data", out), ("--config-out", config_out), ("-o/--output", output)]
     )
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")

@@ -204,6 +204,15 @@ def read_gguf_metadata(path: Path) -> GgufMetadata:
 
 def _parse(buf: Any, path: Path) -> GgufMetadata:
     cur = _Cursor(buf, path)
+    version, n_tensors, n_kv = _header(cur, buf)
+    fields = _fields(cur, n_kv)
+    shapes, extents = _tensors(cur, n_tensors)
+    _check_tensor_extents(cur, fields, extents)
+    return GgufMetadata(version, fields, shapes)
+
+
+def _header(cur: _Cursor, buf: Any) -> tuple[int, int, int]:
+    """Magic, version (and byte order), tensor count and key/value count."""
     cur.need(4, "magic")
     if bytes(buf[:4]) != GGUF_MAGIC:
         raise cur.fail("bad magic bytes, expected GGUF")
@@ -216,7 +225,12 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
         raise cur.fail(f"unsupported GGUF version {version}")
     n_tensors = cur.scalar("Q", "tensor count")
     n_kv = cur.scalar("Q", "key/value count")
-    # a key/value needs 8 (key length) + 4 (type) + 1 bytes at least; a tensor 8 + 4 + 4 + 8
+    return version, n_tensors, n_kv
+
+
+def _fields(cur: _Cursor, n_kv: int) -> dict[str, GgufValue]:
+    """The ``n_kv`` metadata key/values (arrays skipped; long strings kept by length only)."""
+    # a key/value needs 8 (key length) + 4 (type) + 1 bytes at least
     cur.need(n_kv * 13, f"{n_kv} key/value pairs")
     if n_kv > MAX_KV:
         raise cur.fail(f"{n_kv} key/value pairs declared (limit {MAX_KV})")
@@ -229,25 +243,37 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
         t = cur.value_type(f"{shorten(key)}: value type")
         name, code = _TYPES[t]
         if t == _STRING:
-            n = cur.scalar("Q", f"{shorten(key)}: string length")
-            if n > MAX_STRING_BYTES:
-                raise cur.fail(
-                    f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})"
-                )
-            cur.need(n, f"{shorten(key)}: string")
-            if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
-                cur.pos -= 8
-                fields[key] = GgufValue(name, cur.string(f"{shorten(key)}: string"))
-                kept += n
-            else:
-                cur.pos += n
-                fields[key] = GgufValue(name, None, n)
+            fields[key], n_kept = _string_value(cur, key, name, kept)
+            kept += n_kept
         elif t == _ARRAY:
             etype, count = cur.skip_array(key, 1)
             fields[key] = GgufValue(f"array of {etype}", None, count)
         else:
             assert code is not None
             fields[key] = GgufValue(name, cur.scalar(code, key))
+    return fields
+
+
+def _string_value(cur: _Cursor, key: str, name: str, kept: int) -> tuple[GgufValue, int]:
+    """A string value: kept whole while the strings kept so far stay within
+    :data:`MAX_KEPT_STRING_TOTAL` (second item: the bytes kept), else skipped by length."""
+    n = cur.scalar("Q", f"{shorten(key)}: string length")
+    if n > MAX_STRING_BYTES:
+        raise cur.fail(f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})")
+    cur.need(n, f"{shorten(key)}: string")
+    if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
+        cur.pos -= 8
+        return GgufValue(name, cur.string(f"{shorten(key)}: string")), n
+    cur.pos += n
+    return GgufValue(name, None, n), 0
+
+
+def _tensors(
+    cur: _Cursor, n_tensors: int
+) -> tuple[dict[str, tuple[int, ...]], list[tuple[str, int, int, tuple[int, ...]]]]:
+    """The tensor descriptions: the shapes of norm tensors (block 0 and global ones) and every
+    tensor's (name, type, offset, dims) for :func:`_check_tensor_extents`."""
+    # a tensor needs 8 (name length) + 4 (dimension count) + 4 (type) + 8 (offset) bytes
     cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")
     if n_tensors > MAX_TENSORS:
         raise cur.fail(f"{n_tensors} tensor descriptions declared (limit {MAX_TENSORS})")
@@ -268,8 +294,7 @@ def _parse(buf: Any, path: Path) -> GgufMetadata:
         if tname.startswith("blk.0.") or ("norm" in tname and not tname.startswith("blk.")):
             shapes[tname] = dims
         extents.append((tname, ttype, offset, dims))
-    _check_tensor_extents(cur, fields, extents)
-    return GgufMetadata(version, fields, shapes)
+    return shapes, extents
 
 
 def _check_tensor_extents(

@@ -4,20 +4,22 @@ The eps key varies by model family (rms_norm_eps, layer_norm_eps, layer_norm_eps
 layernorm_epsilon, norm_epsilon, norm_eps) and does not tell the norm type: Qwen-1 stores an
 RMSNorm eps under layer_norm_epsilon, GPT-2 a LayerNorm eps under the same key. The norm type,
 gain convention and placement come from ``model_type`` (and ChatGLM's ``rmsnorm`` flag) through
-the table below, whose provenance is the transformers class that implements the norm.
+the family table (:mod:`rmsnorm_eps.config.hf_families`), whose provenance is the transformers
+class that implements the norm.
 Multimodal configs nest the language model under ``text_config``. Several eps keys that
 disagree are a conflict (no value is chosen); no key at all is "missing".
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_eps.config.fields import shorten
+from rmsnorm_eps.config.hf_families import HF_FAMILIES, TRANSFORMERS, Family
+from rmsnorm_eps.config.hf_families import layer_family as _layer
+from rmsnorm_eps.config.hf_families import rms_family as _rms
+from rmsnorm_eps.config.json_file import MAX_JSON_BYTES, load_json, refuse_non_finite
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -40,227 +42,10 @@ EPS_KEYS = (
     "norm_eps",
 )
 _DIM_KEYS = ("hidden_size", "d_model", "n_embd", "dim")
-_TF_VERSION = "5.24"
-_TRANSFORMERS = "transformers, as of 5.24"
-
-
-def _src(model: str) -> str:
-    """The public source of a family entry: the transformers modeling file, with the version
-    whose code was read."""
-    return f"transformers {_TF_VERSION} src/transformers/models/{model}/modeling_{model}.py"
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one HF model_type normalizes, as its transformers modeling file does it.
-
-    ``norm``: rms (q = mean(x^2)), layer (v = mean((x - mean x)^2)), gated-rms, l2.
-    ``gain``: w, 1+w or none (no weight). ``extras``: the entries beyond the block norms, by
-    builder name (:data:`_BUILDERS`). ``hard_eps``: an eps the modeling code hard-codes for
-    every norm, whatever the config says (OLMo-1).
-    """
-
-    norm: str
-    impl: str  # implementing class
-    source: str = ""  # public source: the modeling file and transformers version
-    gain: str = "w"
-    weight_after_cast: bool | None = True  # None: not applicable / unknown
-    reduction_dtype: str | None = "float32"
-    class_eps: float | None = None  # the config class default eps (when known)
-    hard_eps: float | None = None
-    extras: tuple[str, ...] = ()
-
-
-def _rms(impl: str, class_eps: float | None = None, **kw: Any) -> Family:
-    return Family("rms", impl, class_eps=class_eps, **kw)
-
-
-def _gemma(impl: str, source: str = "", **kw: Any) -> Family:
-    # (1 + w) multiplied in float32, then cast to the input dtype
-    return Family("rms", impl, source, gain="1+w", weight_after_cast=False, class_eps=1e-6, **kw)
-
-
-def _layer(impl: str, source: str = "", **kw: Any) -> Family:
-    kw.setdefault("weight_after_cast", None)
-    kw.setdefault("reduction_dtype", None)
-    return Family("layer", impl, source, **kw)
-
-
-#: model_type -> family. Every entry was read in the installed transformers 5.24 modeling file
-#: named in its ``source``; class default eps measured with AutoConfig.for_model on 5.24.
-HF_FAMILIES: dict[str, Family] = {
-    "llama": _rms("LlamaRMSNorm", 1e-6, source=_src("llama")),
-    "mistral": _rms("MistralRMSNorm", 1e-6, source=_src("mistral")),
-    "mixtral": _rms("MixtralRMSNorm", 1e-5, source=_src("mixtral")),
-    "qwen2": _rms("Qwen2RMSNorm", 1e-6, source=_src("qwen2")),
-    "qwen2_moe": _rms("Qwen2MoeRMSNorm", 1e-6, source=_src("qwen2_moe")),
-    "qwen3": _rms("Qwen3RMSNorm", 1e-6, source=_src("qwen3"), extras=("qk_head",)),
-    "qwen3_moe": _rms("Qwen3MoeRMSNorm", 1e-6, source=_src("qwen3_moe"), extras=("qk_head",)),
-    "qwen3_next": _gemma(
-        "Qwen3NextRMSNorm (1 + w); Qwen3NextRMSNormGated in linear_attn",
-        _src("qwen3_next"),
-        extras=("qk_head", "gated_qwen3_next"),
-    ),
-    "phi3": _rms("Phi3RMSNorm", 1e-5, source=_src("phi3")),
-    "granite": _rms("GraniteRMSNorm", 1e-6, source=_src("granite")),
-    "smollm3": _rms("SmolLM3RMSNorm", 1e-6, source=_src("smollm3")),
-    "olmo": _layer(
-        "OlmoLayerNorm: F.layer_norm(x.float(), None, None, eps=1e-5), no weight, no bias",
-        _src("olmo"),
-        gain="none",
-        reduction_dtype="float32",
-        hard_eps=1e-5,
-    ),
-    "olmo2": _rms(
-        "Olmo2RMSNorm (weight multiplied in float32)",
-        1e-5,
-        source=_src("olmo2"),
-        weight_after_cast=False,
-        extras=("qk_olmo2",),
-    ),
-    "deepseek_v2": _rms("DeepseekV2RMSNorm", 1e-6, source=_src("deepseek_v2"), extras=("mla",)),
-    "deepseek_v3": _rms("DeepseekV3RMSNorm", 1e-6, source=_src("deepseek_v3"), extras=("mla",)),
-    "gemma": _gemma("GemmaRMSNorm", _src("gemma")),
-    "gemma2": _gemma("Gemma2RMSNorm", _src("gemma2")),
-    "gemma3": _gemma("Gemma3RMSNorm", _src("gemma3"), extras=("qk_head",)),
-    "gemma3_text": _gemma("Gemma3RMSNorm", _src("gemma3"), extras=("qk_head",)),
-    "recurrent_gemma": _gemma("RecurrentGemmaRMSNorm", _src("recurrent_gemma")),
-    # Gemma 3n multiplies by w itself (weight initialised to ones), not 1 + w
-    "gemma3n": _rms(
-        "Gemma3nRMSNorm (w multiplied in float32)",
-        1e-6,
-        source=_src("gemma3n"),
-        weight_after_cast=False,
-        extras=("qk_head", "v_gemma3n"),
-    ),
-    "gemma3n_text": _rms(
-        "Gemma3nRMSNorm (w multiplied in float32)",
-        1e-6,
-        source=_src("gemma3n"),
-        weight_after_cast=False,
-        extras=("qk_head", "v_gemma3n"),
-    ),
-    "llama4": _rms("Llama4TextRMSNorm", 1e-5, source=_src("llama4"), extras=("qk_l2",)),
-    "llama4_text": _rms("Llama4TextRMSNorm", 1e-5, source=_src("llama4"), extras=("qk_l2",)),
-    "mamba2": _rms(
-        "Mamba2RMSNorm; MambaRMSNormGated in mixer",
-        1e-5,
-        source=_src("mamba2"),
-        extras=("gated_mamba2",),
-    ),
-    "bamba": _rms(
-        "BambaRMSNorm; BambaRMSNormGated in mamba",
-        1e-5,
-        source=_src("bamba"),
-        extras=("gated_bamba",),
-    ),
-    "nemotron_h": _rms(
-        "NemotronHRMSNorm (weight multiplied in float32); NemotronHRMSNormGated in mixer",
-        1e-5,
-        source=_src("nemotron_h"),
-        weight_after_cast=False,
-        extras=("gated_nemotron_h",),
-    ),
-    "falcon_h1": _rms(
-        "FalconH1RMSNorm; FalconH1RMSNormGated in mamba",
-        1e-5,
-        source=_src("falcon_h1"),
-        extras=("gated_falcon_h1",),
-    ),
-    "t5": _rms("T5LayerNorm (an RMSNorm)", 1e-6, source=_src("t5")),
-    "mt5": _rms("MT5LayerNorm (an RMSNorm)", 1e-6, source=_src("mt5")),
-    "qwen": _rms("Qwen-1 RMSNorm (remote code; eps under layer_norm_epsilon)"),
-    "cohere": _layer(
-        "CohereLayerNorm (mean removed, weight, no bias, float32)",
-        _src("cohere"),
-        weight_after_cast=False,
-        reduction_dtype="float32",
-        class_eps=1e-5,
-        extras=("qk_cohere",),
-    ),
-    "falcon": _layer("torch.nn.LayerNorm (weight and bias)", _src("falcon"), class_eps=1e-5),
-    "gpt_neox": _layer("torch.nn.LayerNorm (weight and bias)", _src("gpt_neox"), class_eps=1e-5),
-    "bert": _layer("torch.nn.LayerNorm (weight and bias)", _src("bert"), class_eps=1e-12),
-    "gpt2": _layer("torch.nn.LayerNorm (weight and bias)", _src("gpt2"), class_eps=1e-5),
-    "stablelm": _layer("torch.nn.LayerNorm (weight and bias)", _src("stablelm"), class_eps=1e-5),
-}
-
-
-@dataclass(frozen=True)
-class NonFinite:
-    """A ``NaN``/``Infinity``/``-Infinity`` literal. Not JSON, but transformers writes them
-    (``"time_step_limit": [0.0, Infinity]`` in Mamba2, Bamba and Falcon-H1 configs), so they
-    are kept as this marker and refused only when a key the reader uses holds one."""
-
-    text: str
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _non_finite(name: str) -> NonFinite:
-    return NonFinite(name)
-
-
-def _refuse_non_finite(raw: Any, path: Path, key: str) -> None:
-    if isinstance(raw, NonFinite):
-        raise InputFileError(path, f"invalid JSON: {raw.text} is not valid JSON", key=key)
-
-
-#: Largest config.json read. Real ones are a few KiB (a classifier's id2label a few hundred
-#: KiB); a JSON object costs Python about 40 times its text size, so 4 MiB stays far under
-#: the 256 MiB peak-memory promise whatever the file holds.
-MAX_JSON_BYTES = 4 << 20
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """object_pairs_hook: a JSON object whose keys repeat is refused (json would keep the last
-    one silently, and two readers may pick different ones)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def load_json(path: Path) -> Any:
-    """Parse JSON (duplicate keys refused, at most :data:`MAX_JSON_BYTES`) into Python
-    objects; NaN/Infinity literals become :class:`NonFinite` markers (refused where used)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_JSON_BYTES + 1)
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise InputFileError(
-            path, f"JSON config larger than {MAX_JSON_BYTES >> 20} MiB: refused (size cap)"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text") from None
-    del raw
-    try:
-        return json.loads(text, parse_constant=_non_finite, object_pairs_hook=_unique_pairs)
-    except RecursionError:
-        raise InputFileError(path, "invalid JSON: nested too deeply") from None
-    except _DuplicateKey as exc:
-        raise InputFileError(path, "duplicate key in a JSON object", key=shorten(exc.key)) from None
-    except json.JSONDecodeError as exc:
-        raise InputFileError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    except ValueError as exc:
-        raise InputFileError(path, f"invalid JSON: {shorten(str(exc))}") from None
 
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:
-    _refuse_non_finite(raw, path, key)
+    refuse_non_finite(raw, path, key)
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
     try:
@@ -273,7 +58,7 @@ def _eps_value(raw: Any, path: Path, key: str) -> float:
 
 
 def _positive_int(raw: Any, path: Path, key: str) -> int:
-    _refuse_non_finite(raw, path, key)
+    refuse_non_finite(raw, path, key)
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
         raise InputFileError(path, f"expected a positive integer, got {brief(raw)}", key=key)
     return raw
@@ -333,29 +118,10 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
     if not isinstance(data, dict):
         raise InputFileError(path, "expected a JSON object at the top level")
     scopes = _scopes(data)
-    notes: list[str] = []
-    hit = _find(scopes, "model_type")
-    mtype_key, mtype = hit if hit is not None else ("model_type", None)
-    if mtype is not None and not isinstance(mtype, str):
-        raise InputFileError(path, f"expected a string, got {brief(mtype)}", key=mtype_key)
-    meta_params = mtype is None and "norm_eps" in data and "n_heads" in data
-    family = HF_FAMILIES.get(mtype) if mtype else None
-    if meta_params:
-        family = Family("rms", "Meta llama reference model.py RMSNorm")
-        mtype = "meta-llama params.json"
-    eps, eps_notes = _resolve_eps(scopes, path, family, mtype)
-    notes += eps_notes
+    mtype_key, mtype, family = _model_type(scopes, path, data)
+    eps, notes = _resolve_eps(scopes, path, family, mtype)
     if family is not None and family.hard_eps is not None:
-        if eps.value is not None or eps.provenance.kind == "conflict":
-            notes.append(
-                f"the {mtype} modeling code ignores the config's eps keys: "
-                f"it hard-codes eps={family.hard_eps:g}"
-            )
-        eps = Resolved(
-            family.hard_eps,
-            Provenance("framework", f"{family.source}: {family.impl}", note="hard-coded eps"),
-        )
-
+        eps = _hard_eps(eps, family, mtype, notes)
     settings: dict[str, Resolved] = {"eps": eps}
     if family is None:
         why = f"model_type {brief(mtype)} is not in the table" if mtype else "no model_type key"
@@ -363,31 +129,10 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
         for name in ("norm", "placement", "gain"):
             settings[name] = missing(why)
     if "rmsnorm" in data:  # ChatGLM: "rmsnorm": true selects RMSNorm over LayerNorm
-        flag = data["rmsnorm"]
-        if not isinstance(flag, bool):
-            raise InputFileError(path, f"expected true or false, got {brief(flag)}", key="rmsnorm")
-        family = _rms("ChatGLM RMSNorm") if flag else _layer("ChatGLM LayerNorm")
-        settings["norm"] = Resolved("rms" if flag else "layer", Provenance("file", p, "rmsnorm"))
+        family = _chatglm(data["rmsnorm"], path, settings)
     if family is not None:
-        where = family.source or _TRANSFORMERS
-        impl = Provenance("framework", f"{family.impl}; {where}")
-        how = Provenance("derived", p, note=f"{mtype_key}={brief(mtype)} -> {family.impl}")
-        settings.setdefault("norm", Resolved(family.norm, how))
-        settings["placement"] = Resolved("inside", impl)
-        settings["gain"] = Resolved(family.gain, how)
-        settings["gain_baked"] = Resolved(False, impl)
-        if family.reduction_dtype is not None:
-            settings["reduction_dtype"] = Resolved(family.reduction_dtype, impl)
-        if family.weight_after_cast is not None:
-            settings["weight_after_cast"] = Resolved(family.weight_after_cast, impl)
-    for key in _DIM_KEYS:
-        dim_hit = _find(scopes, key)
-        if dim_hit is not None:
-            settings["dim"] = Resolved(
-                _positive_int(dim_hit[1], path, dim_hit[0]), Provenance("file", p, dim_hit[0])
-            )
-            break
-
+        _family_settings(settings, family, p, mtype_key, mtype)
+    _dim_setting(settings, scopes, path)
     entries = [ConfigEntry("*", ())]
     if family is not None:
         for extra in family.extras:
@@ -401,6 +146,73 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
         entries=tuple(entries),
         notes=tuple(notes),
     )
+
+
+def _model_type(
+    scopes: list[tuple[str, dict[str, Any]]], path: Path, data: dict[str, Any]
+) -> tuple[str, str | None, Family | None]:
+    """(key, model_type, family): a Meta params.json (no model_type, ``norm_eps`` and
+    ``n_heads``) is the Meta reference RMSNorm."""
+    hit = _find(scopes, "model_type")
+    mtype_key, mtype = hit if hit is not None else ("model_type", None)
+    if mtype is not None and not isinstance(mtype, str):
+        raise InputFileError(path, f"expected a string, got {brief(mtype)}", key=mtype_key)
+    if mtype is None and "norm_eps" in data and "n_heads" in data:
+        return mtype_key, "meta-llama params.json", _rms("Meta llama reference model.py RMSNorm")
+    return mtype_key, mtype, HF_FAMILIES.get(mtype) if mtype else None
+
+
+def _hard_eps(eps: Resolved, family: Family, mtype: str | None, notes: list[str]) -> Resolved:
+    """The eps the modeling code hard-codes (OLMo-1), noting config keys it ignores."""
+    if eps.value is not None or eps.provenance.kind == "conflict":
+        notes.append(
+            f"the {mtype} modeling code ignores the config's eps keys: "
+            f"it hard-codes eps={family.hard_eps:g}"
+        )
+    return Resolved(
+        family.hard_eps,
+        Provenance("framework", f"{family.source}: {family.impl}", note="hard-coded eps"),
+    )
+
+
+def _chatglm(flag: Any, path: Path, settings: dict[str, Resolved]) -> Family:
+    """ChatGLM's ``rmsnorm`` flag: RMSNorm when true, LayerNorm when false."""
+    if not isinstance(flag, bool):
+        raise InputFileError(path, f"expected true or false, got {brief(flag)}", key="rmsnorm")
+    settings["norm"] = Resolved(
+        "rms" if flag else "layer", Provenance("file", str(path), "rmsnorm")
+    )
+    return _rms("ChatGLM RMSNorm") if flag else _layer("ChatGLM LayerNorm")
+
+
+def _family_settings(
+    settings: dict[str, Resolved], family: Family, p: str, mtype_key: str, mtype: str | None
+) -> None:
+    """The settings the family's norm class fixes (norm unless set already, placement, gain,
+    reduction dtype, when the weight is applied)."""
+    where = family.source or TRANSFORMERS
+    impl = Provenance("framework", f"{family.impl}; {where}")
+    how = Provenance("derived", p, note=f"{mtype_key}={brief(mtype)} -> {family.impl}")
+    settings.setdefault("norm", Resolved(family.norm, how))
+    settings["placement"] = Resolved("inside", impl)
+    settings["gain"] = Resolved(family.gain, how)
+    settings["gain_baked"] = Resolved(False, impl)
+    if family.reduction_dtype is not None:
+        settings["reduction_dtype"] = Resolved(family.reduction_dtype, impl)
+    if family.weight_after_cast is not None:
+        settings["weight_after_cast"] = Resolved(family.weight_after_cast, impl)
+
+
+def _dim_setting(
+    settings: dict[str, Resolved], scopes: list[tuple[str, dict[str, Any]]], path: Path
+) -> None:
+    """``dim`` from the first width key present (:data:`_DIM_KEYS` order)."""
+    for key in _DIM_KEYS:
+        hit = _find(scopes, key)
+        if hit is not None:
+            value = _positive_int(hit[1], path, hit[0])
+            settings["dim"] = Resolved(value, Provenance("file", str(path), hit[0]))
+            return
 
 
 Scopes = list[tuple[str, dict[str, Any]]]

@@ -272,6 +272,72 @@ def _distinguishing_name(
     return None
 
 
+Grouped = dict[tuple[str, Resolved, Resolved], list[str]]
+
+
+def _probe_names(patterns: list[str], names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, label shown) pairs: each pattern's witness (labelled by the pattern), then
+    ``names`` (labelled by themselves), each name once."""
+    probes: list[tuple[str, str]] = []
+    probed: set[str] = set()
+    for pattern in patterns:
+        name = witness(pattern)
+        if name is not None and name not in probed:
+            probed.add(name)
+            probes.append((name, pattern))
+    for name in names:
+        if name not in probed:
+            probed.add(name)
+            probes.append((name, name))
+    return probes
+
+
+def _diff_names(
+    a: NormConfig,
+    b: NormConfig,
+    probes: list[tuple[str, str]],
+    rel_tol: float,
+    grouped: Grouped,
+) -> set[str]:
+    """Resolve every probe name on both sides; group the differing (field, A, B) by label.
+    Returns the fields shown."""
+    shown: set[str] = set()
+    for name, label in probes:
+        sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
+        for field in FIELDS:
+            ra, rb = sa.get(field), sb.get(field)
+            differs = _differs(field, ra, rb, rel_tol)
+            significant = field in SIGNIFICANT_FIELDS
+            if differs is False or (
+                differs is None and ra.value is None and rb.value is None and not significant
+            ):
+                continue
+            shown.add(field)
+            grouped.setdefault((field, ra, rb), []).append(label)
+    return shown
+
+
+def _diff_normal_forms(
+    a: NormConfig, b: NormConfig, field: str, rel_tol: float, grouped: Grouped
+) -> None:
+    """``field``'s normal forms differ but no probe name showed it: a joined name that
+    differs, or a "not proven equal" conflict listing the patterns involved."""
+    rows_a = _canonical(a, field)[1]
+    rows_b = _canonical(b, field)[1]
+    example = _distinguishing_name(a, b, field, [p for p, _ in (*rows_a, *rows_b)], rel_tol)
+    if example is not None:
+        name, ra, rb = example
+        grouped.setdefault((field, ra, rb), []).append(name)
+        return
+    why = (
+        f"not proven equal for every layer name: A sets {field} by {len(rows_a)} "
+        f"pattern(s), B by {len(rows_b)}, in different ways"
+    )
+    ra = Resolved(None, Provenance("conflict", a.path, note=why))
+    rb = Resolved(None, Provenance("conflict", b.path, note=why))
+    grouped[(field, ra, rb)] = list(dict.fromkeys(p for p, _ in (*rows_a, *rows_b)))[:20]
+
+
 def diff_configs(
     a: NormConfig,
     b: NormConfig,
@@ -296,54 +362,12 @@ def diff_configs(
     a difference "not proven equal for every layer name". Equivalent therefore means: equal for
     every possible layer name, not just the ones tried.
     """
-    patterns: list[str] = []
-    seen: set[str] = set()
-    for entry in (*a.entries, *b.entries):
-        if entry.pattern not in seen:
-            seen.add(entry.pattern)
-            patterns.append(entry.pattern)
-    probes: list[tuple[str, str]] = []  # (name, label shown: the pattern it comes from)
-    probed: set[str] = set()
-    for pattern in patterns:
-        name = witness(pattern)
-        if name is not None and name not in probed:
-            probed.add(name)
-            probes.append((name, pattern))
-    for name in names:
-        if name not in probed:
-            probed.add(name)
-            probes.append((name, name))
+    patterns = list(dict.fromkeys(e.pattern for e in (*a.entries, *b.entries)))
     grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
-    shown: set[str] = set()
-    for name, label in probes:
-        sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
-        for field in FIELDS:
-            ra, rb = sa.get(field), sb.get(field)
-            differs = _differs(field, ra, rb, rel_tol)
-            significant = field in SIGNIFICANT_FIELDS
-            if differs is False or (
-                differs is None and ra.value is None and rb.value is None and not significant
-            ):
-                continue
-            shown.add(field)
-            grouped.setdefault((field, ra, rb), []).append(label)
+    shown = _diff_names(a, b, _probe_names(patterns, names), rel_tol, grouped)
     for field in FIELDS:
-        if field in shown or _canonical_equal(a, b, field):
-            continue
-        rows_a = _canonical(a, field)[1]
-        rows_b = _canonical(b, field)[1]
-        example = _distinguishing_name(a, b, field, [p for p, _ in (*rows_a, *rows_b)], rel_tol)
-        if example is not None:
-            name, ra, rb = example
-            grouped.setdefault((field, ra, rb), []).append(name)
-            continue
-        why = (
-            f"not proven equal for every layer name: A sets {field} by {len(rows_a)} "
-            f"pattern(s), B by {len(rows_b)}, in different ways"
-        )
-        ra = Resolved(None, Provenance("conflict", a.path, note=why))
-        rb = Resolved(None, Provenance("conflict", b.path, note=why))
-        grouped[(field, ra, rb)] = list(dict.fromkeys(p for p, _ in (*rows_a, *rows_b)))[:20]
+        if field not in shown and not _canonical_equal(a, b, field):
+            _diff_normal_forms(a, b, field, rel_tol, grouped)
     diffs = tuple(
         FieldDifference(field, ra, rb, tuple(pats), field in SIGNIFICANT_FIELDS)
         for (field, ra, rb), pats in grouped.items()

@@ -126,10 +126,14 @@ def _layer_document(layer: LayerResult) -> dict[str, Any]:
 
 
 def write_summary(report: RatioReport, path: str | os.PathLike[str]) -> None:
-    """Write :func:`summary_document` as JSON, atomically."""
+    """Write :func:`summary_document` as JSON, atomically. Names are hostile: the JSON is
+    ASCII (controls and surrogates as ``\\uXXXX``) and :func:`rmsnorm_eps.escape.json_text`
+    writes a ``#`` before a ``#`` as ``\\u0023``, so a runner ``cat``-ing the file reads no
+    workflow command; it parses back to the exact names."""
     from rmsnorm_eps.atomic import atomic_write_text
+    from rmsnorm_eps.escape import json_text
 
-    text = json.dumps(summary_document(report), indent=1, allow_nan=False) + "\n"
+    text = json_text(json.dumps(summary_document(report), indent=1, allow_nan=False)) + "\n"
     atomic_write_text(Path(path), text)
 
 

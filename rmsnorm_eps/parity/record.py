@@ -2,6 +2,14 @@
 
 Deterministic: the same probes and outputs give the same bytes (no timestamp unless one is
 passed), so a record can be committed and diffed.
+
+Names in the record (category names from the probe file, file paths) are hostile, and a CI
+step may ``cat`` the record: JSON goes through :func:`rmsnorm_eps.escape.json_text`; YAML
+writes any string :func:`rmsnorm_eps.escape.visible` would change double-quoted, with every
+character outside printable ASCII, and the ``:`` of ``::`` and ``#`` of ``##``, as a YAML
+escape (``\\x3a``, ``\\x23``, ``\\uNNNN``), so it loads back to the exact string; Markdown
+uses :func:`rmsnorm_eps.escape.markdown`. No line of any record holds ``::`` at its start,
+``##[`` or ``##vso[`` from data.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,9 @@ def _num(value: Any) -> str:
 
 
 def _cell(value: object) -> str:
-    return str(value).replace("|", "\\|")
+    from rmsnorm_eps.escape import markdown
+
+    return markdown(value)
 
 
 def _eps_text(inf: dict[str, Any]) -> str:
@@ -58,7 +69,7 @@ def _markdown(doc: dict[str, Any]) -> str:
         f"# {'LayerNorm' if doc.get('norm') == 'layer' else 'RMSNorm'} parity record: "
         f"{doc['verdict'].upper()}",
         "",
-        f"{doc['diagnosis']}",
+        _cell(doc["diagnosis"]),
         "",
         "| field | value |",
         "|---|---|",
@@ -108,12 +119,53 @@ def _markdown(doc: dict[str, Any]) -> str:
     ]
     for c in doc["categories"]:
         lines.append(
-            f"| {c['name']} | {c['rows']} | {c['failing']}/{c['elements']} | "
+            f"| {_cell(c['name'])} | {c['rows']} | {c['failing']}/{c['elements']} | "
             f"{_num(c['max_abs_error'])} | {_num(c['max_rel_error'])} | {_num(c['min_atol'])} | "
             f"{_num(c['min_rtol'])} | {c['nan'] + c['inf']} | "
             f"{'pass' if c['passed'] else 'FAIL'} |"
         )
-    return "\n".join(lines) + "\n"
+    from rmsnorm_eps.escape import no_ci_command
+
+    return no_ci_command("\n".join(lines) + "\n")
+
+
+# In a double-quoted YAML scalar: the quote, the backslash, anything outside printable ASCII,
+# and the first character of `::` and `##`.
+_YAML_ESCAPE = re.compile(r'["\\]|[^\x20-\x7e]|:(?=:)|#(?=#)')
+
+
+def _yaml_char(match: re.Match[str]) -> str:
+    ch = match.group()
+    if ch in '"\\':
+        return "\\" + ch
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _yaml_dump(doc: dict[str, Any]) -> str:
+    """``doc`` as block YAML; hostile strings double-quoted with visible escapes (module
+    docstring), on one line each."""
+    import yaml
+
+    from rmsnorm_eps.escape import visible
+
+    class Dumper(yaml.SafeDumper):
+        def write_double_quoted(self, text: str, split: bool = True) -> None:
+            self.write_indicator('"', True)
+            data = _YAML_ESCAPE.sub(_yaml_char, text)
+            self.column += len(data)
+            self.stream.write(data)
+            self.write_indicator('"', False)
+
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if visible(value) != value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, represent_str)
+    text: str = yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return text
 
 
 def render_record(result: ParityResult, fmt: str, timestamp: str | None = None) -> str:
@@ -122,12 +174,11 @@ def render_record(result: ParityResult, fmt: str, timestamp: str | None = None) 
 
     doc = parity_document(result, timestamp)
     if fmt == "json":
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    if fmt == "yaml":
-        import yaml
+        from rmsnorm_eps.escape import json_text
 
-        text: str = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
-        return text
+        return json_text(json.dumps(doc, indent=2, allow_nan=False)) + "\n"
+    if fmt == "yaml":
+        return _yaml_dump(doc)
     if fmt == "md":
         return _markdown(doc)
     raise InvalidParameterError(f"unknown record format {fmt!r}")

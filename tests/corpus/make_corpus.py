@@ -82,8 +82,12 @@ def case(
     def register(make: Callable[[Path], None]) -> Callable[[Path], None]:
         spec = _Spec(category, file, make)
         runs = [(tuple(argv), exit_code, message), *((tuple(a), e, m) for a, e, m in also)]
+        names: set[str] = set()
         for i, (args, code, msg) in enumerate(runs):
             suffix = "" if i == 0 else f"#{args[0]}{'-config' if '--config' in args else ''}"
+            if suffix in names:  # the same command again (other options): numbered
+                suffix += f"-{i}"
+            names.add(suffix)
             spec.cases.append(
                 Case(
                     name=f"{category}/{make.__name__}{suffix}",
@@ -981,9 +985,11 @@ def missing(path: Path) -> None:
 # --------------------------------------------------------------------------- more readers
 
 if __name__ != "__main__":  # as a script, main() imports this module properly first
-    from corpus import (
-        parity_merge_cases,  # noqa: F401  (registers its cases on import)
-        readers_cases,  # noqa: F401  (safetensors, torch.save, CSV dumps)
+    # each registers its cases on import
+    from corpus import (  # noqa: F401
+        issue12_cases,
+        parity_merge_cases,
+        readers_cases,  # safetensors, torch.save, CSV dumps
     )
 
 # --------------------------------------------------------------------------- build

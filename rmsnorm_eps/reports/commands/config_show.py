@@ -20,6 +20,13 @@ __all__ = ["FORMATS", "document", "show_value", "text", "value_document"]
 
 FORMATS = frozenset({"text", "json"})
 
+#: Above this many layer patterns the layers table is written as plain aligned lines, not a
+#: rich Table (rich lays out every cell of a 20,000-row table: tens of seconds). Smaller
+#: configs keep the rich table unchanged.
+PLAIN_ROWS = 1000
+_COLUMNS = ("eps", "placement", "gain", "gain_baked", "dim", "norm")
+_LAYERS_TITLE = "layers (defaults + every matching entry, in file order)"
+
 
 def show_value(r: Resolved) -> str:
     """A value for people: 'missing'/'conflict', true/false, eps with its float32 reading."""
@@ -88,6 +95,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     from rich.text import Text
 
     from rmsnorm_eps.config.model import FIELDS
+    from rmsnorm_eps.escape import no_ci_command
     from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables
 
     parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
@@ -101,29 +109,50 @@ def text(c: NormConfig, options: RenderOptions) -> str:
         r = c.defaults.get(name)
         defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
     parts.append(defaults)
-    layers = Table(
-        title="layers (defaults + every matching entry, in file order)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    rows, overrides = _layer_rows(c)
+    if len(rows) > PLAIN_ROWS:
+        head = render_renderables(parts, options)
+        lines = [*_plain_table(rows), *map(_e, overrides), *(_e(f"note: {n}") for n in c.notes)]
+        return head + no_ci_command("".join(f"{line}\n" for line in lines))
+    layers = Table(title=_LAYERS_TITLE, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     layers.add_column("pattern")
-    for name in ("eps", "placement", "gain", "gain_baked", "dim", "norm"):
+    for name in _COLUMNS:
         layers.add_column(name)
-    overrides: list[str] = []
-    for (pattern, s), entry in zip(c.resolved_entries(), c.entries, strict=True):
-        layers.add_row(
-            _e(pattern),
-            *(
-                _e(show_value(s.get(n)).split(" (")[0])
-                for n in ("eps", "placement", "gain", "gain_baked", "dim", "norm")
-            ),
-        )
-        overrides += [
-            f"{pattern}: {k} = {show_value(v)} ({v.provenance.describe(c.path)})"
-            for k, v in entry.overrides
-        ]
+    for row in rows:
+        layers.add_row(*(_e(cell) for cell in row))
     parts.append(NamedTable(layers, noun="patterns"))
     parts += [Text(_e(line)) for line in overrides]
     parts += [Text(_e(f"note: {n}")) for n in c.notes]
     return render_renderables(parts, options)
+
+
+def _layer_rows(c: NormConfig) -> tuple[list[tuple[str, ...]], list[str]]:
+    """Each pattern's row (pattern and the values of :data:`_COLUMNS`, unescaped) and the
+    override lines."""
+    rows: list[tuple[str, ...]] = []
+    overrides: list[str] = []
+    for (pattern, s), entry in zip(c.resolved_entries(), c.entries, strict=True):
+        rows.append((pattern, *(show_value(s.get(n)).split(" (")[0] for n in _COLUMNS)))
+        overrides += [
+            f"{pattern}: {k} = {show_value(v)} ({v.provenance.describe(c.path)})"
+            for k, v in entry.overrides
+        ]
+    return rows, overrides
+
+
+def _plain_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """The layers table as plain lines in the rich table's layout (title, header, rule,
+    rows; columns padded to their widest cell, none wrapped), cells escaped (widths measured
+    on the escaped text)."""
+    from rich.cells import cell_len
+
+    header = ("pattern", *_COLUMNS)
+    shown = [tuple(_e(cell) for cell in row) for row in rows]
+    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *shown, strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = (cell + " " * (w - cell_len(cell)) for cell, w in zip(cells, widths, strict=True))
+        return " " + "   ".join(padded) + " "
+
+    rule = " " + "\u2500" * (sum(widths) + 3 * (len(widths) - 1)) + " "
+    return [_LAYERS_TITLE, "", line(header), rule, *(line(row) for row in shown), ""]

@@ -69,7 +69,7 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
     doc = probe_document(probes, path)
     head = (
         f"{probes.count} probes, d={probes.dim}, dtype {probes.dtype}, eps {probes.eps!r}, "
-        f"gain {probes.gain_kind} (convention {probes.gain_convention}), seed {probes.seed}"
+        f"gain {_e(probes.gain_kind)} (convention {probes.gain_convention}), seed {probes.seed}"
     )
     q = "q"
     if probes.norm == "layer":  # LayerNorm: categories by v = mean((x - mean x)^2)

@@ -10,13 +10,11 @@ not results. No timestamps: the document is deterministic.
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePath, PureWindowsPath
 from typing import Any
 from urllib.parse import quote
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.escape import json_text
 from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.document import jnum
 
@@ -116,4 +114,6 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
 
 def render_checks(report: CheckReport) -> str:
     """The SARIF log, indented, keys in a fixed order."""
-    return json_text(json.dumps(sarif_document(report), indent=2, allow_nan=False)) + "\n"
+    from rmsnorm_eps.reports.formats.json import render_document
+
+    return render_document(sarif_document(report))  # json.dumps's text, in bounded pieces

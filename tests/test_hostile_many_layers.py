@@ -1,0 +1,174 @@
+"""Many tiny layers (issue 12, item 5: time linear in the input): the per-layer fast paths give
+exactly the values of the general paths they shortcut.
+
+* :meth:`LayerAccumulator._fold_decades` folds a small chunk with one ``searchsorted``
+  instead of one comparison pass per decade;
+* :func:`numerics.attenuation` / :func:`numerics.attenuation_loss` compute a few ratios with
+  ``math`` instead of numpy;
+* :func:`engine.unravel` of a 1-D shape skips numpy;
+* decade thresholds are cached across layers.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from rmsnorm_eps import engine, numerics, summary
+from rmsnorm_eps.analysis import analyze_dump
+from rmsnorm_eps.summary import LayerAccumulator
+
+RNG = np.random.default_rng(12)
+
+
+def _values(dtype: type, n: int) -> np.ndarray:
+    """Finite q over many decades, with exact zeros, decade edges and subnormals."""
+    exps = RNG.uniform(-45 if dtype is np.float32 else -320, 38, n)
+    v = (10.0**exps).astype(dtype)
+    v[:: max(1, n // 7)] = 0
+    edges = np.array([1e-5 * 10.0**k for k in range(-3, 4)], dtype)
+    v[1 : 1 + min(n - 1, edges.size)] = edges[: max(0, min(n - 1, edges.size))]
+    if dtype is np.float32:
+        v[-1] = np.float32(1e-45)  # subnormal
+    return v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 300, 4096])
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 3.7e-12])
+def test_small_chunk_decades_equal_the_pass_per_decade(
+    dtype: type, n: int, eps: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v = _values(dtype, n)
+    fast = LayerAccumulator(eps, 49.25)
+    fast.update(v, 0)
+    monkeypatch.setattr(summary, "_SMALL_CHUNK", 0)
+    summary._THRESHOLDS.clear()
+    slow = LayerAccumulator(eps, 49.25)
+    slow.update(v, 0)
+    assert fast.decades == slow.decades
+    assert (fast.below, fast.zero_count, fast.count) == (slow.below, slow.zero_count, slow.count)
+    # and both equal the definition: floor(log10(q/eps)) by exact thresholds
+    r = v.astype(np.float64) / eps
+    pos = r[r > 0]
+    assert sum(fast.decades.values()) == pos.size
+
+
+def test_threshold_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary, "_CACHE_LIMIT", 8)
+    summary._THRESHOLDS.clear()
+    for i in range(50):
+        acc = LayerAccumulator(1e-5 * (1 + i), 49.25)
+        acc.update(np.array([1.0, 2.0, 1e-9], np.float32), 0)
+        assert len(summary._THRESHOLDS) <= 8
+
+
+@pytest.mark.parametrize("fn", [numerics.attenuation, numerics.attenuation_loss])
+def test_small_attenuation_equals_numpy(fn, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    r = np.concatenate(
+        [
+            [0.0, 5e-324, 1e-300, 0.5, 1.0, np.nextafter(1.0, 2.0), 49.25, 1e200, 1.7e308],
+            [np.inf],
+            RNG.uniform(0, 100, 6),
+        ]
+    )
+    small = [fn(x) for x in r] + [fn(r[i : i + 4]) for i in range(0, r.size, 4)]
+    monkeypatch.setattr(numerics, "_SMALL", -1)
+    big = [fn(x) for x in r] + [fn(r[i : i + 4]) for i in range(0, r.size, 4)]
+    for a, b in zip(small, big, strict=True):
+        assert type(a) is type(b)
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(numerics.InvalidParameterError):
+        fn([1.0, np.nan])
+    monkeypatch.setattr(numerics, "_SMALL", 16)
+    for bad in ([1.0, np.nan], -1.0, [np.nan]):
+        with pytest.raises(numerics.InvalidParameterError):
+            fn(bad)
+
+
+def test_unravel_1d_matches_numpy() -> None:
+    for shape, order in (((7,), "C"), ((7,), "F"), ((3, 4), "C"), ((3, 4), "F")):
+        for flat in range(int(np.prod(shape))):
+            want = tuple(int(i) for i in np.unravel_index(flat, shape, order=order))
+            assert engine.unravel(flat, shape, order) == want
+
+
+def test_many_tiny_members_are_linear(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """4,000 and 16,000 tiny members: 4x the members costs well under 8x the CPU time (a
+    quadratic cost would give 16x), and the same per-layer figures."""
+    q = np.array([1.0, 2.0, 1e-9], np.float32)
+    times = []
+    for n in (4_000, 16_000):
+        path = tmp_path / f"m{n}.npz"
+        np.savez(path, **{f"layer.{i}": q for i in range(n)})
+        t = time.process_time()
+        report = analyze_dump(path, 1e-5)
+        times.append(time.process_time() - t)
+        assert report.members_total == report.members_analysed == n
+        assert len({(x.below_bound, x.decades, x.min_q) for x in report.layers}) == 1
+    assert times[1] < 8 * times[0], times
+
+
+def test_float32_q_near_its_max_with_tiny_eps_warns_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A decade edge above float32's range is +inf in float32, not an overflow warning on
+    stderr (a second stderr line)."""
+    from tests.conftest import run_module
+
+    np.save(tmp_path / "q.npy", np.array([3e38, 1.0, 1e-30], np.float32))
+    res = run_module("ratio", "--eps", "3.7e-12", "--q-file", str(tmp_path / "q.npy"))
+    assert res.returncode == 1, res.stderr
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def _many_globs(path, n: int, names: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    layers = [f"model.layers.{i}.*norm" for i in range(n - len(names))] + list(names)
+    path.write_text(
+        "schema_version: 1\nmodel: m\ndefaults:\n  eps: 1e-5\n  placement: inside\n"
+        "  gain: w\n  norm: rms\nlayers:\n"
+        + "".join(f"  {json.dumps(name)}: {{eps: 1e-6}}\n" for name in layers),
+        encoding="utf-8",
+    )
+
+
+def test_config_show_big_table_is_plain_lines_in_the_same_layout(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Above PLAIN_ROWS patterns the layers table is plain lines: each row line is the rich
+    table's row line (trailing spaces aside), and nothing else changes."""
+    from rmsnorm_eps.config import load_config
+    from rmsnorm_eps.reports import render
+    from rmsnorm_eps.reports.commands import config_show
+    from rmsnorm_eps.reports.options import RenderOptions
+
+    path = tmp_path / "c.yaml"
+    _many_globs(path, 40, ("[/x]<b>", "\u6f22\u5b57.*"))
+    config = load_config(path)
+    options = RenderOptions(width=200)
+    rich_text = render(config, "text", options)
+    monkeypatch.setattr(config_show, "PLAIN_ROWS", 10)
+    plain_text = render(config, "text", options)
+    strip = [line.rstrip() for line in rich_text.splitlines()]
+    assert [line.rstrip() for line in plain_text.splitlines()] == strip
+
+
+def test_config_show_20000_hostile_globs(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """20,000 globs, some hostile: inert output, well under a few seconds of CPU."""
+    import resource
+
+    from tests.conftest import run_module
+    from tests.runner_lines import assert_inert
+    from tests.test_untrusted_names import CONFIG_NAMES
+
+    path = tmp_path / "big.yaml"
+    _many_globs(path, 20_000, CONFIG_NAMES)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    res = run_module("config", "show", str(path))
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before
+    assert res.returncode == 0, res.stderr
+    assert_inert(res.stdout, res.stderr, "text")
+    assert "[/x]" in res.stdout and "model.layers.19992.*norm" in res.stdout
+    assert cpu < 10, cpu
