@@ -17,6 +17,10 @@ Width (docs/reports.md, "Text reports at any width"):
   A word of running text longer than W is shortened in the middle.
 
 No line ends with spaces.
+
+A table of more than :data:`PLAIN_TABLE_ROWS` rows (thousands of layers) is written without
+rich when no colour is wanted: :func:`plain_table_lines` lays it out exactly as rich would
+(a test renders tables both ways), in time linear in its cells.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "fit_table",
     "fmt",
     "fmt_index",
+    "plain_table_lines",
     "render_renderables",
     "shorten_names",
     "simple_table",
@@ -57,6 +62,8 @@ ELLIPSIS = "…"
 MIN_NAME = 16
 #: Console width when the output is not a terminal: nothing is ever wrapped.
 _UNBOUNDED = 1_000_000
+#: Tables with more rows than this are laid out by :func:`plain_table_lines` (no colour).
+PLAIN_TABLE_ROWS = 200
 #: Spaces at the end of a line, before any colour codes that close it.
 _TRAILING = re.compile(r" +(?=(?:\x1b\[[0-9;]*m)*$)")
 
@@ -283,6 +290,84 @@ def fit_table(
     return _compact(table, width, {})
 
 
+def _justify(text: str, width: int, how: str) -> str:
+    gap = width - cell_len(text)
+    if how == "right":
+        return " " * gap + text
+    if how == "center":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
+
+
+def plain_table_lines(table: Table) -> list[str] | None:
+    """The lines rich prints for ``table`` without colour, trailing spaces left in, or None
+    for a table whose style this does not reproduce (then rich lays it out).
+
+    Reproduced: box SIMPLE_HEAD or SIMPLE with its edges, ``pad_edge=False``, padding (0, 1),
+    a left-justified title, one-line cells, no footer, no column widths set. Each column is as
+    wide as its widest cell (in terminal cells); columns are separated by a space between two
+    paddings; the header is ruled with ``─`` across the cells, paddings and separators.
+    """
+    if (
+        table.box not in (box.SIMPLE_HEAD, box.SIMPLE)
+        or table.pad_edge
+        or not table.show_edge
+        or table.show_footer
+        or table.show_lines
+        or table.leading
+        or table.collapse_padding
+        or table.padding != (0, 1, 0, 1)
+        or (table.title is not None and table.title_justify != "left")
+        or table.caption is not None
+        or table.width is not None
+        or table.min_width is not None
+    ):
+        return None
+    columns = table.columns
+    if not columns or any(
+        c.width is not None or c.min_width is not None or c.max_width is not None for c in columns
+    ):
+        return None
+    cells = [[_plain(c) for c in col.cells] for col in columns]
+    heads = [_plain(c.header) for c in columns]
+    if any("\n" in v for col in cells for v in col) or any("\n" in h for h in heads):
+        return None
+    show_header = table.show_header
+    widths = [
+        max([cell_len(v) for v in col] + ([cell_len(h)] if show_header else []) + [0])
+        for col, h in zip(cells, heads, strict=True)
+    ]
+    last = len(columns) - 1
+    hows = [c.justify if c.justify in ("right", "center") else "left" for c in columns]
+
+    def line(values: Sequence[str]) -> str:
+        parts = []
+        for i, (v, w, how) in enumerate(zip(values, widths, hows, strict=True)):
+            parts.append(("" if i == 0 else " ") + _justify(v, w, how) + ("" if i == last else " "))
+        return " " + " ".join(parts) + " "
+
+    inner = sum(widths) + 2 * len(columns) - 2 + last
+    out: list[str] = []
+    if table.title is not None:
+        out.append(_plain(table.title))
+    out.append(" " * (inner + 2))
+    if show_header:
+        out += [line(heads), " " + "─" * inner + " "]
+    out += [line(row) for row in zip(*cells, strict=True)]
+    out.append(" " * (inner + 2))
+    return out
+
+
+def _plain_fits(table: Table, options: RenderOptions) -> list[str] | None:
+    """:func:`plain_table_lines` for a long table printed without colour, when it fits."""
+    if options.color or table.row_count <= PLAIN_TABLE_ROWS:
+        return None
+    lines = plain_table_lines(_copy(table))
+    if lines is None or options.width is None:
+        return lines
+    return lines if max(cell_len(x.rstrip()) for x in lines) <= options.width else None
+
+
 def _fit_text(part: Text, width: int) -> Text:
     """``part`` with every word longer than ``width`` shortened in the middle (rich wraps
     running text between words, so no word is then split)."""
@@ -309,6 +394,11 @@ def render_renderables(parts: list[RenderableType], options: RenderOptions) -> s
         soft_wrap=False,
     )
     for part in parts:
+        table = part.table if isinstance(part, NamedTable) else part
+        plain = _plain_fits(table, options) if isinstance(table, Table) else None
+        if plain is not None:  # thousands of rows: rich's layout, without rich's cost
+            buf.write("".join(f"{x}\n" for x in plain))
+            continue
         if isinstance(part, NamedTable):
             shown = fit_table(part.table, console, options.width, part.noun, part.column)
         elif isinstance(part, Table):

@@ -1,0 +1,98 @@
+"""Long tables are laid out without rich (:func:`plain_table_lines`) exactly as rich lays them
+out: every text report of the shipped examples renders identically both ways, and a report of
+thousands of layers takes time linear in its rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Result
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+import rmsnorm_eps.reports.formats.text as text_format
+from rmsnorm_eps.reports.options import RenderOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+REPORTS = [
+    ("ratio", "examples/q_dump.npz", "--eps", "1e-5", "--histogram", "all"),
+    ("ratio", "examples/acts.npz", "--eps", "1e-5", "--raw", "--norm", "layer"),
+    ("compare", "examples/q_dump.npz", "--from", "eps=1e-6", "--to", "eps=1e-5"),
+    ("precision", "--eps", "1e-6", "--dtype", "fp16,bf16,fp32"),
+    ("bound", "--delta", "0.01", "--eps", "1e-5"),
+    ("config", "show", "examples/configs/per-layer.yaml"),
+    ("config", "show", "configs/qwen3-8b.yaml"),
+    ("defaults",),
+]
+
+
+@pytest.mark.parametrize("args", REPORTS, ids=lambda a: " ".join(a[:2]))
+def test_every_table_lays_out_as_rich_does(
+    cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    rich_out = cli(*args)
+    monkeypatch.setattr(text_format, "PLAIN_TABLE_ROWS", 0)
+    plain_out = cli(*args)
+    assert rich_out.exit_code == plain_out.exit_code
+    assert plain_out.stdout == rich_out.stdout
+
+
+def test_styles_it_does_not_reproduce_go_to_rich() -> None:
+    t = Table(box=box.ROUNDED)
+    t.add_column("a")
+    t.add_row("x")
+    assert text_format.plain_table_lines(t) is None
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("a")
+    t.add_row(Text("two\nlines"))
+    assert text_format.plain_table_lines(t) is None
+
+
+def _table(rows: int) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="t", title_justify="left")
+    t.add_column("layer")
+    t.add_column("eps", justify="right")
+    t.add_column("n", justify="center")
+    for i in range(rows):
+        t.add_row(f"model.layers.{i}.input_layernorm", "1e-05", str(i % 7))
+    return t
+
+
+@pytest.mark.parametrize("width", [None, 200, 60, 30])
+def test_wide_characters_and_terminal_widths_match_rich(
+    monkeypatch: pytest.MonkeyPatch, width: int | None
+) -> None:
+    t = _table(3)
+    t.add_row("模型.层", "2", "10")
+    want = text_format.render_renderables([t], RenderOptions(width=width))
+    monkeypatch.setattr(text_format, "PLAIN_TABLE_ROWS", 0)  # 30 columns: too narrow, rich fits
+    assert text_format.render_renderables([t], RenderOptions(width=width)) == want
+
+
+def test_twenty_thousand_rows_in_linear_time() -> None:
+    small, big = _table(2_000), _table(20_000)
+    t0 = time.perf_counter()
+    text_format.render_renderables([small], RenderOptions())
+    t1 = time.perf_counter()
+    out = text_format.render_renderables([big], RenderOptions())
+    t2 = time.perf_counter()
+    assert out.count("\n") == 20_000 + 5
+    assert (t2 - t1) < 20 * max(t1 - t0, 0.01)  # linear (10x rows), with room for noise
+    assert (t2 - t1) < 5.0
+
+
+def test_many_layers_ratio_report_is_fast(cli: Callable[..., Result], tmp_path: Path) -> None:
+    q = {f"model.layers.{i}.input_layernorm": np.full(2, 1.0) for i in range(5_000)}
+    np.savez(tmp_path / "q.npz", **q)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    res = cli("ratio", str(tmp_path / "q.npz"), "--eps", "1e-5")
+    assert res.exit_code == 0, res.stderr
+    assert time.perf_counter() - t0 < 60
+    assert "model.layers.4999.input_layernorm" in res.stdout
