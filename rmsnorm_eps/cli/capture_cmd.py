@@ -1,4 +1,4 @@
-"""``rmsnorm-eps capture``: run texts through a local model and dump q at every RMSNorm."""
+"""``rmsnorm-eps capture``: run texts through a local model and dump q (or v) at every norm."""
 
 from __future__ import annotations
 
@@ -182,11 +182,13 @@ def capture(
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
 ) -> None:
-    """Run texts through a local model (offline) and record q = mean(x^2) at every RMSNorm.
+    """Run texts through a local model (offline) and record, at every norm, what it divides by.
 
-    Per token (and per head for q/k norms), with its position; per module the live eps (read
-    from the running module, torch's eps=None resolved), dim, gain (w or 1+w), input dtype.
-    q is reduced on the model's device; only the per-vector q values come to the host.
+    Each norm module is classified by what it computes (RMSNorm, LayerNorm, gated RMSNorm, L2;
+    an unknown kind is listed and never analysed) with its live eps (torch's eps=None
+    resolved). Recorded per token (and per head for q/k norms), with its position: q =
+    mean(x^2) for an RMSNorm, the variance v = mean((x - mean x)^2) for a LayerNorm. It is
+    reduced on the model's device; only the per-vector values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.distributed import init_from_env, rank_device
