@@ -18,6 +18,9 @@ pyplot global state). Names and paths from the input are labels through
 :func:`rmsnorm_eps.escape.plot_label` (literal text, never mathtext), and nothing matplotlib
 warns or logs while drawing reaches stderr. Output is deterministic: no date in SVG metadata,
 fixed SVG id salt.
+
+Why one module of ~460 lines: every figure shares the lazy matplotlib setup, the literal-label
+rule and the deterministic output; splitting per command would copy that setup.
 """
 
 from __future__ import annotations

@@ -299,6 +299,29 @@ def _justify(text: str, width: int, how: str) -> str:
     return text + " " * gap
 
 
+def _reproducible(table: Table) -> bool:
+    """Whether :func:`plain_table_lines` lays ``table`` out exactly as rich would."""
+    table_ok = (
+        table.box in (box.SIMPLE_HEAD, box.SIMPLE)
+        and not table.pad_edge
+        and table.show_edge
+        and not (table.show_footer or table.show_lines or table.leading)
+        and not table.collapse_padding
+        and table.padding == (0, 1, 0, 1)
+        and (table.title is None or table.title_justify == "left")
+        and table.caption is None
+        and table.width is None
+        and table.min_width is None
+    )
+    return (
+        table_ok
+        and bool(table.columns)
+        and all(
+            c.width is None and c.min_width is None and c.max_width is None for c in table.columns
+        )
+    )
+
+
 def plain_table_lines(table: Table) -> list[str] | None:
     """The lines rich prints for ``table`` without colour, trailing spaces left in, or None
     for a table whose style this does not reproduce (then rich lays it out).
@@ -308,26 +331,9 @@ def plain_table_lines(table: Table) -> list[str] | None:
     wide as its widest cell (in terminal cells); columns are separated by a space between two
     paddings; the header is ruled with ``─`` across the cells, paddings and separators.
     """
-    if (
-        table.box not in (box.SIMPLE_HEAD, box.SIMPLE)
-        or table.pad_edge
-        or not table.show_edge
-        or table.show_footer
-        or table.show_lines
-        or table.leading
-        or table.collapse_padding
-        or table.padding != (0, 1, 0, 1)
-        or (table.title is not None and table.title_justify != "left")
-        or table.caption is not None
-        or table.width is not None
-        or table.min_width is not None
-    ):
+    if not _reproducible(table):
         return None
     columns = table.columns
-    if not columns or any(
-        c.width is not None or c.min_width is not None or c.max_width is not None for c in columns
-    ):
-        return None
     cells = [[_plain(c) for c in col.cells] for col in columns]
     heads = [_plain(c.header) for c in columns]
     if any("\n" in v for col in cells for v in col) or any("\n" in h for h in heads):

@@ -1,0 +1,40 @@
+"""The package stays readable: no function of cyclomatic complexity above 20 (radon's rank D or
+worse: ``radon cc -n D rmsnorm_eps`` prints nothing), and no module above 450 lines unless its
+docstring says why it stays one piece."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rmsnorm_eps"
+MAX_COMPLEXITY = 20
+MAX_LINES = 450
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_no_function_is_rated_d_or_worse() -> None:
+    radon = pytest.importorskip("radon.complexity")
+    worst = []
+    for path in _modules():
+        for block in radon.cc_visit(path.read_text(encoding="utf-8")):
+            if block.complexity > MAX_COMPLEXITY:
+                worst.append(f"{path.relative_to(PACKAGE)}:{block.lineno} {block.name}")
+    assert worst == []
+
+
+def test_long_modules_say_why() -> None:
+    silent = []
+    for path in _modules():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= MAX_LINES:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if not any(w in doc for w in ("Why one module", "Why ~", "one piece")):
+            silent.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
+    assert silent == []
