@@ -191,10 +191,10 @@ def test_capture_outputs_never_overwrite_the_model_or_each_other(
     os.link(texts, here / "hard.txt")
     base = ("capture", "--model", str(model), "--text-file", str(texts))
     for extra in (
-        ("--out", str(model / "config.json")),
-        ("--out", "link.json"),
-        ("--out", "q.npz", "--config-out", "hard.txt"),
-        ("--out", "q.npz", "--config-out", "q.npz"),
+        ("--save-data", str(model / "config.json")),
+        ("--save-data", "link.json"),
+        ("--save-data", "q.npz", "--config-out", "hard.txt"),
+        ("--save-data", "q.npz", "--config-out", "q.npz"),
     ):
         r = cli(*base, *extra)
         assert r.exit_code == 2 and "is the same file as" in r.stderr, (extra, r.stderr)
