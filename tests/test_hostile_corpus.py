@@ -29,6 +29,9 @@ from tests.runner_lines import ANNOTATION, assert_file_inert, runner_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_LIMIT_KIB = 256 * 1024
+#: A torch.save file needs torch itself, whose import alone takes 230 to 280 MiB (more when the
+#: venv lives on tmpfs): those cases may use this much beyond a bare ``import torch``.
+TORCH_EXTRA_KIB = 48 * 1024
 CPU_LIMIT_S = 10.0
 WALL_TIMEOUT_S = 120.0
 AS_LIMIT = 2 << 30
@@ -117,8 +120,30 @@ def _json_path(doc: object, dotted: str) -> object:
     return doc
 
 
+@pytest.fixture(scope="module")
+def torch_baseline_kib(tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak RSS of a process that only imports torch, measured as the cases are."""
+    stats = tmp_path_factory.mktemp("torch baseline") / "stats.json"
+    launcher = _LAUNCHER.replace(
+        'runpy.run_module("rmsnorm_eps", run_name="__main__", alter_sys=True)', "import torch"
+    )
+    env = dict(os.environ, HOSTILE_AS=str(AS_LIMIT), HOSTILE_STATS=str(stats))
+    subprocess.run([sys.executable, "-c", launcher], check=True, env=env, timeout=WALL_TIMEOUT_S)
+    peak: int = json.loads(stats.read_text())["peak_kib"]
+    return peak
+
+
+def _peak_limit(case: Case, torch_baseline_kib: int) -> int:
+    """256 MiB; for torch.save files, 48 MiB beyond importing torch (which they need)."""
+    if case.category == "torch":
+        return max(PEAK_LIMIT_KIB, torch_baseline_kib + TORCH_EXTRA_KIB)
+    return PEAK_LIMIT_KIB
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_hostile_case(case: Case, corpus: Path, outcomes: dict[str, Outcome]) -> None:
+def test_hostile_case(
+    case: Case, corpus: Path, outcomes: dict[str, Outcome], torch_baseline_kib: int
+) -> None:
     if case.root_skips and os.geteuid() == 0:
         pytest.skip("running as root: permission bits do not stop root from reading")
     out = outcomes[case.name]
@@ -148,7 +173,8 @@ def test_hostile_case(case: Case, corpus: Path, outcomes: dict[str, Outcome]) ->
             assert _json_path(doc, dotted) == exp, (dotted, where)
     if case.marker is not None:
         assert not (corpus / case.marker).exists(), f"payload ran: {case.marker}"
-    assert out.peak_kib is not None and out.peak_kib <= PEAK_LIMIT_KIB, (out.peak_kib, where)
+    limit = _peak_limit(case, torch_baseline_kib)
+    assert out.peak_kib is not None and out.peak_kib <= limit, (out.peak_kib, limit, where)
     assert out.cpu_s is not None and out.cpu_s <= CPU_LIMIT_S, (out.cpu_s, where)
 
 
