@@ -4,7 +4,7 @@ the ``--raw`` hint when a negative "q" is really an activation."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -108,3 +108,36 @@ def with_raw_hint(exc: Exception, raw: bool, dtype: str | None = None) -> Except
         "shape (..., d) rather than q, add --raw"
     )
     return InputFileError(exc.path, exc.problem + hint, key=exc.key)
+
+
+def dump_reading(
+    *,
+    raw: bool,
+    top: int,
+    chunk_bytes: int | None,
+    skip_unreadable: bool,
+    dtype: str | None,
+    column: str | None,
+    config: Path | None,
+    norm: Any,
+) -> dict[str, Any]:
+    """The keyword arguments that ``analyze_dump`` and ``compare_dump`` share: how the dump is
+    read (``--raw``, ``--dtype``, ``--column``, ``--skip-unreadable``, ``--norm``), the worst
+    inputs kept, and the ``--config`` file loaded (the library matches its layers)."""
+    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
+
+    loaded = None
+    if config is not None:
+        from rmsnorm_eps.config import load_config
+
+        loaded = load_config(config)
+    return {
+        "raw": raw,
+        "top_k": top,
+        "chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES,
+        "skip_unreadable": skip_unreadable,
+        "dtype": dtype,
+        "column": column,
+        "config": loaded,
+        "norm": norm.value if norm is not None else "rms",
+    }

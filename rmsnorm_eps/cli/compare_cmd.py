@@ -15,6 +15,7 @@ from rmsnorm_eps.cli._dump import (
     DumpDtypeOpt,
     QFileOpt,
     RawOpt,
+    dump_reading,
     one_dump,
     with_raw_hint,
 )
@@ -124,7 +125,6 @@ def compare(
     from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.compare.analysis import compare_dump
     from rmsnorm_eps.compare.spec import is_config_spec
-    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     q_path = one_dump(dump, q_file)
     options = tail_options(
@@ -143,11 +143,16 @@ def compare(
         raise usage_error("--from config and --to config would both read --config: give one SPEC")
     if config is not None and not wants_config:
         raise usage_error("--config is used by --from config or --to config; give one of them")
-    loaded = None
-    if config is not None:
-        from rmsnorm_eps.config import load_config
-
-        loaded = load_config(config)
+    reading = dump_reading(
+        raw=raw,
+        top=top,
+        chunk_bytes=chunk_bytes,
+        skip_unreadable=skip_unreadable,
+        dtype=dtype,
+        column=column,
+        config=config,
+        norm=norm,
+    )
     try:
         report = compare_dump(
             q_path,
@@ -155,14 +160,7 @@ def compare(
             spec_to,
             tolerance=tolerance,
             scale=scale,
-            raw=raw,
-            top_k=top,
-            chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
-            skip_unreadable=skip_unreadable,
-            dtype=dtype,
-            column=column,
-            config=loaded,
-            norm=norm.value if norm is not None else "rms",
+            **reading,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None

@@ -14,6 +14,7 @@ from rmsnorm_eps.cli._dump import (
     DumpDtypeOpt,
     QFileOpt,
     RawOpt,
+    dump_reading,
     one_dump,
     with_raw_hint,
 )
@@ -145,7 +146,6 @@ def ratio(
     """
     from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
-    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
 
     q_path = one_dump(dump, q_file)
     options = tail_options(
@@ -163,26 +163,24 @@ def ratio(
         raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
-    loaded = None
-    if config is not None:
-        from rmsnorm_eps.config import load_config
-
-        loaded = load_config(config)
+    reading = dump_reading(
+        raw=raw,
+        top=top,
+        chunk_bytes=chunk_bytes,
+        skip_unreadable=skip_unreadable,
+        dtype=dtype,
+        column=column,
+        config=config,
+        norm=norm,
+    )
     try:
         report = analyze_dump(
             q_path,
             eps,
             delta=delta,
             min_ratio=min_ratio,
-            raw=raw,
-            top_k=top,
-            chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
             threads=threads,
-            dtype=dtype,
-            column=column,
-            skip_unreadable=skip_unreadable,
-            config=loaded,
-            norm=norm.value if norm is not None else "rms",
+            **reading,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
