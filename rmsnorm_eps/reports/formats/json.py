@@ -3,24 +3,84 @@ order the document gives them, floats with repr (the shortest round trip)."""
 
 from __future__ import annotations
 
-import io
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rmsnorm_eps.escape import json_text
+from rmsnorm_eps.reports.lazy import Lazy
 
-__all__ = ["render_document"]
+__all__ = ["document_chunks", "render_document"]
+
+#: Characters gathered before a chunk (whole lines) is handed to the writer.
+CHUNK_CHARS = 1 << 16
 
 
 def render_document(doc: dict[str, Any]) -> str:
     """Serialize ``doc`` (NaN and inf are refused: documents write them as strings), ASCII
     only, with no CI workflow command in any line (:func:`rmsnorm_eps.escape.json_text`).
 
-    The same text as ``json.dumps(doc, indent=2, allow_nan=False)``, but the encoder's pieces
-    are written into one buffer as they come: ``json.dumps`` keeps them all in a list first
-    (about 60 bytes per piece: 1.4 GB for a report of 100,000 layers)."""
-    buf = io.StringIO()
-    for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
-        buf.write(chunk)
-    buf.write("\n")
-    return json_text(buf.getvalue())
+    The same text as ``json.dumps(doc, indent=2, allow_nan=False)`` (with every
+    :class:`~rmsnorm_eps.reports.lazy.Lazy` written as the list of its items): the joined
+    :func:`document_chunks`."""
+    return "".join(document_chunks(doc))
+
+
+def _has_lazy(value: Any) -> bool:
+    if isinstance(value, Lazy):
+        return True
+    if isinstance(value, dict):
+        return any(_has_lazy(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_lazy(v) for v in value)
+    return False
+
+
+def _pieces(value: Any, level: int) -> Iterator[str]:
+    """The text of ``value`` at nesting ``level``, exactly as ``json.dumps(doc, indent=2)``
+    writes it there; a :class:`Lazy` list is written one item at a time."""
+    pad = "  " * level
+    if not _has_lazy(value):
+        text = json.dumps(value, indent=2, allow_nan=False)
+        yield text.replace("\n", "\n" + pad) if level else text
+        return
+    if isinstance(value, dict):
+        if not value:
+            yield "{}"
+            return
+        yield "{"
+        sep = "\n"
+        for key, item in value.items():
+            yield f"{sep}{pad}  {json.dumps(str(key))}: "
+            yield from _pieces(item, level + 1)
+            sep = ",\n"
+        yield f"\n{pad}}}"
+        return
+    items: Iterable[Any] = value
+    opened = False
+    for item in items:
+        yield ",\n" if opened else "[\n"
+        opened = True
+        yield pad + "  "
+        yield from _pieces(item, level + 1)
+    yield f"\n{pad}]" if opened else "[]"
+
+
+def document_chunks(doc: dict[str, Any]) -> Iterator[str]:
+    """:func:`render_document` as chunks of whole lines (each ends with a newline), so a
+    document with :class:`~rmsnorm_eps.reports.lazy.Lazy` lists of any length is written in
+    bounded memory. The chunks joined are exactly :func:`render_document`'s text."""
+    buf: list[str] = []
+    size = 0
+    for piece in _pieces(doc, 0):
+        buf.append(piece)
+        size += len(piece)
+        if size >= CHUNK_CHARS:
+            text = "".join(buf)
+            cut = text.rfind("\n") + 1
+            if cut:
+                yield json_text(text[:cut])
+                buf, size = [text[cut:]], len(text) - cut
+            else:
+                buf, size = [text], len(text)
+    yield json_text("".join(buf) + "\n")
