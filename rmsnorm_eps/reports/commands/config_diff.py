@@ -13,6 +13,7 @@ from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, 
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands.config_show import show_value, value_document
 from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -50,17 +51,17 @@ def document(d: ConfigDiff, gate: Any = None) -> dict[str, Any]:
             "rel_tol": d.rel_tol,
             "equivalent": d.equivalent,
             "patterns": list(d.patterns),
-            "differences": [
-                {
+            "differences": Lazy.over(
+                d.differences,
+                lambda x: {
                     "field": x.field,
                     "significant": x.significant,
                     "patterns": list(x.patterns),
                     "a": value_document(x.a),
                     "b": value_document(x.b),
                     "message": diff_line(x, d.a.path, d.b.path),
-                }
-                for x in d.differences
-            ],
+                },
+            ),
         }
     )
     return doc
