@@ -148,8 +148,8 @@ class LayerCodec:
     """:class:`LayerResult` <-> a tuple of primitives, for :class:`LayerStore` (every number
     is made a plain ``int``/``float`` first: marshal would write a numpy scalar as bytes)."""
 
-    sums = ("below_bound",)
-    maxima = ()
+    sums: tuple[str, ...] = ("below_bound",)
+    maxima: tuple[str, ...] = ()
 
     def encode(self, x: LayerResult) -> tuple[Any, ...]:
         return (
@@ -196,16 +196,17 @@ class LayerCodec:
         )
 
     def decode(self, d: tuple[Any, ...]) -> LayerResult:
-        return LayerResult(
+        args = [
             *d[:14],
-            tuple(WorstInput(*w) for w in d[14]),  # type: ignore[misc]
-            tuple(NonfiniteInput(*n) for n in d[15]),  # type: ignore[misc]
+            tuple(WorstInput(*w) for w in d[14]),
+            tuple(NonfiniteInput(*n) for n in d[15]),
             d[16],
             None if d[17] is None else self.decode(d[17]),
             None if d[18] is None else self.decode(d[18]),
             d[19],
             d[20],
-        )
+        ]
+        return LayerResult(*args)
 
 
 #: The codec of every :class:`RatioReport`'s layers.
@@ -426,7 +427,7 @@ def analyze_dump(
     layer_eps = eps
     eps_by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
     quantities = layer_quantities([src.name for src in sources], norm, config)
-    layers = LayerStoreBuilder(LAYER_CODEC)
+    layers: LayerStoreBuilder[LayerResult] = LayerStoreBuilder(LAYER_CODEC)
     analysed = 0
     for src, result in consume_layers(
         sources,

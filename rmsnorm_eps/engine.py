@@ -22,7 +22,6 @@ import numpy as np
 
 from rmsnorm_eps import numerics
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.layer_store import LayerStore
 from rmsnorm_eps.kernels import (
     bf16_to_float32,
     mean_square_rows,
@@ -31,6 +30,7 @@ from rmsnorm_eps.kernels import (
     refine_rows,
     variance_rows,
 )
+from rmsnorm_eps.layer_store import LayerStore
 from rmsnorm_eps.sources.interface import ArraySource
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge

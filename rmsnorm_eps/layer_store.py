@@ -159,7 +159,8 @@ class LayerStore(Sequence[T], Generic[T]):
 
     def __getitem__(self, index: int | slice) -> T | LayerStore[T]:
         if isinstance(index, slice):
-            return LayerStore.of((self._decode(i) for i in range(*index.indices(len(self)))), self._codec)
+            picked = range(*index.indices(len(self)))
+            return LayerStore.of((self._decode(i) for i in picked), self._codec)
         n = len(self._ends)
         i = index.__index__()
         if i < 0:

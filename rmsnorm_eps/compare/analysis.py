@@ -154,8 +154,8 @@ class CompareCodec:
     (:class:`EpsSpec`, the same few for every layer) are kept once in this codec's table and
     each layer holds their positions in it; numbers are made plain ``int``/``float`` first."""
 
-    sums = ("moved",)
-    maxima = ("max_abs_change",)
+    sums: tuple[str, ...] = ("moved",)
+    maxima: tuple[str, ...] = ("max_abs_change",)
 
     def __init__(self) -> None:
         self._specs: list[EpsSpec] = []
@@ -201,17 +201,18 @@ class CompareCodec:
         )
 
     def decode(self, d: tuple[Any, ...]) -> CompareLayer:
-        return CompareLayer(
+        args = [
             *d[:13],
-            tuple(MovedInput(*m) for m in d[13]),  # type: ignore[misc]
-            tuple(MovedInput(*m) for m in d[14]),  # type: ignore[misc]
-            tuple(DecadeRow(*r) for r in d[15]),  # type: ignore[misc]
+            tuple(MovedInput(*m) for m in d[13]),
+            tuple(MovedInput(*m) for m in d[14]),
+            tuple(DecadeRow(*r) for r in d[15]),
             self._specs[d[16]],
             self._specs[d[17]],
             None if d[18] is None else self.decode(d[18]),
             None if d[19] is None else self.decode(d[19]),
             d[20],
-        )
+        ]
+        return CompareLayer(*args)
 
 
 @dataclass(frozen=True)
@@ -504,7 +505,7 @@ def compare_dump(
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
     quantities = layer_quantities([src.name for src in sources], norm, config)
-    layers = LayerStoreBuilder(CompareCodec())
+    layers: LayerStoreBuilder[CompareLayer] = LayerStoreBuilder(CompareCodec())
     analysed = 0
     for src, result in consume_layers(
         sources,
