@@ -239,7 +239,9 @@ class RatioReport(ReportTotals):
     members_analysed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", LayerStore.of(self.layers, LAYER_CODEC))
+        layers = self.layers
+        if not (isinstance(layers, LayerStore) and isinstance(layers.codec, LayerCodec)):
+            object.__setattr__(self, "layers", LayerStore.of(layers, LAYER_CODEC))
 
     @property
     def below_bound(self) -> int:
