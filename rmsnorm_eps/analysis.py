@@ -5,6 +5,11 @@ a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The strea
 :mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate``, ``GateResult``,
 ``PositionSplit``, ``iter_q_chunks``, ... are re-exported here for older imports). Nothing here
 prints or exits.
+
+Why ~520 lines in one module: the result types, their compact codec (:class:`LayerCodec`, how
+a :class:`~rmsnorm_eps.layer_store.LayerStore` keeps them) and the driver that fills them are
+the ratio command's library, read together; the shared data path is in
+:mod:`rmsnorm_eps.engine`.
 """
 
 from __future__ import annotations

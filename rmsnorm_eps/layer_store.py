@@ -74,13 +74,11 @@ class StoreTotals:
         """Fold one item (at ``position`` in the store)."""
         for name in (*_BASE_SUMS, *codec.sums):
             self.sums[name] = self.sums.get(name, 0) + int(getattr(item, name))
-        for name in codec.maxima:
+        for name in codec.maxima:  # as max() over the non-None values: the first largest
             value = getattr(item, name)
             best = self.maxima.get(name)
             if value is not None and (best is None or value > best):
                 self.maxima[name] = value
-            else:
-                self.maxima.setdefault(name, best)
         if item.violations:
             self.affected.append(position)
 
