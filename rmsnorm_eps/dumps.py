@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ __all__ = [
     "Unreadable",
     "check_float_dtype",
     "check_regular_file",
+    "consume_layers",
     "default_threads",
     "map_layers",
     "npy_bytes",
@@ -104,6 +106,31 @@ def map_layers(
                 raise
             skipped.append(Unreadable(src.name, exc.problem))
     return out
+
+
+def consume_layers(
+    sources: list[Any],
+    fn: Callable[[Any], T],
+    skipped: list[Unreadable],
+    skip_unreadable: bool,
+) -> Iterator[tuple[Any, T]]:
+    """:func:`map_layers` one layer at a time: yields ``(source, fn(source))`` for every layer
+    whose data could be read (the others fail the run, or with ``skip_unreadable`` are
+    appended to ``skipped``). ``sources`` is emptied at the start and each source is released
+    once its layer is done, so a dump of many layers does not keep every source (its headers,
+    companions, ...) to the end: the caller keeps what it needs of a source from the yield."""
+    pending = deque(sources)
+    sources.clear()
+    while pending:
+        src = pending.popleft()
+        try:
+            result = fn(src)
+        except InputFileError as exc:
+            if not skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
+            continue
+        yield src, result
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

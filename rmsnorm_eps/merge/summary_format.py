@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,11 @@ def _jnum(value: float | None) -> float | str | None:
 
 def summary_document(report: RatioReport) -> dict[str, Any]:
     """The versioned summary of a report (what ``--save-summary`` writes)."""
+    return {**_summary_head(report), "layers": [_layer_document(x) for x in report.layers]}
+
+
+def _summary_head(report: RatioReport) -> dict[str, Any]:
+    """:func:`summary_document` but its last key, ``layers``."""
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_VERSION,
@@ -87,8 +92,42 @@ def summary_document(report: RatioReport) -> dict[str, Any]:
         "min_ratio": report.min_ratio,
         "top_k": report.top_k,
         "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
-        "layers": [_layer_document(layer) for layer in report.layers],
     }
+
+
+#: Characters of summary text gathered before a chunk is handed on.
+_CHUNK_CHARS = 1 << 16
+
+
+def summary_chunks(report: RatioReport) -> Iterator[str]:
+    """``json.dumps(summary_document(report), indent=1, allow_nan=False)`` plus a newline,
+    with :func:`rmsnorm_eps.escape.json_text` applied, as chunks: one layer's document is
+    made at a time, so a report of any number of layers is written in bounded memory. The
+    chunks joined are exactly that text (``layers`` is the document's last key; a layer's
+    document, at depth 2, is its own ``indent=1`` text with each line indented two spaces).
+    """
+    from rmsnorm_eps.escape import json_text
+
+    head = json.dumps({**_summary_head(report), "layers": []}, indent=1, allow_nan=False)
+    if not report.layers:
+        yield json_text(head) + "\n"
+        return
+    assert head.endswith('"layers": []\n}')
+    buf = [head[: -len("[]\n}")], "["]
+    size = 0
+    sep = "\n  "
+    for layer in report.layers:
+        text = sep + json.dumps(_layer_document(layer), indent=1, allow_nan=False).replace(
+            "\n", "\n  "
+        )
+        sep = ",\n  "
+        buf.append(text)
+        size += len(text)
+        if size >= _CHUNK_CHARS:  # '#' pairs (json_text) lie inside strings: never cut here
+            yield json_text("".join(buf))
+            buf, size = [], 0
+    buf.append("\n ]\n}\n")
+    yield json_text("".join(buf))
 
 
 def _figures(layer: LayerResult) -> dict[str, Any]:
@@ -130,11 +169,9 @@ def write_summary(report: RatioReport, path: str | os.PathLike[str]) -> None:
     ASCII (controls and surrogates as ``\\uXXXX``) and :func:`rmsnorm_eps.escape.json_text`
     writes a ``#`` before a ``#`` as ``\\u0023``, so a runner ``cat``-ing the file reads no
     workflow command; it parses back to the exact names."""
-    from rmsnorm_eps.atomic import atomic_write_text
-    from rmsnorm_eps.escape import json_text
+    from rmsnorm_eps.atomic import atomic_write_chunks
 
-    text = json_text(json.dumps(summary_document(report), indent=1, allow_nan=False)) + "\n"
-    atomic_write_text(Path(path), text)
+    atomic_write_chunks(Path(path), summary_chunks(report))
 
 
 # --------------------------------------------------------------------------- the loaded form
