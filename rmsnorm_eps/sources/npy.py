@@ -1,7 +1,8 @@
 """``.npy`` arrays: the header parser (never unpickles) and the opener of a plain ``.npy`` file.
 
 The header is parsed with :func:`ast.literal_eval` (format versions 1, 2 and 3; identical
-header texts once, see :func:`read_npy_header`) and object dtypes are refused; the data are streamed by :class:`~rmsnorm_eps.sources.raw.RawArraySource`.
+header texts once, see :func:`read_npy_header`) and object dtypes are refused; the data are
+streamed by :class:`~rmsnorm_eps.sources.raw.RawArraySource`.
 """
 
 from __future__ import annotations

@@ -93,10 +93,10 @@ def _local_extents(
         data = info.header_offset + _LOCAL_HEADER + name_len + extra_len
         starts.append(data)
         spans.append((info.header_offset, data + info.compress_size, i))
-        if _local_name(local, info) != info.orig_filename:
+        local_name = _local_name(local, info)
+        if local_name != info.orig_filename:
             problems[i] = (
-                f"its local header names {_local_name(local, info)!r}, the directory "
-                f"{info.orig_filename!r}"
+                f"its local header names {local_name!r}, the directory {info.orig_filename!r}"
             )
     reach, owner = -1, -1
     for first, end, i in sorted(spans):
