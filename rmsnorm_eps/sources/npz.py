@@ -32,6 +32,7 @@ from rmsnorm_eps.sources.raw import (
     ZIP_ERRORS,
     RawArraySource,
     ZipArchive,
+    ZipEntry,
     check_float_dtype,
     describe_dtype,
 )
@@ -187,7 +188,7 @@ def _open_member(
         header.order,
         data_offset=None if in_place is None else in_place + header.header_len,
         member_suffix=".npy",
-        info=info if in_place is None else None,  # read through zipfile: it needs the entry
+        info=ZipEntry(info) if in_place is None else None,  # read through zipfile
         archive=archive,
         skip=header.header_len,
         stored_as=None if companion else stored(header, stored_as),

@@ -36,6 +36,7 @@ __all__ = [
     "ZIP_ERRORS",
     "RawArraySource",
     "ZipArchive",
+    "ZipEntry",
     "bits_dtype",
     "check_float_dtype",
     "default_threads",
@@ -141,6 +142,52 @@ def default_threads() -> int:
     return min(2, max(1, cpus))
 
 
+class ZipEntry:
+    """What reading one zip member through ``zipfile`` needs of its directory entry, compactly
+    (a :class:`zipfile.ZipInfo` holds some twenty fields; this, nine): :meth:`zipinfo` makes
+    the entry ``zipfile`` opens when the member is read, with the same checks (name, CRC-32,
+    and where this Python has it, ``zipfile``'s own overlap check: ``end_offset``)."""
+
+    __slots__ = (
+        "compress_size",
+        "compress_type",
+        "crc",
+        "end_offset",
+        "file_size",
+        "filename",
+        "flag_bits",
+        "header_offset",
+        "orig_filename",
+    )
+
+    def __init__(self, info: zipfile.ZipInfo) -> None:
+        self.filename = info.filename
+        # the name as stored (it differs from ``filename`` only when it holds a NUL)
+        self.orig_filename = None if info.orig_filename == info.filename else info.orig_filename
+        self.header_offset = info.header_offset
+        self.flag_bits = info.flag_bits
+        self.compress_type = info.compress_type
+        self.compress_size = info.compress_size
+        self.file_size = info.file_size
+        self.crc = info.CRC
+        self.end_offset: int | None = getattr(info, "_end_offset", None)
+
+    def zipinfo(self) -> zipfile.ZipInfo:
+        """A :class:`zipfile.ZipInfo` with the fields ``ZipFile.open`` reads."""
+        info = zipfile.ZipInfo(self.filename)
+        info.filename = self.filename
+        info.orig_filename = self.orig_filename or self.filename
+        info.header_offset = self.header_offset
+        info.flag_bits = self.flag_bits
+        info.compress_type = self.compress_type
+        info.compress_size = self.compress_size
+        info.file_size = self.file_size
+        info.CRC = self.crc
+        if self.end_offset is not None:  # where zipfile set it (its "Overlapped entries" check)
+            info._end_offset = self.end_offset  # type: ignore[attr-defined]
+        return info
+
+
 class ZipArchive:
     """One open zip archive shared by all its member sources.
 
@@ -148,8 +195,8 @@ class ZipArchive:
     opened from its :class:`zipfile.ZipInfo` (never by name: names may repeat). The archive
     stays open while any of its sources is alive (``zipfile`` closes the file when collected).
     ``zipfile``'s own copy of the directory (``filelist``, ``NameToInfo``) is dropped once read
-    (:meth:`forget_directory`): the sources keep what they need in compact fields, and the
-    :class:`~zipfile.ZipInfo` only of members that must go through ``zipfile`` (compressed).
+    (:meth:`forget_directory`): the sources keep what they need in compact fields (a
+    :class:`ZipEntry` for members that must go through ``zipfile``: compressed ones).
     Members stored uncompressed are read in place through the archive's one open file
     (:meth:`stream_at`, positioned reads), never by opening the file again.
     """
@@ -165,8 +212,10 @@ class ZipArchive:
         self._zf.filelist = []
         self._zf.NameToInfo = {}
 
-    def open(self, info: zipfile.ZipInfo) -> IO[bytes]:
+    def open(self, info: zipfile.ZipInfo | ZipEntry) -> IO[bytes]:
         """A read stream of one member (CRC checked at its end by ``zipfile``)."""
+        if isinstance(info, ZipEntry):
+            info = info.zipinfo()
         with self._lock:
             if self._zf.fp is None:  # closed explicitly: open again (directory read again)
                 self._zf = zipfile.ZipFile(self.path)
@@ -259,7 +308,7 @@ class RawArraySource:
     order: str = "C"  # 'C' or 'F': the order of the stored elements
     data_offset: int | None = None
     member_suffix: str | None = None
-    info: zipfile.ZipInfo | None = field(default=None, compare=False, repr=False)
+    info: zipfile.ZipInfo | ZipEntry | None = field(default=None, compare=False, repr=False)
     archive: ZipArchive | None = field(default=None, compare=False, repr=False)
     skip: int = 0
     stored_as: str | None = None

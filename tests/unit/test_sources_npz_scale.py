@@ -19,7 +19,7 @@ from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources import open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
-from rmsnorm_eps.sources.raw import RawArraySource
+from rmsnorm_eps.sources.raw import RawArraySource, ZipEntry
 
 _DTYPES = [
     "<f2",
@@ -226,3 +226,46 @@ def test_members_read_after_the_archive_is_closed(tmp_path: Path) -> None:
         src.archive.close()
         values = np.concatenate([v.copy() for _, v in src.iter_elements(2)])
         assert values.tolist() == q.tolist()
+
+
+_ZIPINFO_FIELDS = (
+    "filename",
+    "orig_filename",
+    "header_offset",
+    "flag_bits",
+    "compress_type",
+    "compress_size",
+    "file_size",
+    "CRC",
+    "_end_offset",  # zipfile's own overlap check, in the Pythons that have it
+)
+
+
+def test_compressed_members_keep_what_zipfile_reads(tmp_path: Path) -> None:
+    path = tmp_path / "c.npz"
+    q = {f"l{i}": np.arange(i + 1, dtype=np.float32) for i in range(3)}
+    np.savez_compressed(path, **q)  # type: ignore[arg-type]
+    opened = open_sources(path)
+    with zipfile.ZipFile(path) as zf:
+        want = {info.filename: info for info in zf.infolist()}
+    for src in opened.sources:
+        assert isinstance(src, RawArraySource) and isinstance(src.info, ZipEntry)
+        made, real = src.info.zipinfo(), want[f"{src.name}.npy"]
+        for field in _ZIPINFO_FIELDS:
+            assert getattr(made, field, None) == getattr(real, field, None), field
+        values = np.concatenate([v.copy() for _, v in src.iter_elements(2)])
+        assert values.tolist() == q[src.name].tolist()
+
+
+def test_compressed_member_with_bad_crc_refused(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x.npy", npy_bytes(np.arange(1 << 16, dtype=np.float32)))
+    raw = bytearray(buf.getvalue())
+    cd = raw.index(b"PK\x01\x02")
+    raw[cd + 16] ^= 0xFF  # the CRC-32 the directory records
+    (tmp_path / "d.npz").write_bytes(bytes(raw))
+    (src,) = open_sources(tmp_path / "d.npz").sources
+    with pytest.raises(InputFileError, match=r"\[x\]: cannot read data: Bad CRC-32"):
+        for _ in src.iter_elements(16):
+            pass
