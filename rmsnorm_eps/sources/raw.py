@@ -144,9 +144,10 @@ def default_threads() -> int:
 
 class ZipEntry:
     """What reading one zip member through ``zipfile`` needs of its directory entry, compactly
-    (a :class:`zipfile.ZipInfo` holds some twenty fields; this, nine): :meth:`zipinfo` makes
-    the entry ``zipfile`` opens when the member is read, with the same checks (name, CRC-32,
-    and where this Python has it, ``zipfile``'s own overlap check: ``end_offset``)."""
+    (a :class:`zipfile.ZipInfo` holds some twenty fields; this, eight, and not the name, which
+    its source holds): :meth:`zipinfo` makes the entry ``zipfile`` opens when the member is
+    read, with the same checks (name, CRC-32, and where this Python has it, ``zipfile``'s own
+    overlap check: ``end_offset``)."""
 
     __slots__ = (
         "compress_size",
@@ -154,14 +155,12 @@ class ZipEntry:
         "crc",
         "end_offset",
         "file_size",
-        "filename",
         "flag_bits",
         "header_offset",
         "orig_filename",
     )
 
     def __init__(self, info: zipfile.ZipInfo) -> None:
-        self.filename = info.filename
         # the name as stored (it differs from ``filename`` only when it holds a NUL)
         self.orig_filename = None if info.orig_filename == info.filename else info.orig_filename
         self.header_offset = info.header_offset
@@ -172,11 +171,12 @@ class ZipEntry:
         self.crc = info.CRC
         self.end_offset: int | None = getattr(info, "_end_offset", None)
 
-    def zipinfo(self) -> zipfile.ZipInfo:
-        """A :class:`zipfile.ZipInfo` with the fields ``ZipFile.open`` reads."""
-        info = zipfile.ZipInfo(self.filename)
-        info.filename = self.filename
-        info.orig_filename = self.orig_filename or self.filename
+    def zipinfo(self, filename: str) -> zipfile.ZipInfo:
+        """A :class:`zipfile.ZipInfo` with the fields ``ZipFile.open`` reads; ``filename`` is
+        the entry's (its ``ZipInfo.filename``)."""
+        info = zipfile.ZipInfo(filename)
+        info.filename = filename
+        info.orig_filename = self.orig_filename or filename
         info.header_offset = self.header_offset
         info.flag_bits = self.flag_bits
         info.compress_type = self.compress_type
@@ -212,10 +212,11 @@ class ZipArchive:
         self._zf.filelist = []
         self._zf.NameToInfo = {}
 
-    def open(self, info: zipfile.ZipInfo | ZipEntry) -> IO[bytes]:
-        """A read stream of one member (CRC checked at its end by ``zipfile``)."""
+    def open(self, info: zipfile.ZipInfo | ZipEntry, filename: str = "") -> IO[bytes]:
+        """A read stream of one member (CRC checked at its end by ``zipfile``); ``filename``
+        names a :class:`ZipEntry`'s member."""
         if isinstance(info, ZipEntry):
-            info = info.zipinfo()
+            info = info.zipinfo(filename)
         with self._lock:
             if self._zf.fp is None:  # closed explicitly: open again (directory read again)
                 self._zf = zipfile.ZipFile(self.path)
@@ -372,7 +373,7 @@ class RawArraySource:
                 fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 (closed by the caller)
                 fh.seek(self.data_offset or 0)
                 return fh
-            member = self.archive.open(self.info)
+            member = self.archive.open(self.info, self.member or "")
             skipped = member.read(self.skip)
             if len(skipped) != self.skip:
                 member.close()

@@ -250,7 +250,7 @@ def test_compressed_members_keep_what_zipfile_reads(tmp_path: Path) -> None:
         want = {info.filename: info for info in zf.infolist()}
     for src in opened.sources:
         assert isinstance(src, RawArraySource) and isinstance(src.info, ZipEntry)
-        made, real = src.info.zipinfo(), want[f"{src.name}.npy"]
+        made, real = src.info.zipinfo(f"{src.name}.npy"), want[f"{src.name}.npy"]
         for field in _ZIPINFO_FIELDS:
             assert getattr(made, field, None) == getattr(real, field, None), field
         values = np.concatenate([v.copy() for _, v in src.iter_elements(2)])
