@@ -10,6 +10,8 @@ Modules:
   :data:`OPENERS` registry;
 * :mod:`~rmsnorm_eps.sources.raw`: :class:`RawArraySource`, the streaming reader of any array
   stored as contiguous raw bytes (in a file or in a zip member), and the dtype checks;
+* :mod:`~rmsnorm_eps.sources.ziparchive`: :class:`ZipArchive`, one open zip archive shared by its
+  member sources (opened once; stored members read in place with positioned reads);
 * the readers: :mod:`~rmsnorm_eps.sources.npy`, :mod:`~rmsnorm_eps.sources.npz`,
   :mod:`~rmsnorm_eps.sources.safetensors` (JSON header parsed strictly, tensors read in place),
   :mod:`~rmsnorm_eps.sources.torchsave` (``torch.save`` zip files: the pickle loaded by torch's

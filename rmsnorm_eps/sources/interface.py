@@ -94,7 +94,7 @@ class ArraySource(Protocol):
         possibly computed on ``threads`` worker threads."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unreadable:
     """A layer (container member) that could not be read, and why: listed, never dropped."""
 

@@ -1,12 +1,14 @@
 """``.npy`` arrays: the header parser (never unpickles) and the opener of a plain ``.npy`` file.
 
-The header is parsed with :func:`ast.literal_eval` (format versions 1, 2 and 3) and object
-dtypes are refused; the data are streamed by :class:`~rmsnorm_eps.sources.raw.RawArraySource`.
+The header is parsed with :func:`ast.literal_eval` (format versions 1, 2 and 3; identical
+header texts once, see :func:`read_npy_header`) and object dtypes are refused; the data are
+streamed by :class:`~rmsnorm_eps.sources.raw.RawArraySource`.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -66,32 +68,60 @@ def _header_text_len(fp: IO[bytes], path: Path, key: str | None) -> tuple[int, i
 
 
 def read_npy_header(fp: IO[bytes], path: Path, key: str | None = None) -> NpyHeader:
-    """Parse a ``.npy`` header (format versions 1, 2 and 3) without unpickling anything."""
+    """Parse a ``.npy`` header (format versions 1, 2 and 3) without unpickling anything.
+
+    Identical header texts are parsed once (:func:`_parse_header`, a bounded cache keyed by
+    the header bytes): the arrays of a dump share one :class:`NpyHeader` (and so one dtype and
+    one shape object) per distinct header.
+    """
     major, hlen, prefix = _header_text_len(fp, path, key)
     text_bytes = fp.read(hlen)
     if len(text_bytes) < hlen:
         raise InputFileError(path, "truncated .npy header", key=key)
+    parsed = (
+        _parse_header(major, prefix, text_bytes)
+        if hlen <= _CACHED_HEADER_MAX
+        else _parse_header.__wrapped__(major, prefix, text_bytes)
+    )
+    if isinstance(parsed, str):
+        raise InputFileError(path, parsed, key=key)
+    return parsed
+
+
+#: Header texts up to this many bytes are cached (numpy writes 118 or so); with
+#: :data:`_CACHED_HEADERS` entries the cache holds at most about 1 MiB.
+_CACHED_HEADER_MAX = 1024
+_CACHED_HEADERS = 1024
+
+
+@functools.lru_cache(maxsize=_CACHED_HEADERS)
+def _parse_header(major: int, prefix: int, text_bytes: bytes) -> NpyHeader | str:
+    """The header a ``.npy`` header text declares, or the problem with it (a message).
+
+    Pure in its arguments (so cached): the text is decoded (UTF-8 for version 3, else
+    latin-1) and read with :func:`ast.literal_eval`, which builds literals only.
+    """
     try:
         text = text_bytes.decode("utf-8" if major == 3 else "latin1")
         with warnings.catch_warnings():  # "invalid escape sequence" in a garbled header
             warnings.simplefilter("ignore")
             meta = ast.literal_eval(text)
     except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
-        raise InputFileError(path, "malformed .npy header", key=key) from None
+        return "malformed .npy header"
     if not isinstance(meta, dict) or set(meta) != {"descr", "fortran_order", "shape"}:
-        raise InputFileError(path, "malformed .npy header (keys)", key=key)
+        return "malformed .npy header (keys)"
     shape = meta["shape"]
     if not isinstance(shape, tuple) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
     ):
-        raise InputFileError(path, f"malformed .npy header (shape {shape!r})", key=key)
+        return f"malformed .npy header (shape {shape!r})"
     if not isinstance(meta["fortran_order"], bool):
-        raise InputFileError(path, "malformed .npy header (fortran_order)", key=key)
+        return "malformed .npy header (fortran_order)"
     try:
         dtype = np.lib.format.descr_to_dtype(meta["descr"])
     except (TypeError, ValueError):
-        raise InputFileError(path, f"unknown dtype {meta['descr']!r}", key=key) from None
-    return NpyHeader(dtype, shape, meta["fortran_order"], prefix + hlen)
+        return f"unknown dtype {meta['descr']!r}"
+    return NpyHeader(dtype, shape, meta["fortran_order"], prefix + len(text_bytes))
 
 
 def check_declared_size(path: Path, key: str | None, header: NpyHeader, available: int) -> None:

@@ -1,7 +1,11 @@
 """``.npz`` archives: one source per ``.npy`` member, every member accounted for.
 
 The zip central directory is read once per archive (:class:`~rmsnorm_eps.sources.raw.ZipArchive`
-is shared by the member sources), so opening and reading N members takes time linear in N.
+is shared by the member sources), so opening and reading N members takes time linear in N. The
+archive file is opened once: local headers, ``.npy`` headers and the data of stored members are
+read with positioned reads on it. What a source keeps is compact: ``zipfile``'s own entries are
+dropped once read (a compressed member keeps a :class:`~rmsnorm_eps.sources.raw.ZipEntry`), and
+members with the same ``.npy`` header share its parsed dtype and shape (parsed once).
 
 Every entry of the directory is either opened as an array or reported (raised, or with
 ``lenient`` listed as :class:`~rmsnorm_eps.sources.interface.Unreadable`): names not ending in
@@ -17,10 +21,11 @@ it is attached to its layer (:meth:`RawArraySource.companion`).
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -31,6 +36,7 @@ from rmsnorm_eps.sources.raw import (
     ZIP_ERRORS,
     RawArraySource,
     ZipArchive,
+    ZipEntry,
     check_float_dtype,
     describe_dtype,
 )
@@ -44,6 +50,10 @@ COMPANION_SEP = "::"
 _LOCAL_HEADER = 30  # fixed part of a zip local file header
 #: Bytes read for a member's .npy header: its 64 KiB limit plus the 12-byte prefix.
 _NPY_HEADER_READ = (1 << 16) + 12
+#: Bytes read first for a member's .npy header (numpy writes 128 or so); more if it is longer.
+_NPY_HEAD_GUESS = 512
+#: Bytes read first after a local header's fixed part: its name (and the rest, if longer).
+_LOCAL_NAME_GUESS = 256
 
 
 def _local_name(local: bytes, info: zipfile.ZipInfo) -> str:
@@ -62,15 +72,23 @@ def _local_extents(
     starts: list[int | None] = []
     spans: list[tuple[int, int, int]] = []  # (first byte, end, entry index)
     problems: dict[int, str] = {}
+    fd = -1
+    if fp is not None:
+        try:
+            fd = fp.fileno()
+        except (OSError, ValueError):
+            fd = -1
     for i, info in enumerate(infos):
         local = b""
-        if fp is not None:
+        if fd >= 0:  # positioned reads: no buffered re-read of the file at every seek
             try:
-                fp.seek(info.header_offset)
-                local = fp.read(_LOCAL_HEADER)
-                if len(local) == _LOCAL_HEADER:
-                    local += fp.read(int.from_bytes(local[26:28], "little"))
-            except (OSError, ValueError):
+                local = os.pread(fd, _LOCAL_HEADER + _LOCAL_NAME_GUESS, info.header_offset)
+                if len(local) >= _LOCAL_HEADER:
+                    end = _LOCAL_HEADER + int.from_bytes(local[26:28], "little")
+                    if end > len(local):
+                        local += os.pread(fd, end - len(local), info.header_offset + len(local))
+                    local = local[:end]
+            except (OSError, ValueError, OverflowError):
                 local = b""
         if len(local) < _LOCAL_HEADER or local[:4] != ZIP_LOCAL_MAGIC:
             starts.append(None)
@@ -80,10 +98,10 @@ def _local_extents(
         data = info.header_offset + _LOCAL_HEADER + name_len + extra_len
         starts.append(data)
         spans.append((info.header_offset, data + info.compress_size, i))
-        if _local_name(local, info) != info.orig_filename:
+        local_name = _local_name(local, info)
+        if local_name != info.orig_filename:
             problems[i] = (
-                f"its local header names {_local_name(local, info)!r}, the directory "
-                f"{info.orig_filename!r}"
+                f"its local header names {local_name!r}, the directory {info.orig_filename!r}"
             )
     reach, owner = -1, -1
     for first, end, i in sorted(spans):
@@ -96,15 +114,22 @@ def _local_extents(
     return starts, problems
 
 
-def _read_header(archive: ZipArchive, info: zipfile.ZipInfo, in_place: int | None) -> NpyHeader:
-    """The member's ``.npy`` header: read in place for a stored member, else via zipfile."""
+def _read_header(
+    archive: ZipArchive, info: zipfile.ZipInfo, in_place: int | None, key: str
+) -> NpyHeader:
+    """The member's ``.npy`` header: read in place for a stored member (on the archive's open
+    file, at most the member's bytes), else via zipfile."""
     path = archive.path
-    key = info.filename[: -len(".npy")]
     try:
         if in_place is not None:
-            with open(path, "rb") as fh:
-                fh.seek(in_place)
-                head = fh.read(min(info.file_size, _NPY_HEADER_READ))
+            stream = archive.stream_at(in_place)
+            try:
+                limit = min(info.file_size, _NPY_HEADER_READ)
+                head = stream.read(min(limit, _NPY_HEAD_GUESS))
+                if len(head) == _NPY_HEAD_GUESS < limit:  # a long header: read the rest
+                    head += stream.read(limit - len(head))
+            finally:
+                stream.close()
             return read_npy_header(io.BytesIO(head), path, key)
         with archive.open(info) as member:
             return read_npy_header(member, path, key)
@@ -145,7 +170,7 @@ def _open_member(
         and not info.flag_bits & 0x1
         else None
     )
-    header = _read_header(archive, info, in_place)
+    header = _read_header(archive, info, in_place, key)
     companion = COMPANION_SEP in key  # an integer side array of a layer, not a layer
     if companion:
         _check_companion_dtype(header.dtype, path, key)
@@ -166,8 +191,8 @@ def _open_member(
         header.shape,
         header.order,
         data_offset=None if in_place is None else in_place + header.header_len,
-        member=name,
-        info=info,
+        member_suffix=".npy",
+        info=ZipEntry(info) if in_place is None else None,  # read through zipfile
         archive=archive,
         skip=header.header_len,
         stored_as=None if companion else stored(header, stored_as),
@@ -200,7 +225,12 @@ def _attach_companions(
             unreadable.append(Unreadable(comp.key, problem))
             continue
         attached.setdefault(base, []).append((what, comp))
-    return [replace(src, companions=tuple(attached.get(str(src.key), ()))) for src in layers]
+    if not attached:
+        return layers
+    return [
+        replace(src, companions=tuple(attached[str(src.key)])) if src.key in attached else src
+        for src in layers
+    ]
 
 
 def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Opened:
@@ -211,13 +241,18 @@ def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Ope
     except ZIP_ERRORS as exc:
         raise InputFileError(path, f"not a readable .npz archive ({exc})") from None
     archive = ZipArchive(path, zf)
-    infos = zf.infolist()
-    starts, problems = _local_extents(zf.fp, infos, zf.start_dir)
+    entries: list[zipfile.ZipInfo | None] = list(zf.infolist())
+    total = len(entries)
+    archive.forget_directory()  # from here on ``entries`` holds the only copy
+    starts, problems = _local_extents(zf.fp, cast("list[zipfile.ZipInfo]", entries), zf.start_dir)
     layers: list[RawArraySource] = []
     companions: list[RawArraySource] = []
     unreadable: list[Unreadable] = []
     seen: set[str] = set()
-    for i, info in enumerate(infos):
+    for i in range(total):
+        info = entries[i]
+        assert info is not None
+        entries[i] = None  # each entry is released once its source is made (or refused)
         try:
             if i in problems:
                 raise InputFileError(path, f"member {info.filename!r}: {problems[i]}")
@@ -237,4 +272,4 @@ def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Ope
     if not layers and not unreadable:
         archive.close()
         raise InputFileError(path, "the .npz archive holds no arrays")
-    return Opened(layers, unreadable, len(infos))
+    return Opened(layers, unreadable, total)

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import lzma
 import os
-import threading
 import zipfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -35,6 +36,7 @@ __all__ = [
     "ZIP_ERRORS",
     "RawArraySource",
     "ZipArchive",
+    "ZipEntry",
     "bits_dtype",
     "check_float_dtype",
     "default_threads",
@@ -108,6 +110,8 @@ def check_float_dtype(
         )
     if stored_as == "bfloat16" and is_bf16_storage(dtype):
         return
+    if dtype.fields is None and dtype.kind == "f" and dtype.itemsize in (2, 4, 8):
+        return  # float16, float32 or float64 in either byte order (the test below, faster)
     name = describe_dtype(dtype)
     if dtype.fields is not None or dtype.kind != "f" or name not in _FLOAT_KINDS:
         hint = (
@@ -138,28 +142,10 @@ def default_threads() -> int:
     return min(2, max(1, cpus))
 
 
-class ZipArchive:
-    """One open zip archive shared by all its member sources.
-
-    The central directory is read once, when the archive is opened; every member is then
-    opened from its :class:`zipfile.ZipInfo` (never by name: names may repeat). The archive
-    stays open while any of its sources is alive (``zipfile`` closes the file when collected).
-    """
-
-    def __init__(self, path: Path, zf: zipfile.ZipFile) -> None:
-        self.path = path
-        self._zf = zf
-        self._lock = threading.Lock()
-
-    def open(self, info: zipfile.ZipInfo) -> IO[bytes]:
-        """A read stream of one member (CRC checked at its end by ``zipfile``)."""
-        with self._lock:
-            if self._zf.fp is None:  # closed explicitly: open again (directory read again)
-                self._zf = zipfile.ZipFile(self.path)
-            return self._zf.open(info)
-
-    def close(self) -> None:
-        self._zf.close()
+@lru_cache(maxsize=64)
+def _native_name(dtype: np.dtype[Any]) -> str:
+    """``str`` of the dtype in native byte order (``float32``), once per distinct dtype."""
+    return str(dtype.newbyteorder("="))
 
 
 def _readinto_full(stream: IO[bytes], view: memoryview) -> int:
@@ -173,19 +159,23 @@ def _readinto_full(stream: IO[bytes], view: memoryview) -> int:
     return got
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RawArraySource:
     """One array of a dump (a layer), stored as contiguous raw bytes; read lazily, by chunks.
 
     ``key`` is the name inside a container (an ``.npz`` member name without ``.npy``; ``None``
-    for a plain ``.npy`` file). For a zip member, ``member`` is its name, ``info`` its
-    directory entry, ``archive`` the shared open archive and ``skip`` the bytes of the member
-    before the data (its ``.npy`` header). ``data_offset`` is the absolute file offset of the
+    for a plain ``.npy`` file). For a zip member, ``member_suffix`` is what its name adds to
+    ``key`` (``".npy"``: :attr:`member` is the name), ``archive`` the shared open archive,
+    ``skip`` the bytes of the member before the data (its ``.npy`` header) and ``info`` its
+    directory entry when the member must be read through ``zipfile`` (compressed; ``None``
+    when it is read in place). ``data_offset`` is the absolute file offset of the
     first data byte when the data can be read in place (a plain file, or an uncompressed
     member), which allows parallel positioned reads; ``None`` for compressed members (read as
     one stream). ``stored_as`` is ``"bfloat16"`` when the stored uint16/V2 values are bfloat16
     bit patterns. ``member_crc`` is the CRC-32 the zip directory records for the whole member,
-    checked by the in-place parallel reader as ``zipfile`` checks it on the sequential path.
+    checked by the in-place readers as ``zipfile`` checks it when it reads a member.
+
+    Slotted (no per-instance ``__dict__``): a dump of 100,000 layers holds 100,000 of these.
     """
 
     path: Path
@@ -194,8 +184,8 @@ class RawArraySource:
     shape: tuple[int, ...]
     order: str = "C"  # 'C' or 'F': the order of the stored elements
     data_offset: int | None = None
-    member: str | None = None
-    info: zipfile.ZipInfo | None = field(default=None, compare=False, repr=False)
+    member_suffix: str | None = None
+    info: zipfile.ZipInfo | ZipEntry | None = field(default=None, compare=False, repr=False)
     archive: ZipArchive | None = field(default=None, compare=False, repr=False)
     skip: int = 0
     stored_as: str | None = None
@@ -206,6 +196,13 @@ class RawArraySource:
     def companion(self, name: str) -> RawArraySource | None:
         """The companion array ``name`` (e.g. "position") of this layer, if the dump has one."""
         return dict(self.companions).get(name)
+
+    @property
+    def member(self) -> str | None:
+        """The zip member's name (``key`` + ``member_suffix``); ``None`` outside a zip."""
+        if self.member_suffix is None:
+            return None
+        return (self.key or "") + self.member_suffix
 
     @property
     def name(self) -> str:
@@ -234,7 +231,7 @@ class RawArraySource:
         """The logical dtype of the values: ``bfloat16``, ``float32``, ... (native order)."""
         if self.stored_as is not None:
             return self.stored_as
-        return str(self.dtype.newbyteorder("="))
+        return _native_name(self.dtype)
 
     @property
     def _read_dtype(self) -> np.dtype[Any]:
@@ -246,11 +243,13 @@ class RawArraySource:
         ``data_offset``) is read in place like a plain file, its CRC-32 checked by
         :meth:`iter_elements`; others go through ``zipfile`` (decompression, CRC)."""
         try:
+            if self.archive is not None and self.data_offset is not None:
+                return self.archive.stream_at(self.data_offset)  # the archive's open file
             if self.archive is None or self.info is None or self.data_offset is not None:
                 fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 (closed by the caller)
                 fh.seek(self.data_offset or 0)
                 return fh
-            member = self.archive.open(self.info)
+            member = self.archive.open(self.info, self.member or "")
             skipped = member.read(self.skip)
             if len(skipped) != self.skip:
                 member.close()
@@ -261,7 +260,7 @@ class RawArraySource:
 
     def _crc_start(self, stream: IO[bytes]) -> int | None:
         """CRC-32 of the member's bytes before the data, when read in place; else None."""
-        if self.member_crc is None or self.data_offset is None or self.member is None:
+        if self.member_crc is None or self.data_offset is None or self.member_suffix is None:
             return None
         try:
             head = os.pread(stream.fileno(), self.skip, self.data_offset - self.skip)
