@@ -206,18 +206,20 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
 CHUNK_CHARS = 1 << 16
 
 
-def line_chunks(pieces: Iterable[str], chars: int = CHUNK_CHARS) -> Iterator[str]:
+def line_chunks(pieces: Iterable[str], chars: int | None = None) -> Iterator[str]:
     """``pieces`` (text in order) regrouped as chunks of whole lines of about ``chars``
-    characters: each chunk but the last ends with a newline, and the last is what follows the
-    last newline (empty when the text ends with one: not yielded). Joined, the chunks are
-    exactly ``"".join(pieces)``; a report writes each chunk as it comes (bounded memory), and
-    the line-based escapes (:func:`rmsnorm_eps.escape.no_ci_command`) apply chunk by chunk."""
+    (default :data:`CHUNK_CHARS`) characters: each chunk but the last ends with a newline, and
+    the last is what follows the last newline (empty when the text ends with one: not
+    yielded). Joined, the chunks are exactly ``"".join(pieces)``; a report writes each chunk as
+    it comes (bounded memory), and the line-based escapes
+    (:func:`rmsnorm_eps.escape.no_ci_command`) apply chunk by chunk."""
+    limit = CHUNK_CHARS if chars is None else chars
     buf: list[str] = []
     size = 0
     for piece in pieces:
         buf.append(piece)
         size += len(piece)
-        if size >= chars:
+        if size >= limit:
             text = "".join(buf)
             cut = text.rfind("\n") + 1
             if cut:

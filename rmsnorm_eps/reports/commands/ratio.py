@@ -460,6 +460,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         for layer in report.layers:
             yield _below_bound_check(layer, report, bad, where)
             yield _nonfinite_check(layer, bad, where)
+
     verdict = (
         gate.reason
         if gate is not None

@@ -65,8 +65,10 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
     return doc
 
 
-def _result(report: CheckReport, chk: Check, rule_index: dict[str, int]) -> dict[str, Any]:
-    """One failed check as a SARIF result."""
+def _result(
+    report: CheckReport, chk: Check, rule_index: dict[str, int], uris: dict[str, str]
+) -> dict[str, Any]:
+    """One failed check as a SARIF result (``uris``: each source's artifact URI, kept)."""
     source = report.source_of(chk)
     location: dict[str, Any] = {
         "logicalLocations": [
@@ -78,7 +80,10 @@ def _result(report: CheckReport, chk: Check, rule_index: dict[str, int]) -> dict
         ],
     }
     if source is not None:
-        location["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri(source)}}
+        uri = uris.get(source)
+        if uri is None:
+            uri = uris[source] = artifact_uri(source)
+        location["physicalLocation"] = {"artifactLocation": {"uri": uri}}
     return {
         "ruleId": chk.rule,
         "ruleIndex": rule_index[chk.rule],
@@ -97,9 +102,10 @@ def _document(report: CheckReport) -> dict[str, Any]:
     rule_index = {r.id: i for i, r in enumerate(report.rules)}
     counts = report.counts
     checks = report.checks
+    uris: dict[str, str] = {}  # one per file the report points at: a few
 
     def results() -> Iterator[dict[str, Any]]:
-        return (_result(report, c, rule_index) for c in checks if not c.passed)
+        return (_result(report, c, rule_index, uris) for c in checks if not c.passed)
 
     run: dict[str, Any] = {
         "tool": {
