@@ -8,14 +8,21 @@ its command module (see :mod:`rmsnorm_eps.reports.registry`).
 
 Levels follow SARIF: ``error`` (a violation that fails the gate), ``warning`` (a violation the
 gate's budget allows), ``note`` (a passing check, for completeness).
+
+A report of many layers holds its checks as a :class:`~rmsnorm_eps.reports.lazy.Lazy`
+sequence (made one at a time from the result on each iteration), so nothing here holds them
+all: :attr:`CheckReport.counts`, :attr:`~CheckReport.failed` and :attr:`~CheckReport.sources`
+iterate, and the formats write check by check (``render_checks_chunks``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Literal
 
+from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import UnsupportedResult
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "Rule",
     "check_report",
     "g",
+    "line_chunks",
     "unreadable_rule",
     "verdict_fact",
     "with_skipped",
@@ -71,6 +79,8 @@ class CheckReport:
 
     ``passed`` is the gate's verdict (a budget may let failed checks pass the gate);
     ``facts`` are (label, display text) pairs; ``subject`` names what ``Check.name`` is.
+    ``checks`` is a tuple, or for a report of many layers a
+    :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence made anew on each iteration.
     """
 
     command: str
@@ -78,18 +88,22 @@ class CheckReport:
     source: str | None
     subject: str
     rules: tuple[Rule, ...]
-    checks: tuple[Check, ...]
+    checks: Sequence[Check]
     passed: bool
     verdict: str
     facts: tuple[tuple[str, str], ...] = ()
 
     @property
-    def failed(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if not c.passed)
+    def failed(self) -> Sequence[Check]:
+        """The failed checks, in order: a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence
+        (one pass over the checks counts them; each iteration makes them anew)."""
+        checks = self.checks
+        n = sum(1 for c in checks if not c.passed)
+        return Lazy(n, lambda: (c for c in checks if not c.passed))
 
     @property
     def counts(self) -> dict[str, int]:
-        """Summary counts: checks, passed, failed, error, warning, note."""
+        """Summary counts: checks, passed, failed, error, warning, note (one pass)."""
         out = {
             "checks": len(self.checks),
             "passed": 0,
@@ -109,11 +123,11 @@ class CheckReport:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Every file the report points at, the report's first, each once."""
-        out = [self.source] if self.source is not None else []
+        """Every file the report points at, the report's first, each once (one pass)."""
+        out: dict[str, None] = {} if self.source is None else {self.source: None}
         for c in self.checks:
-            if c.source is not None and c.source not in out:
-                out.append(c.source)
+            if c.source is not None:
+                out.setdefault(c.source)
         return tuple(out)
 
     def rule(self, rule_id: str) -> Rule:
@@ -159,10 +173,18 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
     from dataclasses import replace
 
     rule = unreadable_rule(report.command)
-    checks = tuple(
-        Check(rule.id, u.name, False, "error", f"{u.name}: unreadable, not analysed: {u.problem}")
-        for u in skipped
-    )
+
+    def unreadable() -> Iterator[Check]:
+        for u in skipped:
+            msg = f"{u.name}: unreadable, not analysed: {u.problem}"
+            yield Check(rule.id, u.name, False, "error", msg)
+
+    checks: Sequence[Check]
+    if isinstance(report.checks, Lazy):  # appended without making the checks
+        first = report.checks
+        checks = Lazy(len(first) + len(skipped), lambda: chain(first, unreadable()))
+    else:
+        checks = (*report.checks, *unreadable())
     names = ", ".join(u.name for u in skipped)
     verdict = f"incomplete: {len(skipped)} unreadable layer(s) skipped; {report.verdict}"
     facts = (
@@ -173,11 +195,41 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
     return replace(
         report,
         rules=(*report.rules, rule),
-        checks=report.checks + checks,
+        checks=checks,
         passed=False,
         verdict=verdict,
         facts=facts,
     )
+
+
+#: Characters gathered before a chunk of whole lines is handed to the writer.
+CHUNK_CHARS = 1 << 16
+
+
+def line_chunks(pieces: Iterable[str], chars: int | None = None) -> Iterator[str]:
+    """``pieces`` (text in order) regrouped as chunks of whole lines of about ``chars``
+    (default :data:`CHUNK_CHARS`) characters: each chunk but the last ends with a newline, and
+    the last is what follows the last newline (empty when the text ends with one: not
+    yielded). Joined, the chunks are exactly ``"".join(pieces)``; a report writes each chunk as
+    it comes (bounded memory), and the line-based escapes
+    (:func:`rmsnorm_eps.escape.no_ci_command`) apply chunk by chunk."""
+    limit = CHUNK_CHARS if chars is None else chars
+    buf: list[str] = []
+    size = 0
+    for piece in pieces:
+        buf.append(piece)
+        size += len(piece)
+        if size >= limit:
+            text = "".join(buf)
+            cut = text.rfind("\n") + 1
+            if cut:
+                yield text[:cut]
+                buf, size = [text[cut:]], len(text) - cut
+            else:
+                buf, size = [text], len(text)
+    rest = "".join(buf)
+    if rest:
+        yield rest
 
 
 def g(value: float | None, digits: int = 6) -> str:

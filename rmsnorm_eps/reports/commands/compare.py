@@ -4,6 +4,7 @@ changes from one setting to another: the document, the text tables, and two chec
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import RenderableType
@@ -31,6 +32,7 @@ from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_docu
 from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
+from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -118,7 +120,8 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
 
 
 def document(result: CompareReport, gate: GateResult | None = None) -> dict[str, Any]:
-    """The compare document."""
+    """The compare document (``layers`` and ``summary.layers_affected`` are
+    :class:`~rmsnorm_eps.reports.lazy.Lazy`: made as the document is written)."""
     doc: dict[str, Any] = head("compare")
     doc.update(
         {
@@ -139,11 +142,11 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
                 "max_abs_change": jnum(result.max_abs_change),
-                "layers_affected": list(result.layers_affected),
+                "layers_affected": Lazy.over(result.layers_affected, str),
                 **members_document(result),
             },
             "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
+            "layers": Lazy.over(result.layers, _layer),  # made one at a time as written
         }
     )
     doc.update(skipped_document(result.skipped))
@@ -301,8 +304,68 @@ def _spec_text(spec: Any) -> str:
     return str(spec.describe())
 
 
+def _moved_check(layer: Any, tol: float, bad: Level) -> Check:
+    """``compare/moved``: fails when some input has ``|change| > tol``."""
+    nums: dict[str, Number] = {
+        "count": layer.count,
+        "moved": layer.moved,
+        "fraction": layer.moved / layer.count if layer.count else 0.0,
+        "max_abs_change": layer.max_abs_change,
+        "min_factor": layer.min_factor,
+        "max_factor": layer.max_factor,
+        "tolerance": tol,
+    }
+    if layer.moved:
+        w = layer.worst[0] if layer.worst else None
+        where = (
+            f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
+            f"{layer.quantity}/eps_from {_g(w.ratio)}, "
+            f"change {w.change:+.6g})"
+            if w is not None
+            else ""
+        )
+        msg = (
+            f"{layer.name}: {layer.moved} of {layer.count} inputs "
+            f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}{where}"
+        )
+    elif layer.max_abs_change is not None:
+        msg = (
+            f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}"
+        )
+    else:
+        msg = f"{layer.name}: no finite factor to check"
+    level: Level = "note" if layer.moved == 0 else bad
+    return Check("compare/moved", layer.name, layer.moved == 0, level, msg, nums)
+
+
+def _nonfinite_check(layer: Any, bad: Level) -> Check:
+    """``compare/nonfinite``: fails when some q is NaN/+inf or some factor is nonfinite."""
+    nf = layer.nonfinite_q + layer.nonfinite_factor
+    nf_nums: dict[str, Number] = {
+        "count": layer.count,
+        "nonfinite": nf,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "nonfinite_factor": layer.nonfinite_factor,
+    }
+    if nf:
+        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+        where = f", first at index {_idx(first.index)}" if first is not None else ""
+        msg = (
+            f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
+            f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
+        )
+    else:
+        msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
+    level: Level = "note" if nf == 0 else bad
+    return Check("compare/nonfinite", layer.name, nf == 0, level, msg, nf_nums)
+
+
 def checks(report: Any, gate: Any = None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
+    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`, made
+    on demand (a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence, made anew on each pass).
 
     ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
     when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
@@ -311,70 +374,12 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     passed = report.violations == 0 if gate is None else bool(gate.passed)
     bad: Level = "warning" if passed else "error"
     tol = report.tolerance
-    checks: list[Check] = []
-    for layer in report.layers:
-        nums: dict[str, Number] = {
-            "count": layer.count,
-            "moved": layer.moved,
-            "fraction": layer.moved / layer.count if layer.count else 0.0,
-            "max_abs_change": layer.max_abs_change,
-            "min_factor": layer.min_factor,
-            "max_factor": layer.max_factor,
-            "tolerance": tol,
-        }
-        if layer.moved:
-            w = layer.worst[0] if layer.worst else None
-            where = (
-                f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
-                f"{layer.quantity}/eps_from {_g(w.ratio)}, "
-                f"change {w.change:+.6g})"
-                if w is not None
-                else ""
-            )
-            msg = (
-                f"{layer.name}: {layer.moved} of {layer.count} inputs "
-                f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}{where}"
-            )
-        elif layer.max_abs_change is not None:
-            msg = (
-                f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}"
-            )
-        else:
-            msg = f"{layer.name}: no finite factor to check"
-        checks.append(
-            Check(
-                "compare/moved",
-                layer.name,
-                layer.moved == 0,
-                "note" if layer.moved == 0 else bad,
-                msg,
-                nums,
-            )
-        )
-        nf = layer.nonfinite_q + layer.nonfinite_factor
-        nf_nums: dict[str, Number] = {
-            "count": layer.count,
-            "nonfinite": nf,
-            "nan": layer.nan_count,
-            "inf": layer.inf_count,
-            "nonfinite_factor": layer.nonfinite_factor,
-        }
-        if nf:
-            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-            where = f", first at index {_idx(first.index)}" if first is not None else ""
-            msg = (
-                f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
-                f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
-            )
-        else:
-            msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
-        checks.append(
-            Check(
-                "compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums
-            )
-        )
+
+    def per_layer() -> Iterator[Check]:
+        for layer in report.layers:
+            yield _moved_check(layer, tol, bad)
+            yield _nonfinite_check(layer, bad)
+
     verdict = (
         gate.reason
         if gate is not None
@@ -405,7 +410,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         source=report.source,
         subject="layer",
         rules=COMPARE_RULES,
-        checks=tuple(checks),
+        checks=Lazy(2 * len(report.layers), per_layer),  # made on each pass, never held
         passed=passed,
         verdict=verdict,
         facts=facts,

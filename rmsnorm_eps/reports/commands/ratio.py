@@ -10,7 +10,7 @@ checks), the unit a new format or field touches; merge and compare reuse its pie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -29,6 +29,7 @@ from rmsnorm_eps.reports.commands._layers import (
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import NamedTable, fmt, fmt_index, render_renderables
+from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -110,7 +111,11 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
 
 
 def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, Any]:
-    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
+    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``).
+
+    ``layers`` and ``summary.layers_affected`` are :class:`~rmsnorm_eps.reports.lazy.Lazy`:
+    each layer's dict is made as the document is written (bounded memory at any number of
+    layers); :func:`rmsnorm_eps.reports.document.document` makes them lists."""
     doc = head("merge" if result.shards else "ratio")
     doc.update(
         {
@@ -127,11 +132,11 @@ def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, A
                 "nonfinite": result.nonfinite,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
-                "layers_affected": list(result.layers_affected),
+                "layers_affected": Lazy.over(result.layers_affected, str),
                 **members_document(result),
             },
             "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
+            "layers": Lazy.over(result.layers, _layer),  # made one at a time as written
         }
     )
     if result.shards:
@@ -438,7 +443,8 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
 
 
 def checks(report: Any, gate: Any = None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
+    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`, made on demand
+    (a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence: each pass of a format makes them anew).
 
     ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
     ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
@@ -449,10 +455,12 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     bound = report.min_ratio
     shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
     where = _Shards(shards)
-    checks: list[Check] = []
-    for layer in report.layers:
-        checks.append(_below_bound_check(layer, report, bad, where))
-        checks.append(_nonfinite_check(layer, bad, where))
+
+    def per_layer() -> Iterator[Check]:
+        for layer in report.layers:
+            yield _below_bound_check(layer, report, bad, where)
+            yield _nonfinite_check(layer, bad, where)
+
     verdict = (
         gate.reason
         if gate is not None
@@ -489,7 +497,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         source=None if shards else report.source,
         subject="layer",
         rules=RATIO_RULES,
-        checks=tuple(checks),
+        checks=Lazy(2 * len(report.layers), per_layer),  # made on each pass, never held
         passed=passed,
         verdict=verdict,
         facts=facts,

@@ -11,10 +11,12 @@ prints nothing.
 
 from __future__ import annotations
 
-from rmsnorm_eps.escape import github_data, github_property
-from rmsnorm_eps.reports.checks import CheckReport
+from collections.abc import Iterator
 
-__all__ = ["escape_data", "escape_property", "render_checks"]
+from rmsnorm_eps.escape import github_data, github_property
+from rmsnorm_eps.reports.checks import CheckReport, line_chunks
+
+__all__ = ["escape_data", "escape_property", "render_checks", "render_checks_chunks"]
 
 
 def escape_data(text: str) -> str:
@@ -28,14 +30,24 @@ def escape_property(text: str) -> str:
 
 
 def render_checks(report: CheckReport) -> str:
-    """One ``::error``/``::warning`` line per failed check (properties: title, then file)."""
-    lines = []
-    for chk in report.failed:
+    """One ``::error``/``::warning`` line per failed check (properties: title, then file):
+    the joined :func:`render_checks_chunks`."""
+    return "".join(render_checks_chunks(report))
+
+
+def render_checks_chunks(report: CheckReport) -> Iterator[str]:
+    """:func:`render_checks` as chunks of whole lines, written check by check (one pass)."""
+    return line_chunks(_lines(report))
+
+
+def _lines(report: CheckReport) -> Iterator[str]:
+    for chk in report.checks:
+        if chk.passed:
+            continue
         command = "error" if chk.level == "error" else "warning"
         rule = report.rule(chk.rule)
         props = [f"title={escape_property(f'rmsnorm-eps {rule.id}: {chk.name}')}"]
         source = report.source_of(chk)
         if source:
             props.append(f"file={escape_property(source)}")
-        lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
-    return "".join(line + "\n" for line in lines)
+        yield f"::{command} {','.join(props)}::{escape_data(chk.message)}\n"

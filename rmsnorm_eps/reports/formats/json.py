@@ -26,24 +26,34 @@ def render_document(doc: dict[str, Any]) -> str:
     return "".join(document_chunks(doc))
 
 
-def _has_lazy(value: Any) -> bool:
+class _LazyFound(Exception):
+    """Raised by :func:`_refuse_lazy` out of ``json.dumps``: the value holds a Lazy list."""
+
+
+def _refuse_lazy(value: Any) -> Any:
+    """``json.dumps``'s ``default``: a :class:`Lazy` stops the plain serialization (the value
+    is then written part by part); anything else is refused as ``json.dumps`` refuses it."""
     if isinstance(value, Lazy):
-        return True
-    if isinstance(value, dict):
-        return any(_has_lazy(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_lazy(v) for v in value)
-    return False
+        raise _LazyFound
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _pieces(value: Any, level: int) -> Iterator[str]:
     """The text of ``value`` at nesting ``level``, exactly as ``json.dumps(doc, indent=2)``
-    writes it there; a :class:`Lazy` list is written one item at a time."""
+    writes it there; a :class:`Lazy` list is written one item at a time.
+
+    A value without a Lazy list is one ``json.dumps`` (tried first: a Lazy list in it stops
+    that try, and the value is written part by part instead; at most one failed try per
+    nesting level on the way to a Lazy list, so no walk of every value looks for them)."""
     pad = "  " * level
-    if not _has_lazy(value):
-        text = json.dumps(value, indent=2, allow_nan=False)
-        yield text.replace("\n", "\n" + pad) if level else text
-        return
+    if not isinstance(value, Lazy):
+        try:
+            text = json.dumps(value, indent=2, allow_nan=False, default=_refuse_lazy)
+        except _LazyFound:
+            pass
+        else:
+            yield text.replace("\n", "\n" + pad) if level else text
+            return
     if isinstance(value, dict):
         if not value:
             yield "{}"
