@@ -30,10 +30,10 @@ widths, then the lines), exactly as rich would lay it out; so memory holds one r
 and a report of 100,000 layers, each with its own small tables, takes seconds. With colour
 (a terminal only), or on a terminal narrower than the table, the rows are made into a rich
 table and fitted as above: that table is held whole, which only a person's terminal sees;
-a file or a pipe (``width`` None, no colour) is always written in bounded memory. A running
-text longer than :data:`PLAIN_TEXT_CHARS` characters (``layers affected: ...`` of 100,000
-layers) is written as it is, without rich, when no colour is wanted and the output is not a
-terminal: never wrapped, as above (rich would fold it at a million columns).
+a file or a pipe (``width`` None, no colour) is always written in bounded memory. Running
+text is written as it is, without rich, when no colour is wanted and the output is not a
+terminal (what rich prints for it, except that rich would fold a line of a million columns,
+such as ``layers affected: ...`` of 100,000 layers: never wrapped, as above).
 """
 
 from __future__ import annotations
@@ -80,11 +80,10 @@ MIN_NAME = 16
 _UNBOUNDED = 1_000_000
 #: Tables with more rows than this are laid out by :func:`plain_table_lines` (no colour).
 PLAIN_TABLE_ROWS = 200
-#: Without colour, :class:`RowTable` parts are laid out without rich when that layout fits
-#: (tests set False to compare with rich's own layout).
+#: Without colour, :class:`RowTable` parts are laid out without rich when that layout fits,
+#: and running text is written as it is when the output is not a terminal (tests set False
+#: to compare with rich's own output).
 PLAIN_LAYOUT = True
-#: Running text longer than this is written without rich (no colour, not a terminal).
-PLAIN_TEXT_CHARS = 100_000
 #: Chunks of :func:`render_chunks` are joined up to about this many characters.
 CHUNK_CHARS = 1 << 16
 #: Spaces at the end of a line, before any colour codes that close it.
@@ -313,8 +312,13 @@ def fit_table(
     return _compact(table, width, {})
 
 
+def _cells(text: str) -> int:
+    """Terminal cells of ``text`` (:func:`rich.cells.cell_len`; printable ASCII: its length)."""
+    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
+
+
 def _justify(text: str, width: int, how: str) -> str:
-    gap = width - cell_len(text)
+    gap = width - _cells(text)
     if how == "right":
         return " " * gap + text
     if how == "center":
@@ -358,9 +362,12 @@ def _plain_widths(
     widths = [max(cell_len(x) for x in h.split("\n")) if show_header else 0 for h in heads]
     for row in rows:
         for i, value in enumerate(row):
-            if _UNPLAIN.search(value):
+            if value.isascii() and value.isprintable():  # (no tab, no control code)
+                n = len(value)
+            elif _UNPLAIN.search(value):
                 return None
-            n = cell_len(value)
+            else:
+                n = cell_len(value)
             if n > widths[i]:
                 widths[i] = n
     return widths
@@ -516,9 +523,14 @@ def _console(buf: io.StringIO, options: RenderOptions) -> Console:
     )
 
 
+def _strip(line: str) -> str:
+    """``line`` without the spaces at its end (before any colour codes that close it)."""
+    return _TRAILING.sub("", line) if "\x1b" in line else line.rstrip(" ")
+
+
 def _finish(rendered: str) -> str:
     """Whole lines of rendered output: no line ending with spaces, no CI command."""
-    return no_ci_command("".join(_TRAILING.sub("", line) + "\n" for line in rendered.splitlines()))
+    return no_ci_command("".join(_strip(line) + "\n" for line in rendered.splitlines()))
 
 
 def _part_text(part: object, console: Console, options: RenderOptions) -> Iterator[str]:
@@ -543,10 +555,12 @@ def _part_text(part: object, console: Console, options: RenderOptions) -> Iterat
         isinstance(part, Text)
         and options.width is None
         and not options.color
-        and len(part.plain) > PLAIN_TEXT_CHARS
+        and PLAIN_LAYOUT
+        and part.justify is None
+        and part.overflow is None
+        and part.end == "\n"
         and not _UNPLAIN.search(part.plain.replace("\n", ""))
-        and not part.plain.endswith("\n")
-    ):  # a running text of 100,000 names: as it is, never wrapped
+    ):  # what rich prints for it, never wrapped (not even a line of 100,000 names)
         yield part.plain + "\n"
         return
     buf = io.StringIO()
