@@ -32,8 +32,9 @@ and a report of 100,000 layers, each with its own small tables, takes seconds. W
 table and fitted as above: that table is held whole, which only a person's terminal sees;
 a file or a pipe (``width`` None, no colour) is always written in bounded memory. Running
 text is written as it is, without rich, when no colour is wanted and the output is not a
-terminal (what rich prints for it, except that rich would fold a line of a million columns,
-such as ``layers affected: ...`` of 100,000 layers: never wrapped, as above).
+terminal or every line fits (what rich prints for it, except that rich would fold a line of
+a million columns, such as ``layers affected: ...`` of 100,000 layers: never wrapped, as
+above).
 """
 
 from __future__ import annotations
@@ -553,13 +554,16 @@ def _part_text(part: object, console: Console, options: RenderOptions) -> Iterat
         )
     if (
         isinstance(part, Text)
-        and options.width is None
         and not options.color
         and PLAIN_LAYOUT
         and part.justify is None
         and part.overflow is None
         and part.end == "\n"
         and not _UNPLAIN.search(part.plain.replace("\n", ""))
+        and (
+            options.width is None
+            or all(_cells(line) <= options.width for line in part.plain.split("\n"))
+        )
     ):  # what rich prints for it, never wrapped (not even a line of 100,000 names)
         yield part.plain + "\n"
         return
