@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 REPORTS = [
     ("ratio", "examples/q_dump.npz", "--eps", "1e-5", "--histogram", "all"),
+    ("ratio", "examples/ci/q_dump.npz", "--eps", "1e-5", "--histogram", "all", "--top", "0"),
+    ("merge", "tests/data/merge/shard0.summary.json", "tests/data/merge/shard1.summary.json"),
+    ("compare", "examples/ci/q_dump.npz", "--from", "eps=1e-6", "--to", "eps=1e-4"),
     ("ratio", "examples/acts.npz", "--eps", "1e-5", "--raw", "--norm", "layer"),
     ("compare", "examples/q_dump.npz", "--from", "eps=1e-6", "--to", "eps=1e-5"),
     ("precision", "--eps", "1e-6", "--dtype", "fp16,bf16,fp32"),
@@ -37,7 +40,9 @@ def test_every_table_lays_out_as_rich_does(
     cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
 ) -> None:
     monkeypatch.chdir(ROOT)
-    rich_out = cli(*args)
+    with monkeypatch.context() as m:  # every part laid out by rich
+        m.setattr(text_format, "PLAIN_LAYOUT", False)
+        rich_out = cli(*args)
     monkeypatch.setattr(text_format, "PLAIN_TABLE_ROWS", 0)
     plain_out = cli(*args)
     assert rich_out.exit_code == plain_out.exit_code
@@ -52,6 +57,22 @@ def test_styles_it_does_not_reproduce_go_to_rich() -> None:
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("a")
     t.add_row(Text("two\nlines"))
+    assert text_format.plain_table_lines(t) is None
+
+
+def test_headers_of_two_lines_and_titles_as_rich() -> None:
+    """A header of two lines sits at the bottom of the header row; a title wider than the
+    table (which rich folds) is left to rich."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("layer")
+    t.add_column("first\nmax |change|", justify="right", no_wrap=True)
+    t.add_row("模型.L", "0.5")
+    t.add_row("x", "")
+    want = text_format.render_renderables([t], RenderOptions())
+    lines = text_format.plain_table_lines(t)
+    assert lines is not None
+    assert "".join(x.rstrip() + "\n" for x in lines) == want
+    t.title, t.title_justify = "a title much wider than the table it names", "left"
     assert text_format.plain_table_lines(t) is None
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
 from rich.text import Text
 
 from rmsnorm_eps.escape import text as _e
@@ -29,7 +28,7 @@ from rmsnorm_eps.reports.commands._layers import (
 )
 from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
+from rmsnorm_eps.reports.formats.text import RowTable, render_chunks
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
 from rmsnorm_eps.reports.lazy import Lazy
@@ -41,7 +40,7 @@ if TYPE_CHECKING:  # compare.analysis imports numpy
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text"]
+__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text", "text_chunks"]
 
 FORMATS = frozenset(ALL_FORMATS)
 
@@ -154,29 +153,38 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
 
 
 # ----------------------------------------------------------------------------- text
-def _layer_details(layer: CompareLayer) -> list[RenderableType]:
+def _table(heads: tuple[str, ...], rows: list[list[str]]) -> RowTable:
+    """A small table of one layer (:func:`simple_table`'s layout, no names from the input)."""
+    cells = [(row, None) for row in rows]
+    columns = tuple((h, "left" if i == 0 else "right", False) for i, h in enumerate(heads))
+    return RowTable(columns, lambda: cells, None)
+
+
+def _layer_details(layer: CompareLayer) -> list[Any]:
     eps_from = layer.spec_from.eps
     q = layer.quantity  # q = mean(x^2), or v (LayerNorm variance)
-    out: list[RenderableType] = []
+    out: list[Any] = []
     if layer.worst:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
-        worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
-        for m in layer.worst:
-            worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
-        out.append(worst)
+        rows = [
+            [_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}"]
+            for m in layer.worst
+        ]
+        out.append(_table(("index", q, f"{q}/eps_from", "factor", "change"), rows))
     if layer.decades:
         out.append(Text(f"{_e(layer.name)}: by decade of {q}/eps_from (eps_from {eps_from:g})"))
-        dec = simple_table(f"{q}/eps_from", "count", "moved", "max |change|")
-        for d in layer.decades:
-            dec.add_row(
+        rows = [
+            [
                 f"[1e{d.decade}, 1e{d.decade + 1})",
                 str(d.count),
                 str(d.moved),
                 _f(d.max_abs_change),
-            )
+            ]
+            for d in layer.decades
+        ]
         if layer.zero_count:
-            dec.add_row("q = 0", str(layer.zero_count), "0", "0")
-        out.append(dec)
+            rows.append(["q = 0", str(layer.zero_count), "0", "0"])
+        out.append(_table((f"{q}/eps_from", "count", "moved", "max |change|"), rows))
     if layer.nonfinite_examples:
         shown = ", ".join(
             f"{_idx(m.index)} q={m.q:g} factor={m.factor:g}" for m in layer.nonfinite_examples
@@ -191,7 +199,7 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     return out
 
 
-def _position_table(report: CompareReport) -> list[RenderableType]:
+def _position_table(report: CompareReport) -> list[Any]:
     """For dumps with token positions: first token (position 0) next to the other tokens."""
     return position_split_parts(
         report.layers,
@@ -206,20 +214,52 @@ def _position_table(report: CompareReport) -> list[RenderableType]:
 
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
-    layers that use it (dump order)."""
-    groups: dict[EpsSpec, list[str]] = {}
+    layers that use it (dump order: the first four names and how many more)."""
+    groups: dict[EpsSpec, tuple[list[str], list[int]]] = {}
     for layer in report.layers:
         spec = layer.spec_from if side == "from" else layer.spec_to
-        groups.setdefault(spec, []).append(_e(layer.name))
+        names, count = groups.setdefault(spec, ([], [0]))
+        count[0] += 1
+        if len(names) < 4:
+            names.append(_e(layer.name))
     lines = []
-    for spec, names in groups.items():
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
+    for spec, (names, count) in groups.items():
+        more = count[0] - len(names)
+        shown = ", ".join(names) + (f" and {more} more" if more else "")
+        lines.append(f"  {_e(spec.describe())} for {count[0]} layer(s): {shown}")
         lines.append(f"    ({_e(spec.note)})")
     return lines
 
 
-def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
+#: The layers table's columns.
+_LAYER_COLUMNS = (
+    "layer",
+    "count",
+    "nonfinite",
+    "max |change|",
+    "min factor",
+    "max factor",
+    "moved",
+    "moved %",
+)
+
+
+def _layer_row(layer: CompareLayer) -> list[str]:
+    return [
+        _e(layer.name),
+        str(layer.count),
+        str(layer.nonfinite_q + layer.nonfinite_factor),
+        _f(layer.max_abs_change),
+        _f(layer.min_factor),
+        _f(layer.max_factor),
+        str(layer.moved),
+        f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
+    ]
+
+
+def _compare_parts(report: CompareReport, options: RenderOptions) -> Iterator[Any]:
+    """The text report's parts, each made when it is taken (the layers table is a
+    :class:`RowTable` over ``report.layers``)."""
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
     kind = quantity_kind(report.layers, report.raw)
@@ -235,50 +275,35 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
         if isinstance(spec, EpsSpec) and spec.note:
             lines.append(f"{side} default: {_e(spec.note)}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
-    parts: list[RenderableType] = [Text("\n".join(lines))]
-    table = simple_table(
-        "layer",
-        "count",
-        "nonfinite",
-        "max |change|",
-        "min factor",
-        "max factor",
-        "moved",
-        "moved %",
+    yield Text("\n".join(lines))
+    layers = report.layers
+    yield RowTable(
+        tuple((h, "left" if i == 0 else "right", False) for i, h in enumerate(_LAYER_COLUMNS)),
+        lambda: ((_layer_row(ly), "bold" if ly.violations else None) for ly in layers),
     )
-    for layer in report.layers:
-        table.add_row(
-            _e(layer.name),
-            str(layer.count),
-            str(layer.nonfinite_q + layer.nonfinite_factor),
-            _f(layer.max_abs_change),
-            _f(layer.min_factor),
-            _f(layer.max_factor),
-            str(layer.moved),
-            f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
-            style="bold" if layer.violations else None,
-        )
-    parts.append(NamedTable(table))
-    parts.extend(_position_table(report))
-    for layer in report.layers:
+    yield from _position_table(report)
+    for layer in layers:
         if layer.violations:
-            parts.extend(_layer_details(layer))
-    parts.extend(members_parts(report))
-    parts.append(
-        Text(
-            f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
-            f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
-            f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
-            f"max |change| {_f(report.max_abs_change)}"
-        )
+            yield from _layer_details(layer)
+    yield from members_parts(report)
+    yield Text(
+        f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
+        f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
+        f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
+        f"max |change| {_f(report.max_abs_change)}"
     )
-    parts.extend(tail_parts(report.skipped, options))
-    return parts
+    yield from tail_parts(report.skipped, options)
+
+
+def text_chunks(result: CompareReport, options: RenderOptions) -> Iterator[str]:
+    """The text report in chunks of whole lines, written while it is made
+    (:func:`~rmsnorm_eps.reports.formats.text.render_chunks`)."""
+    return render_chunks(_compare_parts(result, options), options)
 
 
 def text(result: CompareReport, options: RenderOptions) -> str:
-    """The text report."""
-    return render_renderables(_compare_parts(result, options), options)
+    """The text report (its joined :func:`text_chunks`)."""
+    return "".join(text_chunks(result, options))
 
 
 # ----------------------------------------------------------------------------- checks
