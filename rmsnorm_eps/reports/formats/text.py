@@ -18,6 +18,10 @@ Width (docs/reports.md, "Text reports at any width"):
 
 No line ends with spaces.
 
+Why one module of ~650 lines: the text format is one piece. Rich's rendering, the fitting
+rule and the plain layout that reproduces rich byte for byte (and decides when it may) are
+tested against each other and change together.
+
 A table of more than :data:`PLAIN_TABLE_ROWS` rows (thousands of layers) is written without
 rich when no colour is wanted: :func:`plain_table_lines` lays it out exactly as rich would
 (a test renders tables both ways), in time linear in its cells.
@@ -534,37 +538,52 @@ def _finish(rendered: str) -> str:
     return no_ci_command("".join(_strip(line) + "\n" for line in rendered.splitlines()))
 
 
+def _row_table_lines(part: RowTable, options: RenderOptions) -> Iterator[str] | None:
+    """A :class:`RowTable` laid out without rich, in pieces of whole lines, or None when rich
+    must lay it out (colour, a cell rich would change, or too wide for the terminal)."""
+    plain = None if options.color or not PLAIN_LAYOUT else part.plain_lines(options.width)
+    if plain is None:
+        return None
+
+    def pieces(lines: Iterator[str]) -> Iterator[str]:
+        batch: list[str] = []
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= 1024:
+                yield "\n".join(batch) + "\n"
+                batch = []
+        if batch:
+            yield "\n".join(batch) + "\n"
+
+    return pieces(plain)
+
+
+def _as_it_is(part: Text, options: RenderOptions) -> bool:
+    """Whether rich would print ``part`` as it is (no colour; no tab or control code; not a
+    terminal, or every line fits): then it is written without rich."""
+    if options.color or not PLAIN_LAYOUT:
+        return False
+    if part.justify is not None or part.overflow is not None or part.end != "\n":
+        return False
+    if _UNPLAIN.search(part.plain.replace("\n", "")):
+        return False
+    width = options.width
+    return width is None or all(_cells(x) <= width for x in part.plain.split("\n"))
+
+
 def _part_text(part: object, console: Console, options: RenderOptions) -> Iterator[str]:
     """The rendered output of one part, in pieces of whole lines (trailing spaces left in);
     ``console`` prints into a new buffer for each part."""
     if isinstance(part, RowTable):
-        plain = None if options.color or not PLAIN_LAYOUT else part.plain_lines(options.width)
-        if plain is not None:
-            batch: list[str] = []
-            for line in plain:
-                batch.append(line)
-                if len(batch) >= 1024:
-                    yield "\n".join(batch) + "\n"
-                    batch = []
-            if batch:
-                yield "\n".join(batch) + "\n"
+        lines = _row_table_lines(part, options)
+        if lines is not None:
+            yield from lines
             return
         part = (
             part.table() if part.noun is None else NamedTable(part.table(), part.noun, part.column)
         )
-    if (
-        isinstance(part, Text)
-        and not options.color
-        and PLAIN_LAYOUT
-        and part.justify is None
-        and part.overflow is None
-        and part.end == "\n"
-        and not _UNPLAIN.search(part.plain.replace("\n", ""))
-        and (
-            options.width is None
-            or all(_cells(line) <= options.width for line in part.plain.split("\n"))
-        )
-    ):  # what rich prints for it, never wrapped (not even a line of 100,000 names)
+    if isinstance(part, Text) and _as_it_is(part, options):
+        # what rich prints for it, never wrapped (not even a line of 100,000 names)
         yield part.plain + "\n"
         return
     buf = io.StringIO()
