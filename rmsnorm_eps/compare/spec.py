@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmsnorm_eps.config.defaults import framework_eps
 from rmsnorm_eps.config.model import NormConfig
@@ -214,13 +214,22 @@ class LayerSpecs:
     text: str
     config: str
     layers: tuple[tuple[str, EpsSpec], ...]
+    # layer name -> its setting (the first, as the layers are listed), made once: looking
+    # each layer up in ``layers`` would be quadratic in a dump of 100,000 layers.
+    _by_name: dict[str, EpsSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, EpsSpec] = {}
+        for layer, spec in self.layers:
+            by_name.setdefault(layer, spec)
+        object.__setattr__(self, "_by_name", by_name)
 
     def for_layer(self, name: str) -> EpsSpec:
         """The setting of layer ``name``; a layer the config was not resolved for is an error."""
-        for layer, spec in self.layers:
-            if layer == name:
-                return spec
-        raise ConfigError(f"{self.config}: no settings resolved for layer {name!r}")
+        spec = self._by_name.get(name)
+        if spec is None:
+            raise ConfigError(f"{self.config}: no settings resolved for layer {name!r}")
+        return spec
 
     def describe(self) -> str:
         return f"per layer from {self.config}"
