@@ -5,6 +5,7 @@ others notes)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -128,24 +129,12 @@ def checks(diff: Any, gate: Any = None) -> CheckReport:
         found = config.settings_for(pattern)
         return found if found is not None else config.defaults
 
-    checks: list[Check] = []
-    for pattern in diff.patterns:
-        sa, sb = settings(diff.a, pattern), settings(diff.b, pattern)
-        for field in FIELDS:
-            ra, rb = sa.get(field), sb.get(field)
-            nums: dict[str, Number] = {"a": _value(ra.value), "b": _value(rb.value)}
-            if field == "eps":
-                nums["rel_tol"] = diff.rel_tol
-            d = differing.get((pattern, field))
-            if d is not None:
-                level: Level = "error" if d.significant else "warning"
-                msg = diff_line(replace(d, patterns=(pattern,)), diff.a.path, diff.b.path)
-            else:
-                level = "note"
-                msg = f"{pattern}: {field} A {show_value(ra)} B {show_value(rb)}" + (
-                    "" if ra.value is not None or rb.value is not None else " (missing on both)"
-                )
-            checks.append(Check(f"config/{field}", pattern, d is None, level, msg, nums))
+    def made() -> Iterator[Check]:
+        for pattern in diff.patterns:
+            sa, sb = settings(diff.a, pattern), settings(diff.b, pattern)
+            for field in FIELDS:
+                yield _setting_check(diff, pattern, field, sa.get(field), sb.get(field), differing)
+
     passed = bool(diff.equivalent)
     n = len(diff.significant)
     notes = len(diff.differences) - n
@@ -167,11 +156,30 @@ def checks(diff: Any, gate: Any = None) -> CheckReport:
         source=diff.b.path,
         subject="norm pattern",
         rules=rules,
-        checks=tuple(checks),
+        checks=Lazy(len(diff.patterns) * len(FIELDS), made),  # made anew on each pass
         passed=passed,
         verdict=verdict,
         facts=facts,
     )
+
+
+def _setting_check(
+    diff: Any, pattern: str, field: str, ra: Any, rb: Any, differing: dict[tuple[str, str], Any]
+) -> Check:
+    """The check of one setting of one pattern: failed when the diff lists it."""
+    nums: dict[str, Number] = {"a": _value(ra.value), "b": _value(rb.value)}
+    if field == "eps":
+        nums["rel_tol"] = diff.rel_tol
+    d = differing.get((pattern, field))
+    if d is not None:
+        level: Level = "error" if d.significant else "warning"
+        msg = diff_line(replace(d, patterns=(pattern,)), diff.a.path, diff.b.path)
+    else:
+        level = "note"
+        msg = f"{pattern}: {field} A {show_value(ra)} B {show_value(rb)}" + (
+            "" if ra.value is not None or rb.value is not None else " (missing on both)"
+        )
+    return Check(f"config/{field}", pattern, d is None, level, msg, nums)
 
 
 def _value(value: Any) -> Number:
