@@ -312,3 +312,66 @@ def test_fifty_thousand_layers_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert lines > 8 * n and size > 400 * n
     assert peak < 24 * 2**20, f"rendering peaked at {peak / 2**20:.1f} MiB"
+
+
+# ------------------------------------------------ long tables on a terminal (fit_table's rule)
+def _long_table(n: int, suffix: str = "", cjk: bool = False) -> RowTable:
+    """A layers table of ``n`` rows; names share a prefix, some long, some wide (CJK)."""
+    columns = (
+        ("layer", "left", False),
+        ("eps", "right", False),
+        ("count", "right", False),
+        ("min q/eps", "right", False),
+        ("violating", "right", False),
+    )
+
+    def rows() -> Any:
+        for i in range(n):
+            name = f"model.decoder.layers.{i}.self_attention_block.input_layernorm"
+            name += suffix * (i % 3) + ("层" * (i % 4) if cjk else "")
+            yield [name, "1e-05", str(7 * i), f"{i / 3:.6g}", f"{i % 100}%"], None
+
+    return RowTable(columns, rows)
+
+
+@pytest.mark.parametrize("width", [30, 40, 60, 80, 100, 120, 200], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(250, "", False), (300, "_and_a_much_longer_suffix", False), (220, "_x", True)]
+)
+def test_long_table_on_a_terminal_is_fitted_as_rich_fits_it(
+    monkeypatch: pytest.MonkeyPatch, width: int, shape: tuple[int, str, bool]
+) -> None:
+    """A table of more than 200 rows on a terminal that is too narrow for it is fitted by
+    fit_table's rule (prefix, then middle ellipsis, then blocks) without a rich table of every
+    row, and the lines are exactly rich's."""
+    used: list[int] = []
+    fitted = text_format._fitted_row_table
+    monkeypatch.setattr(
+        text_format,
+        "_fitted_row_table",
+        lambda *a: used.append(1) or fitted(*a),  # type: ignore[func-returns-value]
+    )
+    options = RenderOptions(width=width, color=False)
+    ours = render_renderables([_long_table(*shape)], options)
+    monkeypatch.setattr(text_format, "PLAIN_LAYOUT", False)
+    assert ours == render_renderables([_long_table(*shape)], options)
+    if width < 120:
+        assert used
+
+
+def test_long_table_on_a_colour_terminal_holds_bounded_memory() -> None:
+    """5,000 rows on a colour terminal of 80 columns: a few MiB (the rows are laid out without
+    colour, a row at a time), where rich's table of every row takes about 16 MiB."""
+    tracemalloc.start()
+    try:
+        size = sum(
+            len(c)
+            for c in text_format.render_chunks(
+                [_long_table(5000)], RenderOptions(width=80, color=True)
+            )
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert size > 300_000
+    assert peak < 6 * 2**20, f"{peak / 2**20:.1f} MiB"

@@ -31,9 +31,11 @@ Reports of many layers (``ratio``, ``compare``, ``merge``) are written by
 tables are :class:`RowTable` (columns and a re-iterable source of rows, never a rich table of
 every row). Without colour a :class:`RowTable` is laid out in two passes over its rows (the
 widths, then the lines), exactly as rich would lay it out; so memory holds one row at a time
-and a report of 100,000 layers, each with its own small tables, takes seconds. With colour
-(a terminal only), or on a terminal narrower than the table, the rows are made into a rich
-table and fitted as above: that table is held whole, which only a person's terminal sees;
+and a report of 100,000 layers, each with its own small tables, takes seconds. On a terminal
+(colour, a width), a table of at most :data:`PLAIN_TABLE_ROWS` rows that wants colour or
+does not fit is made into a rich table and fitted as above; a longer one is fitted by the
+same rule (:func:`_fitted_row_table`: the same lines rich gives, a test checks) without a
+rich table of every row, and without colour;
 a file or a pipe (``width`` None, no colour) is always written in bounded memory. Running
 text is written as it is, without rich, when no colour is wanted and the output is not a
 terminal or every line fits (what rich prints for it, except that rich would fold a line of
@@ -47,6 +49,7 @@ import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import cast
 
 from rich import box
@@ -558,6 +561,118 @@ def _row_table_lines(part: RowTable, options: RenderOptions) -> Iterator[str] | 
     return pieces(plain)
 
 
+def _fitted_row_table(part: RowTable, console: Console, width: int) -> Iterator[str] | None:
+    """A :class:`RowTable` of more than :data:`PLAIN_TABLE_ROWS` rows on a terminal of
+    ``width`` columns, fitted by :func:`fit_table`'s rule (drop the shared prefix, shorten
+    names in the middle, then one block per row) without a rich table of every row: the rows
+    are laid out plainly, or made into blocks a few hundred rows at a time; without colour
+    (the rows' styles are dropped). None for a smaller table, one without a name column, or
+    cells rich would not show as they are: then rich lays it out as before."""
+    if part.noun is None:
+        return None
+    names = [cells[part.column] for cells, _ in part.rows()]
+    layout = _name_layout(part) if len(names) > PLAIN_TABLE_ROWS else None
+    if layout is None:
+        return None
+    shown, lead, plain = _fit_names(names, layout, width, part.noun, part.column)
+    if plain.inner + 2 <= width:
+        return _fitted_lines(part, plain, shown, lead)
+    if part.column != 0:
+        return None
+    short = shorten_names(shown.values(), width)  # (3) one block per row
+    return _row_blocks(part, console, width, {n: short[v] for n, v in shown.items()}, lead)
+
+
+def _name_layout(part: RowTable) -> Callable[[dict[str, str]], _PlainLayout] | None:
+    """For a :class:`RowTable` whose cells rich shows as they are: the plain layout of its
+    rows with each name shown as a mapping says; else None."""
+    heads = [h for h, _, _ in part.columns]
+    widths = _plain_widths(heads, (cells for cells, _ in part.rows()))
+    if widths is None:
+        return None
+    if any(_UNPLAIN.search(h.replace("\n", "")) for h in heads):
+        return None
+    hows = [j if j in ("right", "center") else "left" for _, j, _ in part.columns]
+    col = part.column
+    head = max(cell_len(x) for x in heads[col].split("\n"))
+
+    def layout(shown: dict[str, str]) -> _PlainLayout:
+        fitted = list(widths)
+        fitted[col] = max([head, *(cell_len(x) for x in shown.values())])
+        return _PlainLayout(heads, hows, fitted)
+
+    return layout
+
+
+def _fit_names(
+    names: list[str],
+    layout: Callable[[dict[str, str]], _PlainLayout],
+    width: int,
+    noun: str,
+    col: int,
+) -> tuple[dict[str, str], list[str], _PlainLayout]:
+    """Steps (1) and (2) of :func:`fit_table`'s rule: each name -> what is shown, the lines
+    before the table (``NOUN under PREFIX``) and the layout (which may still not fit)."""
+    shown = {n: n for n in names}
+    lead: list[str] = []
+    plain = layout(shown)
+    if plain.inner + 2 > width:
+        prefix = common_prefix(names)
+        if prefix:  # (1) drop the prefix every name shares
+            lead = [f"{noun} under {ellipsize(prefix, width - len(noun) - 7)}\n"]
+            shown = {n: n[len(prefix) :] for n in names}
+            plain = layout(shown)
+    if plain.inner + 2 > width:  # (2) shorten in the middle
+        budget = width - (plain.inner + 2 - plain.widths[col])
+        if budget >= MIN_NAME:
+            short = shorten_names(shown.values(), budget)
+            shown = {n: short[v] for n, v in shown.items()}
+            plain = layout(shown)
+    return shown, lead, plain
+
+
+def _fitted_lines(
+    part: RowTable, plain: _PlainLayout, shown: dict[str, str], lead: list[str]
+) -> Iterator[str]:
+    """The rows of ``part`` laid out by ``plain``, each name as ``shown``."""
+    yield from lead
+    col = part.column
+    batch = [plain.blank(), *plain.header()]
+    for cells, _ in part.rows():
+        row = list(cells)
+        row[col] = shown[row[col]]
+        batch.append(plain.line(row))
+        if len(batch) >= 1024:
+            yield "\n".join(batch) + "\n"
+            batch = []
+    batch.append(plain.blank())
+    yield "\n".join(batch) + "\n"
+
+
+def _row_blocks(
+    part: RowTable, console: Console, width: int, shown: dict[str, str], lead: list[str]
+) -> Iterator[str]:
+    """:func:`_compact`'s blocks for the rows of ``part``, a few hundred rows at a time (a rich
+    table of those rows only); the blank line after the blocks once, at the end."""
+    yield from lead
+    rows = iter(part.rows())
+    while True:
+        batch = [cells for cells, _ in islice(rows, 256)]
+        if not batch:
+            break
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for header, justify, no_wrap in part.columns:
+            table.add_column(header, justify=justify, no_wrap=no_wrap)  # type: ignore[arg-type]
+        for cells in batch:
+            table.add_row(*cells)
+        buf = io.StringIO()
+        console.file = buf
+        for piece in _compact(table, width, shown, named=True)[:-1]:
+            console.print(piece)
+        yield buf.getvalue()
+    yield "\n"
+
+
 def _as_it_is(part: Text, options: RenderOptions) -> bool:
     """Whether rich would print ``part`` as it is (no colour; no tab or control code; not a
     terminal, or every line fits): then it is written without rich."""
@@ -576,6 +691,8 @@ def _part_text(part: object, console: Console, options: RenderOptions) -> Iterat
     ``console`` prints into a new buffer for each part."""
     if isinstance(part, RowTable):
         lines = _row_table_lines(part, options)
+        if lines is None and options.width is not None and PLAIN_LAYOUT:
+            lines = _fitted_row_table(part, console, options.width)
         if lines is not None:
             yield from lines
             return
