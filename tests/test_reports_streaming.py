@@ -278,11 +278,9 @@ def test_many_chunks_are_cut_at_line_ends(
 ) -> None:
     """With chunks of ~100 characters, every report is cut in many places (inside failure
     texts, tables, JSON strings' lines), only after a newline, and nothing is lost."""
-    from rmsnorm_eps.reports import checks
-    from rmsnorm_eps.reports.formats import json as json_format
+    from rmsnorm_eps import chunks
 
-    monkeypatch.setattr(checks, "CHUNK_CHARS", 100)
-    monkeypatch.setattr(json_format, "CHUNK_CHARS", 100)
+    monkeypatch.setattr(chunks, "CHUNK_CHARS", 100)
     for name, (result, gate) in results.items():
         for fmt in STREAMED:
             chunks = _chunks(result, fmt, gate)

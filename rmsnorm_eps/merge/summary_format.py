@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
+from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN
 
@@ -95,10 +96,6 @@ def _summary_head(report: RatioReport) -> dict[str, Any]:
     }
 
 
-#: Characters of summary text gathered before a chunk is handed on.
-_CHUNK_CHARS = 1 << 16
-
-
 def summary_chunks(report: RatioReport) -> Iterator[str]:
     """``json.dumps(summary_document(report), indent=1, allow_nan=False)`` plus a newline,
     with :func:`rmsnorm_eps.escape.json_text` applied, as chunks: one layer's document is
@@ -113,21 +110,19 @@ def summary_chunks(report: RatioReport) -> Iterator[str]:
         yield json_text(head) + "\n"
         return
     assert head.endswith('"layers": []\n}')
-    buf = [head[: -len("[]\n}")], "["]
-    size = 0
+    yield from (json_text(chunk) for chunk in line_chunks(_summary_pieces(head, report)))
+
+
+def _summary_pieces(head: str, report: RatioReport) -> Iterator[str]:
+    """The summary text in pieces: ``head`` up to its empty layer list, then one layer's
+    document at a time (each line indented two spaces), then the end."""
+    yield head[: -len("[]\n}")] + "["
     sep = "\n  "
     for layer in report.layers:
-        text = sep + json.dumps(_layer_document(layer), indent=1, allow_nan=False).replace(
-            "\n", "\n  "
-        )
+        text = json.dumps(_layer_document(layer), indent=1, allow_nan=False)
+        yield sep + text.replace("\n", "\n  ")
         sep = ",\n  "
-        buf.append(text)
-        size += len(text)
-        if size >= _CHUNK_CHARS:  # '#' pairs (json_text) lie inside strings: never cut here
-            yield json_text("".join(buf))
-            buf, size = [], 0
-    buf.append("\n ]\n}\n")
-    yield json_text("".join(buf))
+    yield "\n ]\n}\n"
 
 
 def _figures(layer: LayerResult) -> dict[str, Any]:

@@ -17,11 +17,12 @@ iterate, and the formats write check by check (``render_checks_chunks``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Literal
 
+from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import UnsupportedResult
 
@@ -200,36 +201,6 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
         verdict=verdict,
         facts=facts,
     )
-
-
-#: Characters gathered before a chunk of whole lines is handed to the writer.
-CHUNK_CHARS = 1 << 16
-
-
-def line_chunks(pieces: Iterable[str], chars: int | None = None) -> Iterator[str]:
-    """``pieces`` (text in order) regrouped as chunks of whole lines of about ``chars``
-    (default :data:`CHUNK_CHARS`) characters: each chunk but the last ends with a newline, and
-    the last is what follows the last newline (empty when the text ends with one: not
-    yielded). Joined, the chunks are exactly ``"".join(pieces)``; a report writes each chunk as
-    it comes (bounded memory), and the line-based escapes
-    (:func:`rmsnorm_eps.escape.no_ci_command`) apply chunk by chunk."""
-    limit = CHUNK_CHARS if chars is None else chars
-    buf: list[str] = []
-    size = 0
-    for piece in pieces:
-        buf.append(piece)
-        size += len(piece)
-        if size >= limit:
-            text = "".join(buf)
-            cut = text.rfind("\n") + 1
-            if cut:
-                yield text[:cut]
-                buf, size = [text[cut:]], len(text) - cut
-            else:
-                buf, size = [text], len(text)
-    rest = "".join(buf)
-    if rest:
-        yield rest
 
 
 def g(value: float | None, digits: int = 6) -> str:

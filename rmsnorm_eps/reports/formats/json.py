@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
+from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.escape import json_text
 from rmsnorm_eps.reports.lazy import Lazy
 
 __all__ = ["document_chunks", "render_document"]
-
-#: Characters gathered before a chunk (whole lines) is handed to the writer.
-CHUNK_CHARS = 1 << 16
 
 
 def render_document(doc: dict[str, Any]) -> str:
@@ -80,17 +79,5 @@ def document_chunks(doc: dict[str, Any]) -> Iterator[str]:
     """:func:`render_document` as chunks of whole lines (each ends with a newline), so a
     document with :class:`~rmsnorm_eps.reports.lazy.Lazy` lists of any length is written in
     bounded memory. The chunks joined are exactly :func:`render_document`'s text."""
-    buf: list[str] = []
-    size = 0
-    for piece in _pieces(doc, 0):
-        buf.append(piece)
-        size += len(piece)
-        if size >= CHUNK_CHARS:
-            text = "".join(buf)
-            cut = text.rfind("\n") + 1
-            if cut:
-                yield json_text(text[:cut])
-                buf, size = [text[cut:]], len(text) - cut
-            else:
-                buf, size = [text], len(text)
-    yield json_text("".join(buf) + "\n")
+    for chunk in line_chunks(chain(_pieces(doc, 0), ("\n",))):
+        yield json_text(chunk)

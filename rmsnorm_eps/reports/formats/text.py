@@ -60,6 +60,7 @@ from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
+from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.escape import no_ci_command
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -92,8 +93,6 @@ PLAIN_TABLE_ROWS = 200
 #: and running text is written as it is when the output is not a terminal (tests set False
 #: to compare with rich's own output).
 PLAIN_LAYOUT = True
-#: Chunks of :func:`render_chunks` are joined up to about this many characters.
-CHUNK_CHARS = 1 << 16
 #: Spaces at the end of a line, before any colour codes that close it.
 _TRAILING = re.compile(r" +(?=(?:\x1b\[[0-9;]*m)*$)")
 
@@ -729,19 +728,14 @@ def render_chunks(parts: Iterable[object], options: RenderOptions) -> Iterator[s
     100,000 layers is written without ever being held. Joined, exactly
     :func:`render_renderables`'s string."""
     console = _console(io.StringIO(), options)
-    pending: list[str] = []
-    size = 0
-    for part in parts:
-        for piece in _part_text(part, console, options):
-            if not piece:
-                continue
-            pending.append(_finish(piece))
-            size += len(pending[-1])
-            if size >= CHUNK_CHARS:
-                yield "".join(pending)
-                pending, size = [], 0
-    if pending:
-        yield "".join(pending)
+
+    def pieces() -> Iterator[str]:
+        for part in parts:
+            for piece in _part_text(part, console, options):
+                if piece:
+                    yield _finish(piece)
+
+    return line_chunks(pieces())
 
 
 def render_renderables(parts: Iterable[object], options: RenderOptions) -> str:
