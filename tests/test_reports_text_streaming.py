@@ -29,6 +29,7 @@ from rmsnorm_eps.reports.commands import compare as compare_report
 from rmsnorm_eps.reports.commands import ratio as ratio_report
 from rmsnorm_eps.reports.formats.text import RowTable, render_renderables
 from rmsnorm_eps.reports.lazy import Lazy
+from tests import test_reports_golden as golden
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -183,27 +184,8 @@ def test_the_parts_that_grow_with_layers_are_in_the_report(reports: dict[str, An
     assert not any(line.startswith("::") for line in text.splitlines())
 
 
-GOLDEN_CASES: dict[str, tuple[str, ...]] = {
-    "ratio": ("ratio", "--eps", "1e-5", "--q-file", "examples/ci/q_dump.npz", "--top", "3"),
-    "compare": (
-        "compare",
-        "--q-file",
-        "examples/q_dump.npz",
-        "--from",
-        "eps=1e-6",
-        "--to",
-        "eps=1e-5",
-        "--top",
-        "3",
-    ),
-    "merge": (
-        "merge",
-        "tests/data/merge/shard0.summary.json",
-        "tests/data/merge/shard1.summary.json",
-        "--top",
-        "3",
-    ),
-}
+#: The golden cases whose text report is streamed (their arguments: the golden test's own).
+GOLDEN_CASES = {name: golden.CASES[name][0] for name in ("ratio", "compare", "merge")}
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
