@@ -374,11 +374,6 @@ def _eps_from_config(
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
 
-def members_analysed(sources: list[ArraySource], skipped_names: set[str]) -> int:
-    """Members whose data entered the figures: each analysed layer and its companions."""
-    return sum(src.members for src in sources if src.name not in skipped_names)
-
-
 def analyze_dump(
     path: str | os.PathLike[str],
     eps: float | Mapping[str, float] | Callable[[str], float] | None,

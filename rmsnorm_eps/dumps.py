@@ -3,7 +3,7 @@
 The readers live in :mod:`rmsnorm_eps.sources` (format-neutral: :func:`open_sources`,
 :class:`~rmsnorm_eps.sources.interface.ArraySource`, one module per format). This module keeps
 the names other modules and users import: :func:`open_dump`, :func:`open_dump_lenient`,
-:func:`open_layers`, :func:`map_layers`, :func:`npy_bytes`, ...
+:func:`open_layers`, :func:`consume_layers`, :func:`npy_bytes`, ...
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ __all__ = [
     "check_regular_file",
     "consume_layers",
     "default_threads",
-    "map_layers",
     "npy_bytes",
     "open_dump",
     "open_dump_lenient",
@@ -88,37 +87,19 @@ def open_layers(
     return opened.sources, opened.unreadable
 
 
-def map_layers(
-    sources: list[Any],
-    fn: Callable[[Any], T],
-    skipped: list[Unreadable],
-    skip_unreadable: bool,
-) -> list[T]:
-    """``fn`` over every layer. A layer whose data cannot be read (any :class:`InputFileError`)
-    fails the run, or with ``skip_unreadable`` is appended to ``skipped`` with its problem:
-    nothing is ever left out silently."""
-    out: list[T] = []
-    for src in sources:
-        try:
-            out.append(fn(src))
-        except InputFileError as exc:
-            if not skip_unreadable:
-                raise
-            skipped.append(Unreadable(src.name, exc.problem))
-    return out
-
-
 def consume_layers(
     sources: list[Any],
     fn: Callable[[Any], T],
     skipped: list[Unreadable],
     skip_unreadable: bool,
 ) -> Iterator[tuple[Any, T]]:
-    """:func:`map_layers` one layer at a time: yields ``(source, fn(source))`` for every layer
-    whose data could be read (the others fail the run, or with ``skip_unreadable`` are
-    appended to ``skipped``). ``sources`` is emptied at the start and each source is released
-    once its layer is done, so a dump of many layers does not keep every source (its headers,
-    companions, ...) to the end: the caller keeps what it needs of a source from the yield."""
+    """``fn`` over every layer, one at a time: yields ``(source, fn(source))`` for every layer
+    whose data could be read. A layer whose data cannot be read (any :class:`InputFileError`)
+    fails the run, or with ``skip_unreadable`` is appended to ``skipped`` with its problem:
+    nothing is ever left out silently. ``sources`` is emptied at the start and each source is
+    released once its layer is done, so a dump of many layers does not keep every source (its
+    headers, companions, ...) to the end: the caller keeps what it needs of a source from the
+    yield."""
     pending = deque(sources)
     sources.clear()
     while pending:

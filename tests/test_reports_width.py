@@ -317,7 +317,10 @@ def test_a_terminal_report_takes_the_terminal_width(
 ) -> None:
     import sys
 
-    from rmsnorm_eps.cli._output import render_for
+    from rmsnorm_eps.cli._output import chunks_for
+
+    def render_for(result: object, fmt: str, output: None, gate: object) -> str:
+        return "".join(chunks_for(result, fmt, output, gate))
 
     result, gate, _, _ = _ratio(tmp_path)
     monkeypatch.setenv("NO_COLOR", "1")

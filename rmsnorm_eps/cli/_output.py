@@ -65,24 +65,13 @@ def render_options(fmt: str, output: Path | None, gate: Any = None, histogram: s
     )
 
 
-def render_for(
-    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
-) -> str:
-    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
-    return "".join(chunks_for(result, fmt, output, gate, histogram))
-
-
 def chunks_for(
     result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
 ) -> Iterator[str]:
-    """:func:`render_for` as chunks of whole lines, made while they are written. A format the
-    result does not support is a usage error now, before any chunk is made."""
+    """``result`` rendered for ``output`` (None: stdout, colour and width of the terminal) as
+    chunks of whole lines, made while they are written. A format the result does not support
+    is a usage error now, before any chunk is made."""
     return chunks_or_usage_error(result, fmt, render_options(fmt, output, gate, histogram))
-
-
-def write_text(output: Path | None, text: str) -> None:
-    """Write a rendered report to ``output`` (atomically) or to stdout."""
-    write_chunks(output, (text,))
 
 
 def write_chunks(output: Path | None, chunks: Iterable[str]) -> None:
@@ -103,11 +92,6 @@ def emit(
     """Render ``result`` and write it to ``output`` (atomic) or stdout, chunk by chunk."""
     name = str(getattr(fmt, "value", fmt))
     write_chunks(output, chunks_for(result, name, output, gate, histogram))
-
-
-def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
-    """Render; a format that has no rendering for this result is a usage error (exit 2)."""
-    return "".join(chunks_or_usage_error(result, fmt, options))
 
 
 def chunks_or_usage_error(result: object, fmt: str, options: Any) -> Iterator[str]:
