@@ -5,26 +5,21 @@ a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The strea
 :mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate``, ``GateResult``,
 ``PositionSplit``, ``iter_q_chunks``, ... are re-exported here for older imports). Nothing here
 prints or exits.
-
-Why ~520 lines in one module: the result types, their compact codec (:class:`LayerCodec`, how
-a :class:`~rmsnorm_eps.layer_store.LayerStore` keeps them) and the driver that fills them are
-the ratio command's library, read together; the shared data path is in
-:mod:`rmsnorm_eps.engine`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import consume_layers
+from rmsnorm_eps.dumps import map_layers
 from rmsnorm_eps.engine import (
     DEFAULT_CHUNK_BYTES,
     Decisions,
@@ -40,7 +35,6 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, GateSubject, evaluate_gate
-from rmsnorm_eps.layer_store import LayerStore, LayerStoreBuilder, ints
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
@@ -141,91 +135,9 @@ class LayerResult:
         return self.violations / self.count if self.count else 0.0
 
 
-def _opt_float(x: float | None) -> float | None:
-    return None if x is None else float(x)
-
-
-def _opt_ints(x: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    return None if x is None else ints(x)
-
-
-class LayerCodec:
-    """:class:`LayerResult` <-> a tuple of primitives, for :class:`LayerStore` (every number
-    is made a plain ``int``/``float`` first: marshal would write a numpy scalar as bytes)."""
-
-    sums: tuple[str, ...] = ("below_bound",)
-    maxima: tuple[str, ...] = ()
-
-    def encode(self, x: LayerResult) -> tuple[Any, ...]:
-        return (
-            str(x.name),
-            float(x.eps),
-            ints(x.shape),
-            str(x.dtype),
-            None if x.raw_dim is None else int(x.raw_dim),
-            int(x.count),
-            int(x.nan_count),
-            int(x.inf_count),
-            int(x.zero_count),
-            int(x.below_bound),
-            _opt_float(x.min_q),
-            _opt_float(x.max_q),
-            _opt_float(x.min_ratio),
-            _opt_float(x.min_attenuation),
-            tuple(
-                (
-                    ints(w.index),
-                    float(w.q),
-                    float(w.ratio),
-                    float(w.attenuation),
-                    float(w.loss),
-                    None if w.shard is None else int(w.shard),
-                    _opt_ints(w.shard_index),
-                )
-                for w in x.worst
-            ),
-            tuple(
-                (
-                    ints(n.index),
-                    float(n.value),
-                    None if n.shard is None else int(n.shard),
-                    _opt_ints(n.shard_index),
-                )
-                for n in x.nonfinite_examples
-            ),
-            tuple((int(k), int(c)) for k, c in x.decades),
-            None if x.first_token is None else self.encode(x.first_token),
-            None if x.other_tokens is None else self.encode(x.other_tokens),
-            None if x.eps_source is None else str(x.eps_source),
-            str(x.quantity),
-        )
-
-    def decode(self, d: tuple[Any, ...]) -> LayerResult:
-        args = [
-            *d[:14],
-            tuple(WorstInput(*w) for w in d[14]),
-            tuple(NonfiniteInput(*n) for n in d[15]),
-            d[16],
-            None if d[17] is None else self.decode(d[17]),
-            None if d[18] is None else self.decode(d[18]),
-            d[19],
-            d[20],
-        ]
-        return LayerResult(*args)
-
-
-#: The codec of every :class:`RatioReport`'s layers.
-LAYER_CODEC = LayerCodec()
-
-
 @dataclass(frozen=True)
 class RatioReport(ReportTotals):
-    """The result of :func:`analyze_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`).
-
-    ``layers`` is a :class:`~rmsnorm_eps.layer_store.LayerStore` (any sequence of
-    :class:`LayerResult` given is stored as one): a compact sequence that decodes each layer on
-    access, with its totals folded once.
-    """
+    """The result of :func:`analyze_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`)."""
 
     command: ClassVar[str] = "ratio"  # names its reporter (rmsnorm_eps.reports)
 
@@ -234,7 +146,7 @@ class RatioReport(ReportTotals):
     delta: float
     min_ratio: float
     top_k: int
-    layers: Sequence[LayerResult]
+    layers: tuple[LayerResult, ...]
     shards: tuple[str, ...] = ()  # merged reports: the sources of the shards, in order
     # Layers that could not be read, with why (only with skip_unreadable; else that fails).
     skipped: tuple[Unreadable, ...] = ()
@@ -243,15 +155,9 @@ class RatioReport(ReportTotals):
     members_total: int = 0
     members_analysed: int = 0
 
-    def __post_init__(self) -> None:
-        layers = self.layers
-        if not (isinstance(layers, LayerStore) and isinstance(layers.codec, LayerCodec)):
-            object.__setattr__(self, "layers", LayerStore.of(layers, LAYER_CODEC))
-
     @property
     def below_bound(self) -> int:
-        """Sum of the layers' ``below_bound`` (folded once when the store was built)."""
-        return self._total("below_bound")
+        return sum(layer.below_bound for layer in self.layers)
 
 
 def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:
@@ -374,6 +280,11 @@ def _eps_from_config(
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
 
+def members_analysed(sources: list[ArraySource], skipped_names: set[str]) -> int:
+    """Members whose data entered the figures: each analysed layer and its companions."""
+    return sum(src.members for src in sources if src.name not in skipped_names)
+
+
 def analyze_dump(
     path: str | os.PathLike[str],
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
@@ -429,9 +340,8 @@ def analyze_dump(
     layer_eps = eps
     eps_by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
     quantities = layer_quantities([src.name for src in sources], norm, config)
-    layers: LayerStoreBuilder[LayerResult] = LayerStoreBuilder(LAYER_CODEC)
-    analysed = 0
-    for src, result in consume_layers(
+    opened_skips = len(skipped)
+    layers = map_layers(
         sources,
         lambda src: _analyze_layer(
             src,
@@ -447,19 +357,18 @@ def analyze_dump(
         ),
         skipped,
         skip_unreadable,
-    ):
-        layers.append(result)
-        analysed += src.members
+    )
+    failed = {u.name for u in skipped[opened_skips:]}
     return RatioReport(
         source=str(Path(path)),
         raw=raw,
         delta=d_value,
         min_ratio=ratio,
         top_k=top_k,
-        layers=layers.build(),
+        layers=tuple(layers),
         skipped=tuple(skipped),
         members_total=total,
-        members_analysed=analysed,
+        members_analysed=members_analysed(sources, failed),
     )
 
 

@@ -6,21 +6,19 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["atomic_write_bytes", "atomic_write_chunks", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_text"]
 
 
-def _write_special(target: Path, data: Iterable[bytes]) -> None:
+def _write_special(target: Path, data: bytes) -> None:
     """Write to an existing non-regular file (``/dev/stdout``, a FIFO) in place: renaming over
     it would replace the device or pipe with a plain file."""
     try:
         with open(target, "wb") as fh:
-            for piece in data:
-                fh.write(piece)
+            fh.write(data)
     except OSError as exc:
         raise InputFileError(target, f"cannot write: {exc.strerror or exc}") from None
 
@@ -42,17 +40,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     exist but are not regular files (devices, FIFOs) are written in place instead; a directory
     is an error.
     """
-    _atomic_write(Path(path), (data,))
-
-
-def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[str]) -> None:
-    """:func:`atomic_write_bytes` for text made while it is written (UTF-8): each chunk is
-    written as it comes, so a report of any size never sits whole in memory. If making a chunk
-    raises (or Ctrl-C), the temporary file is removed and ``path`` is left as it was."""
-    _atomic_write(Path(path), (chunk.encode("utf-8") for chunk in chunks))
-
-
-def _atomic_write(target: Path, data: Iterable[bytes]) -> None:
+    target = Path(path)
     try:
         st = os.stat(target)
     except OSError:
@@ -70,8 +58,7 @@ def _atomic_write(target: Path, data: Iterable[bytes]) -> None:
         raise InputFileError(target, f"cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            for piece in data:
-                fh.write(piece)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

@@ -3,15 +3,14 @@
 The readers live in :mod:`rmsnorm_eps.sources` (format-neutral: :func:`open_sources`,
 :class:`~rmsnorm_eps.sources.interface.ArraySource`, one module per format). This module keeps
 the names other modules and users import: :func:`open_dump`, :func:`open_dump_lenient`,
-:func:`open_layers`, :func:`consume_layers`, :func:`npy_bytes`, ...
+:func:`open_layers`, :func:`map_layers`, :func:`npy_bytes`, ...
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,8 +40,8 @@ __all__ = [
     "Unreadable",
     "check_float_dtype",
     "check_regular_file",
-    "consume_layers",
     "default_threads",
+    "map_layers",
     "npy_bytes",
     "open_dump",
     "open_dump_lenient",
@@ -87,31 +86,24 @@ def open_layers(
     return opened.sources, opened.unreadable
 
 
-def consume_layers(
+def map_layers(
     sources: list[Any],
     fn: Callable[[Any], T],
     skipped: list[Unreadable],
     skip_unreadable: bool,
-) -> Iterator[tuple[Any, T]]:
-    """``fn`` over every layer, one at a time: yields ``(source, fn(source))`` for every layer
-    whose data could be read. A layer whose data cannot be read (any :class:`InputFileError`)
+) -> list[T]:
+    """``fn`` over every layer. A layer whose data cannot be read (any :class:`InputFileError`)
     fails the run, or with ``skip_unreadable`` is appended to ``skipped`` with its problem:
-    nothing is ever left out silently. ``sources`` is emptied at the start and each source is
-    released once its layer is done, so a dump of many layers does not keep every source (its
-    headers, companions, ...) to the end: the caller keeps what it needs of a source from the
-    yield."""
-    pending = deque(sources)
-    sources.clear()
-    while pending:
-        src = pending.popleft()
+    nothing is ever left out silently."""
+    out: list[T] = []
+    for src in sources:
         try:
-            result = fn(src)
+            out.append(fn(src))
         except InputFileError as exc:
             if not skip_unreadable:
                 raise
             skipped.append(Unreadable(src.name, exc.problem))
-            continue
-        yield src, result
+    return out
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

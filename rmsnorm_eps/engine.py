@@ -30,7 +30,6 @@ from rmsnorm_eps.kernels import (
     refine_rows,
     variance_rows,
 )
-from rmsnorm_eps.layer_store import LayerStore
 from rmsnorm_eps.sources.interface import ArraySource
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
@@ -389,36 +388,24 @@ class _Layer(Protocol):
 class ReportTotals:
     """Aggregates over ``self.layers`` shared by the per-layer reports (ratio, compare):
     ``count``, ``violations``, ``nonfinite``, ``violation_fraction = violations / count`` (0 for
-    no input) and ``layers_affected`` (names of layers with a violation, in order).
-
-    When ``layers`` is a :class:`~rmsnorm_eps.layer_store.LayerStore` (the reports' own) the
-    sums were folded once as it was built: asking never decodes the layers again, and
-    ``layers_affected`` decodes only the affected layers, once (then kept).
-    """
+    no input) and ``layers_affected`` (names of layers with a violation, in order)."""
 
     layers: Sequence[Any]
 
     def _layers(self) -> Sequence[_Layer]:
         return self.layers
 
-    def _total(self, name: str) -> int:
-        """Sum of the int attribute ``name`` over the layers."""
-        layers = self.layers
-        if isinstance(layers, LayerStore):
-            return layers.total(name)
-        return sum(int(getattr(layer, name)) for layer in layers)
-
     @property
     def count(self) -> int:
-        return self._total("count")
+        return sum(layer.count for layer in self._layers())
 
     @property
     def violations(self) -> int:
-        return self._total("violations")
+        return sum(layer.violations for layer in self._layers())
 
     @property
     def nonfinite(self) -> int:
-        return self._total("nonfinite")
+        return sum(layer.nonfinite for layer in self._layers())
 
     @property
     def violation_fraction(self) -> float:
@@ -427,12 +414,4 @@ class ReportTotals:
 
     @property
     def layers_affected(self) -> tuple[str, ...]:
-        layers = self.layers
-        if not isinstance(layers, LayerStore):
-            return tuple(layer.name for layer in self._layers() if layer.violations)
-        cache = self.__dict__  # frozen dataclasses: set without __setattr__, as cached_property
-        names: tuple[str, ...] | None = cache.get("_layers_affected")
-        if names is None:
-            names = tuple(layers[i].name for i in layers.affected)
-            cache["_layers_affected"] = names
-        return names
+        return tuple(layer.name for layer in self._layers() if layer.violations)

@@ -26,7 +26,6 @@ rule and the deterministic output; splitting per command would copy that setup.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -72,31 +71,24 @@ class Plot:
     height_px: int
 
 
-def worst_layers(report: RatioReport, max_layers: int) -> Sequence[LayerResult]:
+def worst_layers(report: RatioReport, max_layers: int) -> tuple[LayerResult, ...]:
     """The ``max_layers`` worst layers in report order: most violations first, then the
-    smallest minimum q/eps (layers without a finite q last among equals).
-
-    One pass over the layers keeps only the ``max_layers`` best-ranked (memory bounded by
-    ``max_layers``, not by the number of layers)."""
+    smallest minimum q/eps (layers without a finite q last among equals)."""
     if max_layers < 1:
         raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
     if len(report.layers) <= max_layers:
         return report.layers
-    ranked = heapq.nsmallest(
-        max_layers,
-        (
-            (
-                -ly.violations,
-                ly.min_ratio is None,
-                ly.min_ratio if ly.min_ratio is not None else 0.0,
-                i,
-                ly,
-            )
-            for i, ly in enumerate(report.layers)
+    ranked = sorted(
+        range(len(report.layers)),
+        key=lambda i: (
+            -report.layers[i].violations,
+            report.layers[i].min_ratio is None,
+            report.layers[i].min_ratio if report.layers[i].min_ratio is not None else 0.0,
+            i,
         ),
-        key=lambda rank: rank[:4],
     )
-    return tuple(rank[4] for rank in sorted(ranked, key=lambda rank: rank[3]))
+    keep = sorted(ranked[:max_layers])
+    return tuple(report.layers[i] for i in keep)
 
 
 def require_matplotlib() -> None:
@@ -275,24 +267,24 @@ def _log_floor(values: list[float], anchor: float) -> float:
     return float(10.0 ** (math.floor(math.log10(low)) - 1))
 
 
-def worst_compare_layers(report: CompareReport, max_layers: int) -> Sequence[CompareLayer]:
+def worst_compare_layers(report: CompareReport, max_layers: int) -> tuple[CompareLayer, ...]:
     """The ``max_layers`` worst layers of a compare report, in report order: most violations
-    first, then the largest max |change| (layers without a finite factor last); one pass, as
-    :func:`worst_layers`."""
+    first, then the largest max |change| (layers without a finite factor last)."""
     if max_layers < 1:
         raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
     layers = report.layers
     if len(layers) <= max_layers:
         return layers
-    ranked = heapq.nsmallest(
-        max_layers,
-        (
-            (-ly.violations, ly.max_abs_change is None, -(ly.max_abs_change or 0.0), i, ly)
-            for i, ly in enumerate(layers)
+    ranked = sorted(
+        range(len(layers)),
+        key=lambda i: (
+            -layers[i].violations,
+            layers[i].max_abs_change is None,
+            -(layers[i].max_abs_change or 0.0),
+            i,
         ),
-        key=lambda rank: rank[:4],
     )
-    return tuple(rank[4] for rank in sorted(ranked, key=lambda rank: rank[3]))
+    return tuple(layers[i] for i in sorted(ranked[:max_layers]))
 
 
 def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any) -> None:

@@ -317,10 +317,7 @@ def test_a_terminal_report_takes_the_terminal_width(
 ) -> None:
     import sys
 
-    from rmsnorm_eps.cli._output import chunks_for
-
-    def render_for(result: object, fmt: str, output: None, gate: object) -> str:
-        return "".join(chunks_for(result, fmt, output, gate))
+    from rmsnorm_eps.cli._output import render_for
 
     result, gate, _, _ = _ratio(tmp_path)
     monkeypatch.setenv("NO_COLOR", "1")

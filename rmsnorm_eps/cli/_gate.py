@@ -4,10 +4,9 @@ A command parses its options into one frozen :class:`TailOptions` (before any wo
 ``--plot`` or ``--report`` is a usage error, an output that would overwrite an input is refused),
 computes its result, then hands it to :func:`finish`, which does the rest in one order for all:
 
-1. check the ``--format`` report and every ``--report FORMAT=PATH`` (a format the result does
+1. render the ``--format`` report and every ``--report FORMAT=PATH`` (a format the result does
    not support is a usage error, before anything is written);
-2. write them, each made while it is written (stdout or ``-o``, atomically), append
-   ``--summary``, draw ``--plot``;
+2. write them (stdout or ``-o``, atomically), append ``--summary``, draw ``--plot``;
 3. print ``PASS|FAIL|INCOMPLETE: <counts>`` on stderr;
 4. exit: 1 when layers were skipped (whatever ``--exit-zero`` says: part of the input was not
    checked), else 1 when the check failed unless ``--exit-zero``, else 0.
@@ -27,12 +26,12 @@ from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, usage_error
 from rmsnorm_eps.cli._options import Format, parse_report_specs
 from rmsnorm_eps.cli._output import (
     append_step_summary,
-    chunks_for,
     prepare_plot,
+    render_for,
     skipped_suffix,
     summary_line,
-    write_chunks,
     write_plot,
+    write_text,
 )
 from rmsnorm_eps.cli._paths import Named, check_outputs
 
@@ -113,14 +112,14 @@ def finish(
     ``verdict=False`` (a command that records rather than judges, e.g. ``capture``) prints
     ``message`` alone; skipped layers still make it INCOMPLETE and exit 1.
     """
-    main = chunks_for(result, options.fmt.value, options.output, gate, options.histogram)
+    main = render_for(result, options.fmt.value, options.output, gate, options.histogram)
     extra = [
-        (path, chunks_for(result, fmt.value, path, gate, options.histogram))
+        (path, render_for(result, fmt.value, path, gate, options.histogram))
         for fmt, path in options.reports
     ]
-    write_chunks(options.output, main)
-    for path, chunks in extra:
-        write_chunks(path, chunks)
+    write_text(options.output, main)
+    for path, text in extra:
+        write_text(path, text)
     if options.summary:
         append_step_summary(result, gate)
     if options.plot is not None and options.plot_fmt is not None and draw is not None:

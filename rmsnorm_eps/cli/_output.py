@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,57 +50,46 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def render_options(fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto") -> Any:
-    """The :class:`~rmsnorm_eps.reports.RenderOptions` for ``output`` (None: stdout, colour and
-    width of the terminal)."""
+def render_for(
+    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+) -> str:
+    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
     from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
-    return RenderOptions(
+    options = RenderOptions(
         color=fmt == "text" and color_wanted(to_terminal),
         width=shutil.get_terminal_size().columns if to_terminal else None,
         gate=gate,
         histogram=histogram,
     )
+    return render_or_usage_error(result, fmt, options)
 
 
-def chunks_for(
-    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
-) -> Iterator[str]:
-    """``result`` rendered for ``output`` (None: stdout, colour and width of the terminal) as
-    chunks of whole lines, made while they are written. A format the result does not support
-    is a usage error now, before any chunk is made."""
-    return chunks_or_usage_error(result, fmt, render_options(fmt, output, gate, histogram))
-
-
-def write_chunks(output: Path | None, chunks: Iterable[str]) -> None:
-    """Write a report made in chunks to ``output`` (atomically: the old file stays until the
-    last chunk is written) or to stdout, each chunk as it comes."""
+def write_text(output: Path | None, text: str) -> None:
+    """Write a rendered report to ``output`` (atomically) or to stdout."""
     if output is not None:
-        from rmsnorm_eps.atomic import atomic_write_chunks
+        from rmsnorm_eps.atomic import atomic_write_text
 
-        atomic_write_chunks(output, chunks)
+        atomic_write_text(output, text)
     else:
-        for chunk in chunks:
-            typer.echo(chunk, nl=False)
+        typer.echo(text, nl=False)
 
 
 def emit(
     result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
 ) -> None:
-    """Render ``result`` and write it to ``output`` (atomic) or stdout, chunk by chunk."""
-    name = str(getattr(fmt, "value", fmt))
-    write_chunks(output, chunks_for(result, name, output, gate, histogram))
+    """Render ``result`` and write it to ``output`` (atomic) or stdout."""
+    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
 
 
-def chunks_or_usage_error(result: object, fmt: str, options: Any) -> Iterator[str]:
-    """:func:`~rmsnorm_eps.reports.render_chunks`; a format that has no rendering for this
-    result is a usage error (exit 2), raised before the first chunk."""
+def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
+    """Render; a format that has no rendering for this result is a usage error (exit 2)."""
     from rmsnorm_eps.cli._app import usage_error
-    from rmsnorm_eps.reports import UnsupportedResult, render_chunks
+    from rmsnorm_eps.reports import UnsupportedResult, render
 
     try:
-        return render_chunks(result, fmt, options)
+        return render(result, fmt, options)
     except UnsupportedResult:
         raise usage_error(f"--format {fmt} is not available for this output") from None
 
@@ -120,16 +108,11 @@ def append_step_summary(result: object, gate: Any = None) -> Path | None:
     if not target:
         summary_line("note: --summary: GITHUB_STEP_SUMMARY is not set; no job summary written")
         return None
-    chunks = chunks_or_usage_error(result, "markdown", RenderOptions(gate=gate))
+    text = render_or_usage_error(result, "markdown", RenderOptions(gate=gate))
     path = Path(target)
     try:
         with path.open("a", encoding="utf-8") as fh:
-            last = "\n"
-            for chunk in chunks:
-                fh.write(chunk)
-                last = chunk[-1:] or last
-            if last != "\n":
-                fh.write("\n")
+            fh.write(text if text.endswith("\n") else text + "\n")
     except OSError as exc:
         raise InputFileError(
             path, f"cannot append the job summary: {exc.strerror or exc}", key=None

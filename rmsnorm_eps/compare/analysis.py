@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from rmsnorm_eps.compare.spec import (
     parse_spec,
     specs_from_config,
 )
-from rmsnorm_eps.dumps import consume_layers
+from rmsnorm_eps.dumps import map_layers
 from rmsnorm_eps.engine import (
     DEFAULT_CHUNK_BYTES,
     PositionSplit,
@@ -58,7 +58,6 @@ from rmsnorm_eps.engine import (
     unravel,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.layer_store import LayerStore, LayerStoreBuilder, ints
 from rmsnorm_eps.numerics import validate_eps
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
@@ -145,84 +144,10 @@ class CompareLayer:
         return self.violations / self.count if self.count else 0.0
 
 
-def _opt_float(x: float | None) -> float | None:
-    return None if x is None else float(x)
-
-
-class CompareCodec:
-    """:class:`CompareLayer` <-> a tuple of primitives, for :class:`LayerStore`. The settings
-    (:class:`EpsSpec`, the same few for every layer) are kept once in this codec's table and
-    each layer holds their positions in it; numbers are made plain ``int``/``float`` first."""
-
-    sums: tuple[str, ...] = ("moved",)
-    maxima: tuple[str, ...] = ("max_abs_change",)
-
-    def __init__(self) -> None:
-        self._specs: list[EpsSpec] = []
-        self._spec_index: dict[EpsSpec, int] = {}
-
-    def _spec(self, spec: EpsSpec) -> int:
-        i = self._spec_index.get(spec)
-        if i is None:
-            i = self._spec_index[spec] = len(self._specs)
-            self._specs.append(spec)
-        return i
-
-    @staticmethod
-    def _moved(m: MovedInput) -> tuple[Any, ...]:
-        return (ints(m.index), float(m.q), float(m.ratio), float(m.factor), float(m.change))
-
-    def encode(self, x: CompareLayer) -> tuple[Any, ...]:
-        return (
-            str(x.name),
-            ints(x.shape),
-            str(x.dtype),
-            None if x.raw_dim is None else int(x.raw_dim),
-            int(x.count),
-            int(x.nan_count),
-            int(x.inf_count),
-            int(x.zero_count),
-            int(x.nonfinite_factor),
-            int(x.moved),
-            _opt_float(x.max_abs_change),
-            _opt_float(x.min_factor),
-            _opt_float(x.max_factor),
-            tuple(self._moved(m) for m in x.worst),
-            tuple(self._moved(m) for m in x.nonfinite_examples),
-            tuple(
-                (int(d.decade), int(d.count), int(d.moved), float(d.max_abs_change))
-                for d in x.decades
-            ),
-            self._spec(x.spec_from),
-            self._spec(x.spec_to),
-            None if x.first_token is None else self.encode(x.first_token),
-            None if x.other_tokens is None else self.encode(x.other_tokens),
-            str(x.quantity),
-        )
-
-    def decode(self, d: tuple[Any, ...]) -> CompareLayer:
-        args = [
-            *d[:13],
-            tuple(MovedInput(*m) for m in d[13]),
-            tuple(MovedInput(*m) for m in d[14]),
-            tuple(DecadeRow(*r) for r in d[15]),
-            self._specs[d[16]],
-            self._specs[d[17]],
-            None if d[18] is None else self.decode(d[18]),
-            None if d[19] is None else self.decode(d[19]),
-            d[20],
-        ]
-        return CompareLayer(*args)
-
-
 @dataclass(frozen=True)
 class CompareReport(ReportTotals):
     """The result of :func:`compare_dump` (aggregates: :class:`rmsnorm_eps.engine.ReportTotals`;
-    ``nonfinite`` counts nonfinite q values and nonfinite factors).
-
-    ``layers`` is a :class:`~rmsnorm_eps.layer_store.LayerStore` (any sequence of
-    :class:`CompareLayer` given is stored as one), with its totals folded once.
-    """
+    ``nonfinite`` counts nonfinite q values and nonfinite factors)."""
 
     command: ClassVar[str] = "compare"  # names its reporter (rmsnorm_eps.reports)
 
@@ -233,33 +158,21 @@ class CompareReport(ReportTotals):
     tolerance: float
     scale: float
     top_k: int
-    layers: Sequence[CompareLayer]
+    layers: tuple[CompareLayer, ...]
     # Layers that could not be read, with why (only with skip_unreadable; else that fails).
     skipped: tuple[Unreadable, ...] = ()
     # Members of the dump's container and how many were analysed (see RatioReport).
     members_total: int = 0
     members_analysed: int = 0
 
-    def __post_init__(self) -> None:
-        layers = self.layers
-        if not (isinstance(layers, LayerStore) and isinstance(layers.codec, CompareCodec)):
-            object.__setattr__(self, "layers", LayerStore.of(layers, CompareCodec()))
-
-    @property
-    def store(self) -> LayerStore[CompareLayer]:
-        layers = self.layers
-        assert isinstance(layers, LayerStore)
-        return layers
-
     @property
     def moved(self) -> int:
-        """Sum of the layers' ``moved`` (folded once when the store was built)."""
-        return self._total("moved")
+        return sum(layer.moved for layer in self.layers)
 
     @property
     def max_abs_change(self) -> float | None:
-        """The largest ``max_abs_change`` of the layers (None when none has one)."""
-        return self.store.maximum("max_abs_change")
+        values = [x.max_abs_change for x in self.layers if x.max_abs_change is not None]
+        return max(values) if values else None
 
 
 #: Decade edges 1e{k} (float64 literals, as the ratio analysis uses) for k = DECADE_MIN-1 ..
@@ -504,10 +417,9 @@ def compare_dump(
     sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
+    opened_skips = len(skipped)
     quantities = layer_quantities([src.name for src in sources], norm, config)
-    layers: LayerStoreBuilder[CompareLayer] = LayerStoreBuilder(CompareCodec())
-    analysed = 0
-    for src, result in consume_layers(
+    layers = map_layers(
         sources,
         lambda src: _compare_layer(
             src,
@@ -522,9 +434,8 @@ def compare_dump(
         ),
         skipped,
         skip_unreadable,
-    ):
-        layers.append(result)
-        analysed += src.members
+    )
+    failed = {u.name for u in skipped[opened_skips:]}
     return CompareReport(
         source=str(Path(path)),
         raw=raw,
@@ -533,10 +444,10 @@ def compare_dump(
         tolerance=tol,
         scale=c,
         top_k=top_k,
-        layers=layers.build(),
+        layers=tuple(layers),
         skipped=tuple(skipped),
         members_total=total,
-        members_analysed=analysed,
+        members_analysed=sum(src.members for src in sources if src.name not in failed),
     )
 
 

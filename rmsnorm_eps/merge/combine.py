@@ -44,14 +44,12 @@ import json
 import math
 import os
 from bisect import bisect_right
-from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from rmsnorm_eps.analysis import (
-    LAYER_CODEC,
     LayerResult,
     NonfiniteInput,
     RatioReport,
@@ -60,7 +58,6 @@ from rmsnorm_eps.analysis import (
     resolve_bound,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.layer_store import LayerStoreBuilder
 from rmsnorm_eps.merge.summary_format import (
     ShardLayer,
     ShardSummary,
@@ -191,13 +188,12 @@ def merge_summaries(
     single = all(len(s.layers) == 1 for s in shards)  # .npy shards: names are file stems
     if not single:
         _check_names_agree(shards)
-    # each shard's layers by name (the first of a repeated name, as a search in order finds)
-    by_name = [{} if single else _first_by_name(s.layers) for s in shards]
-    results: LayerStoreBuilder[LayerResult] = LayerStoreBuilder(
-        LAYER_CODEC
-    )  # each merged layer is stored as it is made
+    results: list[LayerResult] = []
     for name in [ly.name for ly in first.layers]:
-        layers = [s.layers[0] if single else m[name] for s, m in zip(shards, by_name, strict=True)]
+        layers = [
+            s.layers[0] if single else next(ly for ly in s.layers if ly.name == name)
+            for s in shards
+        ]
         results.append(_merge_layer(name, shards, layers, ratio, k))
     return RatioReport(
         source=" + ".join(str(s.path) for s in shards),
@@ -205,17 +201,9 @@ def merge_summaries(
         delta=d_value,
         min_ratio=ratio,
         top_k=k,
-        layers=results.build(),
+        layers=tuple(results),
         shards=tuple(s.source for s in shards),
     )
-
-
-def _first_by_name(layers: Iterable[ShardLayer]) -> dict[str, ShardLayer]:
-    """Layer name -> the first layer of that name."""
-    out: dict[str, ShardLayer] = {}
-    for ly in layers:
-        out.setdefault(ly.name, ly)
-    return out
 
 
 def merge_reports(

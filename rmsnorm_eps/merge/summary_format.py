@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN
 
@@ -77,11 +76,6 @@ def _jnum(value: float | None) -> float | str | None:
 
 def summary_document(report: RatioReport) -> dict[str, Any]:
     """The versioned summary of a report (what ``--save-summary`` writes)."""
-    return {**_summary_head(report), "layers": [_layer_document(x) for x in report.layers]}
-
-
-def _summary_head(report: RatioReport) -> dict[str, Any]:
-    """:func:`summary_document` but its last key, ``layers``."""
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_VERSION,
@@ -93,36 +87,8 @@ def _summary_head(report: RatioReport) -> dict[str, Any]:
         "min_ratio": report.min_ratio,
         "top_k": report.top_k,
         "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+        "layers": [_layer_document(layer) for layer in report.layers],
     }
-
-
-def summary_chunks(report: RatioReport) -> Iterator[str]:
-    """``json.dumps(summary_document(report), indent=1, allow_nan=False)`` plus a newline,
-    with :func:`rmsnorm_eps.escape.json_text` applied, as chunks: one layer's document is
-    made at a time, so a report of any number of layers is written in bounded memory. The
-    chunks joined are exactly that text (``layers`` is the document's last key; a layer's
-    document, at depth 2, is its own ``indent=1`` text with each line indented two spaces).
-    """
-    from rmsnorm_eps.escape import json_text
-
-    head = json.dumps({**_summary_head(report), "layers": []}, indent=1, allow_nan=False)
-    if not report.layers:
-        yield json_text(head) + "\n"
-        return
-    assert head.endswith('"layers": []\n}')
-    yield from (json_text(chunk) for chunk in line_chunks(_summary_pieces(head, report)))
-
-
-def _summary_pieces(head: str, report: RatioReport) -> Iterator[str]:
-    """The summary text in pieces: ``head`` up to its empty layer list, then one layer's
-    document at a time (each line indented two spaces), then the end."""
-    yield head[: -len("[]\n}")] + "["
-    sep = "\n  "
-    for layer in report.layers:
-        text = json.dumps(_layer_document(layer), indent=1, allow_nan=False)
-        yield sep + text.replace("\n", "\n  ")
-        sep = ",\n  "
-    yield "\n ]\n}\n"
 
 
 def _figures(layer: LayerResult) -> dict[str, Any]:
@@ -164,9 +130,11 @@ def write_summary(report: RatioReport, path: str | os.PathLike[str]) -> None:
     ASCII (controls and surrogates as ``\\uXXXX``) and :func:`rmsnorm_eps.escape.json_text`
     writes a ``#`` before a ``#`` as ``\\u0023``, so a runner ``cat``-ing the file reads no
     workflow command; it parses back to the exact names."""
-    from rmsnorm_eps.atomic import atomic_write_chunks
+    from rmsnorm_eps.atomic import atomic_write_text
+    from rmsnorm_eps.escape import json_text
 
-    atomic_write_chunks(Path(path), summary_chunks(report))
+    text = json_text(json.dumps(summary_document(report), indent=1, allow_nan=False)) + "\n"
+    atomic_write_text(Path(path), text)
 
 
 # --------------------------------------------------------------------------- the loaded form

@@ -8,22 +8,14 @@ its command module (see :mod:`rmsnorm_eps.reports.registry`).
 
 Levels follow SARIF: ``error`` (a violation that fails the gate), ``warning`` (a violation the
 gate's budget allows), ``note`` (a passing check, for completeness).
-
-A report of many layers holds its checks as a :class:`~rmsnorm_eps.reports.lazy.Lazy`
-sequence (made one at a time from the result on each iteration), so nothing here holds them
-all: :attr:`CheckReport.counts`, :attr:`~CheckReport.failed` and :attr:`~CheckReport.sources`
-iterate, and the formats write check by check (``render_checks_chunks``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Literal
 
-from rmsnorm_eps.chunks import line_chunks
-from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import UnsupportedResult
 
 __all__ = [
@@ -34,7 +26,6 @@ __all__ = [
     "Rule",
     "check_report",
     "g",
-    "line_chunks",
     "unreadable_rule",
     "verdict_fact",
     "with_skipped",
@@ -80,8 +71,6 @@ class CheckReport:
 
     ``passed`` is the gate's verdict (a budget may let failed checks pass the gate);
     ``facts`` are (label, display text) pairs; ``subject`` names what ``Check.name`` is.
-    ``checks`` is a tuple, or for a report of many layers a
-    :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence made anew on each iteration.
     """
 
     command: str
@@ -89,22 +78,18 @@ class CheckReport:
     source: str | None
     subject: str
     rules: tuple[Rule, ...]
-    checks: Sequence[Check]
+    checks: tuple[Check, ...]
     passed: bool
     verdict: str
     facts: tuple[tuple[str, str], ...] = ()
 
     @property
-    def failed(self) -> Sequence[Check]:
-        """The failed checks, in order: a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence
-        (one pass over the checks counts them; each iteration makes them anew)."""
-        checks = self.checks
-        n = sum(1 for c in checks if not c.passed)
-        return Lazy(n, lambda: (c for c in checks if not c.passed))
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
 
     @property
     def counts(self) -> dict[str, int]:
-        """Summary counts: checks, passed, failed, error, warning, note (one pass)."""
+        """Summary counts: checks, passed, failed, error, warning, note."""
         out = {
             "checks": len(self.checks),
             "passed": 0,
@@ -124,11 +109,11 @@ class CheckReport:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Every file the report points at, the report's first, each once (one pass)."""
-        out: dict[str, None] = {} if self.source is None else {self.source: None}
+        """Every file the report points at, the report's first, each once."""
+        out = [self.source] if self.source is not None else []
         for c in self.checks:
-            if c.source is not None:
-                out.setdefault(c.source)
+            if c.source is not None and c.source not in out:
+                out.append(c.source)
         return tuple(out)
 
     def rule(self, rule_id: str) -> Rule:
@@ -174,18 +159,10 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
     from dataclasses import replace
 
     rule = unreadable_rule(report.command)
-
-    def unreadable() -> Iterator[Check]:
-        for u in skipped:
-            msg = f"{u.name}: unreadable, not analysed: {u.problem}"
-            yield Check(rule.id, u.name, False, "error", msg)
-
-    checks: Sequence[Check]
-    if isinstance(report.checks, Lazy):  # appended without making the checks
-        first = report.checks
-        checks = Lazy(len(first) + len(skipped), lambda: chain(first, unreadable()))
-    else:
-        checks = (*report.checks, *unreadable())
+    checks = tuple(
+        Check(rule.id, u.name, False, "error", f"{u.name}: unreadable, not analysed: {u.problem}")
+        for u in skipped
+    )
     names = ", ".join(u.name for u in skipped)
     verdict = f"incomplete: {len(skipped)} unreadable layer(s) skipped; {report.verdict}"
     facts = (
@@ -196,7 +173,7 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
     return replace(
         report,
         rules=(*report.rules, rule),
-        checks=checks,
+        checks=report.checks + checks,
         passed=False,
         verdict=verdict,
         facts=facts,

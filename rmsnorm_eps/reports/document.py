@@ -72,15 +72,11 @@ def skipped_document(skipped: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def document(result: object, gate: Any = None) -> dict[str, Any]:
-    """The canonical dict for ``result``, built by its command module (plain dicts and lists:
-    a command module may build its long lists as :class:`~rmsnorm_eps.reports.lazy.Lazy`
-    for streaming; they are made lists here)."""
+    """The canonical dict for ``result``, built by its command module."""
     from rmsnorm_eps.reports.registry import command_module, command_of
 
     module = command_module(command_of(result))
     if "json" not in module.FORMATS:
         raise UnsupportedResult(f"no document for {type(result).__name__}")
-    from rmsnorm_eps.reports.lazy import materialize
-
-    doc: dict[str, Any] = materialize(module.document(result, gate))
+    doc: dict[str, Any] = module.document(result, gate)
     return doc

@@ -3,14 +3,16 @@ the first-token / other-tokens table and the tail (skipped layers, verdict)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from rmsnorm_eps.escape import text as _e
-from rmsnorm_eps.reports.formats.text import RowTable
+from rmsnorm_eps.reports.formats.text import NamedTable
 from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["position_split_parts", "tail_parts"]
@@ -18,42 +20,37 @@ __all__ = ["position_split_parts", "tail_parts"]
 
 def position_split_parts(
     layers: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], str]]]
-) -> list[Any]:
+) -> list[RenderableType]:
     """For dumps with token positions: each layer's first token (position 0) next to its other
-    tokens, one ``(header, cell)`` column pair per figure. The table's rows are made from
-    ``layers`` on each pass over them (:class:`RowTable`), never held."""
-    if not any(ly.first_token is not None for ly in layers):
+    tokens, one ``(header, cell)`` column pair per figure."""
+    split = [ly for ly in layers if ly.first_token is not None]
+    if not split:
         return []
-    heads: list[tuple[str, str, bool]] = [("layer", "left", False)]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("layer")
     for side in ("first", "other"):
-        heads += [(f"{side}\n{name}", "right", True) for name, _ in columns]
-
-    def rows() -> Iterator[tuple[list[str], None]]:
-        for ly in layers:
-            if ly.first_token is None:
-                continue
-            cells = [_e(ly.name)]
-            for part in (ly.first_token, ly.other_tokens):
-                cells += [cell(part) for _, cell in columns]
-            yield cells, None
-
-    return [
-        Text("By token position: first token (position 0) | other tokens"),
-        RowTable(tuple(heads), rows),
-    ]
+        for name, _ in columns:
+            table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
+    for ly in split:
+        cells = [Text(_e(ly.name))]
+        for part in (ly.first_token, ly.other_tokens):
+            cells += [Text(cell(part)) for _, cell in columns]
+        table.add_row(*cells)
+    return [Text("By token position: first token (position 0) | other tokens"), NamedTable(table)]
 
 
-def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> Iterator[RenderableType]:
+def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[RenderableType]:
     """One line per layer skipped as unreadable, then the verdict when the command gates
-    (``INCOMPLETE`` when a layer was skipped: part of the dump was not checked); each line is
-    made when it is taken."""
-    for u in skipped:
-        yield Text(f"SKIPPED (unreadable, not analysed): {_e(u.name)}: {_e(u.problem)}")
+    (``INCOMPLETE`` when a layer was skipped: part of the dump was not checked)."""
+    parts: list[RenderableType] = [
+        Text(f"SKIPPED (unreadable, not analysed): {_e(u.name)}: {_e(u.problem)}") for u in skipped
+    ]
     if options.gate is not None:
         verdict = "PASS: " if options.gate.passed else "FAIL: "
         if skipped:
             verdict = f"INCOMPLETE ({len(skipped)} layer(s) skipped): " + verdict
-        yield Text(verdict + options.gate.reason)
+        parts.append(Text(verdict + options.gate.reason))
+    return parts
 
 
 def members_document(report: Any) -> dict[str, Any]:

@@ -4,9 +4,9 @@ changes from one setting to another: the document, the text tables, and two chec
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rich.console import RenderableType
 from rich.text import Text
 
 from rmsnorm_eps.escape import text as _e
@@ -28,10 +28,9 @@ from rmsnorm_eps.reports.commands._layers import (
 )
 from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import RowTable, render_chunks
+from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
-from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:  # compare.analysis imports numpy
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text", "text_chunks"]
+__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text"]
 
 FORMATS = frozenset(ALL_FORMATS)
 
@@ -119,8 +118,7 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
 
 
 def document(result: CompareReport, gate: GateResult | None = None) -> dict[str, Any]:
-    """The compare document (``layers`` and ``summary.layers_affected`` are
-    :class:`~rmsnorm_eps.reports.lazy.Lazy`: made as the document is written)."""
+    """The compare document."""
     doc: dict[str, Any] = head("compare")
     doc.update(
         {
@@ -141,11 +139,11 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
                 "max_abs_change": jnum(result.max_abs_change),
-                "layers_affected": Lazy.over(result.layers_affected, str),
+                "layers_affected": list(result.layers_affected),
                 **members_document(result),
             },
             "gate": gate_document(gate),
-            "layers": Lazy.over(result.layers, _layer),  # made one at a time as written
+            "layers": [_layer(layer) for layer in result.layers],
         }
     )
     doc.update(skipped_document(result.skipped))
@@ -153,38 +151,29 @@ def document(result: CompareReport, gate: GateResult | None = None) -> dict[str,
 
 
 # ----------------------------------------------------------------------------- text
-def _table(heads: tuple[str, ...], rows: list[list[str]]) -> RowTable:
-    """A small table of one layer (:func:`simple_table`'s layout, no names from the input)."""
-    cells = [(row, None) for row in rows]
-    columns = tuple((h, "left" if i == 0 else "right", False) for i, h in enumerate(heads))
-    return RowTable(columns, lambda: cells, None)
-
-
-def _layer_details(layer: CompareLayer) -> list[Any]:
+def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     eps_from = layer.spec_from.eps
     q = layer.quantity  # q = mean(x^2), or v (LayerNorm variance)
-    out: list[Any] = []
+    out: list[RenderableType] = []
     if layer.worst:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
-        rows = [
-            [_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}"]
-            for m in layer.worst
-        ]
-        out.append(_table(("index", q, f"{q}/eps_from", "factor", "change"), rows))
+        worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
+        for m in layer.worst:
+            worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
+        out.append(worst)
     if layer.decades:
         out.append(Text(f"{_e(layer.name)}: by decade of {q}/eps_from (eps_from {eps_from:g})"))
-        rows = [
-            [
+        dec = simple_table(f"{q}/eps_from", "count", "moved", "max |change|")
+        for d in layer.decades:
+            dec.add_row(
                 f"[1e{d.decade}, 1e{d.decade + 1})",
                 str(d.count),
                 str(d.moved),
                 _f(d.max_abs_change),
-            ]
-            for d in layer.decades
-        ]
+            )
         if layer.zero_count:
-            rows.append(["q = 0", str(layer.zero_count), "0", "0"])
-        out.append(_table((f"{q}/eps_from", "count", "moved", "max |change|"), rows))
+            dec.add_row("q = 0", str(layer.zero_count), "0", "0")
+        out.append(dec)
     if layer.nonfinite_examples:
         shown = ", ".join(
             f"{_idx(m.index)} q={m.q:g} factor={m.factor:g}" for m in layer.nonfinite_examples
@@ -199,7 +188,7 @@ def _layer_details(layer: CompareLayer) -> list[Any]:
     return out
 
 
-def _position_table(report: CompareReport) -> list[Any]:
+def _position_table(report: CompareReport) -> list[RenderableType]:
     """For dumps with token positions: first token (position 0) next to the other tokens."""
     return position_split_parts(
         report.layers,
@@ -214,52 +203,20 @@ def _position_table(report: CompareReport) -> list[Any]:
 
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
-    layers that use it (dump order: the first four names and how many more)."""
-    groups: dict[EpsSpec, tuple[list[str], list[int]]] = {}
+    layers that use it (dump order)."""
+    groups: dict[EpsSpec, list[str]] = {}
     for layer in report.layers:
         spec = layer.spec_from if side == "from" else layer.spec_to
-        names, count = groups.setdefault(spec, ([], [0]))
-        count[0] += 1
-        if len(names) < 4:
-            names.append(_e(layer.name))
+        groups.setdefault(spec, []).append(_e(layer.name))
     lines = []
-    for spec, (names, count) in groups.items():
-        more = count[0] - len(names)
-        shown = ", ".join(names) + (f" and {more} more" if more else "")
-        lines.append(f"  {_e(spec.describe())} for {count[0]} layer(s): {shown}")
+    for spec, names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
         lines.append(f"    ({_e(spec.note)})")
     return lines
 
 
-#: The layers table's columns.
-_LAYER_COLUMNS = (
-    "layer",
-    "count",
-    "nonfinite",
-    "max |change|",
-    "min factor",
-    "max factor",
-    "moved",
-    "moved %",
-)
-
-
-def _layer_row(layer: CompareLayer) -> list[str]:
-    return [
-        _e(layer.name),
-        str(layer.count),
-        str(layer.nonfinite_q + layer.nonfinite_factor),
-        _f(layer.max_abs_change),
-        _f(layer.min_factor),
-        _f(layer.max_factor),
-        str(layer.moved),
-        f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
-    ]
-
-
-def _compare_parts(report: CompareReport, options: RenderOptions) -> Iterator[Any]:
-    """The text report's parts, each made when it is taken (the layers table is a
-    :class:`RowTable` over ``report.layers``)."""
+def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
     kind = quantity_kind(report.layers, report.raw)
@@ -275,35 +232,50 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> Iterator[An
         if isinstance(spec, EpsSpec) and spec.note:
             lines.append(f"{side} default: {_e(spec.note)}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
-    yield Text("\n".join(lines))
-    layers = report.layers
-    yield RowTable(
-        tuple((h, "left" if i == 0 else "right", False) for i, h in enumerate(_LAYER_COLUMNS)),
-        lambda: ((_layer_row(ly), "bold" if ly.violations else None) for ly in layers),
+    parts: list[RenderableType] = [Text("\n".join(lines))]
+    table = simple_table(
+        "layer",
+        "count",
+        "nonfinite",
+        "max |change|",
+        "min factor",
+        "max factor",
+        "moved",
+        "moved %",
     )
-    yield from _position_table(report)
-    for layer in layers:
+    for layer in report.layers:
+        table.add_row(
+            _e(layer.name),
+            str(layer.count),
+            str(layer.nonfinite_q + layer.nonfinite_factor),
+            _f(layer.max_abs_change),
+            _f(layer.min_factor),
+            _f(layer.max_factor),
+            str(layer.moved),
+            f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
+            style="bold" if layer.violations else None,
+        )
+    parts.append(NamedTable(table))
+    parts.extend(_position_table(report))
+    for layer in report.layers:
         if layer.violations:
-            yield from _layer_details(layer)
-    yield from members_parts(report)
-    yield Text(
-        f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
-        f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
-        f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
-        f"max |change| {_f(report.max_abs_change)}"
+            parts.extend(_layer_details(layer))
+    parts.extend(members_parts(report))
+    parts.append(
+        Text(
+            f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
+            f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
+            f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
+            f"max |change| {_f(report.max_abs_change)}"
+        )
     )
-    yield from tail_parts(report.skipped, options)
-
-
-def text_chunks(result: CompareReport, options: RenderOptions) -> Iterator[str]:
-    """The text report in chunks of whole lines, written while it is made
-    (:func:`~rmsnorm_eps.reports.formats.text.render_chunks`)."""
-    return render_chunks(_compare_parts(result, options), options)
+    parts.extend(tail_parts(report.skipped, options))
+    return parts
 
 
 def text(result: CompareReport, options: RenderOptions) -> str:
-    """The text report (its joined :func:`text_chunks`)."""
-    return "".join(text_chunks(result, options))
+    """The text report."""
+    return render_renderables(_compare_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -329,68 +301,8 @@ def _spec_text(spec: Any) -> str:
     return str(spec.describe())
 
 
-def _moved_check(layer: Any, tol: float, bad: Level) -> Check:
-    """``compare/moved``: fails when some input has ``|change| > tol``."""
-    nums: dict[str, Number] = {
-        "count": layer.count,
-        "moved": layer.moved,
-        "fraction": layer.moved / layer.count if layer.count else 0.0,
-        "max_abs_change": layer.max_abs_change,
-        "min_factor": layer.min_factor,
-        "max_factor": layer.max_factor,
-        "tolerance": tol,
-    }
-    if layer.moved:
-        w = layer.worst[0] if layer.worst else None
-        where = (
-            f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
-            f"{layer.quantity}/eps_from {_g(w.ratio)}, "
-            f"change {w.change:+.6g})"
-            if w is not None
-            else ""
-        )
-        msg = (
-            f"{layer.name}: {layer.moved} of {layer.count} inputs "
-            f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
-            f"max |change| {_g(layer.max_abs_change)}{where}"
-        )
-    elif layer.max_abs_change is not None:
-        msg = (
-            f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
-            f"max |change| {_g(layer.max_abs_change)}"
-        )
-    else:
-        msg = f"{layer.name}: no finite factor to check"
-    level: Level = "note" if layer.moved == 0 else bad
-    return Check("compare/moved", layer.name, layer.moved == 0, level, msg, nums)
-
-
-def _nonfinite_check(layer: Any, bad: Level) -> Check:
-    """``compare/nonfinite``: fails when some q is NaN/+inf or some factor is nonfinite."""
-    nf = layer.nonfinite_q + layer.nonfinite_factor
-    nf_nums: dict[str, Number] = {
-        "count": layer.count,
-        "nonfinite": nf,
-        "nan": layer.nan_count,
-        "inf": layer.inf_count,
-        "nonfinite_factor": layer.nonfinite_factor,
-    }
-    if nf:
-        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-        where = f", first at index {_idx(first.index)}" if first is not None else ""
-        msg = (
-            f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
-            f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
-        )
-    else:
-        msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
-    level: Level = "note" if nf == 0 else bad
-    return Check("compare/nonfinite", layer.name, nf == 0, level, msg, nf_nums)
-
-
 def checks(report: Any, gate: Any = None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`, made
-    on demand (a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence, made anew on each pass).
+    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
 
     ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
     when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
@@ -399,12 +311,70 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     passed = report.violations == 0 if gate is None else bool(gate.passed)
     bad: Level = "warning" if passed else "error"
     tol = report.tolerance
-
-    def per_layer() -> Iterator[Check]:
-        for layer in report.layers:
-            yield _moved_check(layer, tol, bad)
-            yield _nonfinite_check(layer, bad)
-
+    checks: list[Check] = []
+    for layer in report.layers:
+        nums: dict[str, Number] = {
+            "count": layer.count,
+            "moved": layer.moved,
+            "fraction": layer.moved / layer.count if layer.count else 0.0,
+            "max_abs_change": layer.max_abs_change,
+            "min_factor": layer.min_factor,
+            "max_factor": layer.max_factor,
+            "tolerance": tol,
+        }
+        if layer.moved:
+            w = layer.worst[0] if layer.worst else None
+            where = (
+                f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
+                f"{layer.quantity}/eps_from {_g(w.ratio)}, "
+                f"change {w.change:+.6g})"
+                if w is not None
+                else ""
+            )
+            msg = (
+                f"{layer.name}: {layer.moved} of {layer.count} inputs "
+                f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
+                f"max |change| {_g(layer.max_abs_change)}{where}"
+            )
+        elif layer.max_abs_change is not None:
+            msg = (
+                f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
+                f"max |change| {_g(layer.max_abs_change)}"
+            )
+        else:
+            msg = f"{layer.name}: no finite factor to check"
+        checks.append(
+            Check(
+                "compare/moved",
+                layer.name,
+                layer.moved == 0,
+                "note" if layer.moved == 0 else bad,
+                msg,
+                nums,
+            )
+        )
+        nf = layer.nonfinite_q + layer.nonfinite_factor
+        nf_nums: dict[str, Number] = {
+            "count": layer.count,
+            "nonfinite": nf,
+            "nan": layer.nan_count,
+            "inf": layer.inf_count,
+            "nonfinite_factor": layer.nonfinite_factor,
+        }
+        if nf:
+            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+            where = f", first at index {_idx(first.index)}" if first is not None else ""
+            msg = (
+                f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
+                f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
+            )
+        else:
+            msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
+        checks.append(
+            Check(
+                "compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums
+            )
+        )
     verdict = (
         gate.reason
         if gate is not None
@@ -435,7 +405,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         source=report.source,
         subject="layer",
         rules=COMPARE_RULES,
-        checks=Lazy(2 * len(report.layers), per_layer),  # made on each pass, never held
+        checks=tuple(checks),
         passed=passed,
         verdict=verdict,
         facts=facts,

@@ -5,7 +5,6 @@ others notes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,6 @@ from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, 
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands.config_show import show_value, value_document
 from rmsnorm_eps.reports.document import head as _head
-from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -52,17 +50,17 @@ def document(d: ConfigDiff, gate: Any = None) -> dict[str, Any]:
             "rel_tol": d.rel_tol,
             "equivalent": d.equivalent,
             "patterns": list(d.patterns),
-            "differences": Lazy.over(
-                d.differences,
-                lambda x: {
+            "differences": [
+                {
                     "field": x.field,
                     "significant": x.significant,
                     "patterns": list(x.patterns),
                     "a": value_document(x.a),
                     "b": value_document(x.b),
                     "message": diff_line(x, d.a.path, d.b.path),
-                },
-            ),
+                }
+                for x in d.differences
+            ],
         }
     )
     return doc
@@ -129,12 +127,24 @@ def checks(diff: Any, gate: Any = None) -> CheckReport:
         found = config.settings_for(pattern)
         return found if found is not None else config.defaults
 
-    def made() -> Iterator[Check]:
-        for pattern in diff.patterns:
-            sa, sb = settings(diff.a, pattern), settings(diff.b, pattern)
-            for field in FIELDS:
-                yield _setting_check(diff, pattern, field, sa.get(field), sb.get(field), differing)
-
+    checks: list[Check] = []
+    for pattern in diff.patterns:
+        sa, sb = settings(diff.a, pattern), settings(diff.b, pattern)
+        for field in FIELDS:
+            ra, rb = sa.get(field), sb.get(field)
+            nums: dict[str, Number] = {"a": _value(ra.value), "b": _value(rb.value)}
+            if field == "eps":
+                nums["rel_tol"] = diff.rel_tol
+            d = differing.get((pattern, field))
+            if d is not None:
+                level: Level = "error" if d.significant else "warning"
+                msg = diff_line(replace(d, patterns=(pattern,)), diff.a.path, diff.b.path)
+            else:
+                level = "note"
+                msg = f"{pattern}: {field} A {show_value(ra)} B {show_value(rb)}" + (
+                    "" if ra.value is not None or rb.value is not None else " (missing on both)"
+                )
+            checks.append(Check(f"config/{field}", pattern, d is None, level, msg, nums))
     passed = bool(diff.equivalent)
     n = len(diff.significant)
     notes = len(diff.differences) - n
@@ -156,30 +166,11 @@ def checks(diff: Any, gate: Any = None) -> CheckReport:
         source=diff.b.path,
         subject="norm pattern",
         rules=rules,
-        checks=Lazy(len(diff.patterns) * len(FIELDS), made),  # made anew on each pass
+        checks=tuple(checks),
         passed=passed,
         verdict=verdict,
         facts=facts,
     )
-
-
-def _setting_check(
-    diff: Any, pattern: str, field: str, ra: Any, rb: Any, differing: dict[tuple[str, str], Any]
-) -> Check:
-    """The check of one setting of one pattern: failed when the diff lists it."""
-    nums: dict[str, Number] = {"a": _value(ra.value), "b": _value(rb.value)}
-    if field == "eps":
-        nums["rel_tol"] = diff.rel_tol
-    d = differing.get((pattern, field))
-    if d is not None:
-        level: Level = "error" if d.significant else "warning"
-        msg = diff_line(replace(d, patterns=(pattern,)), diff.a.path, diff.b.path)
-    else:
-        level = "note"
-        msg = f"{pattern}: {field} A {show_value(ra)} B {show_value(rb)}" + (
-            "" if ra.value is not None or rb.value is not None else " (missing on both)"
-        )
-    return Check(f"config/{field}", pattern, d is None, level, msg, nums)
 
 
 def _value(value: Any) -> Number:

@@ -7,12 +7,10 @@ for float32-stored eps, the nearest short decimal. It checks nothing (text and j
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
-from rmsnorm_eps.reports.lazy import Lazy
 from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
@@ -68,19 +66,7 @@ def _settings_doc(s: NormSettings) -> dict[str, Any]:
     return {name: value_document(s.get(name)) for name in FIELDS}
 
 
-def _layer_docs(c: NormConfig) -> Iterator[dict[str, Any]]:
-    """Each entry's pattern, the keys it sets and its resolved settings, one at a time."""
-    for i, entry in enumerate(c.entries):
-        yield {
-            "pattern": entry.pattern,
-            "sets": [k for k, _ in entry.overrides],
-            "settings": _settings_doc(c.entry_settings(i)[1]),
-        }
-
-
 def document(c: NormConfig, gate: Any = None) -> dict[str, Any]:
-    """The config document; its ``layers`` are made one at a time as they are written (a
-    YAML of 30,000 patterns holds about 3 KB of document per pattern)."""
     doc = _head("config show")
     doc.update(
         {
@@ -90,7 +76,14 @@ def document(c: NormConfig, gate: Any = None) -> dict[str, Any]:
             "source": c.source,
             "notes": list(c.notes),
             "defaults": _settings_doc(c.defaults),
-            "layers": Lazy(len(c.entries), lambda: _layer_docs(c)),
+            "layers": [
+                {
+                    "pattern": pattern,
+                    "sets": [k for k, _ in entry.overrides],
+                    "settings": _settings_doc(settings),
+                }
+                for (pattern, settings), entry in zip(c.resolved_entries(), c.entries, strict=True)
+            ],
         }
     )
     return doc

@@ -10,10 +10,12 @@ checks), the unit a new format or field touches; merge and compare reuse its pie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from rmsnorm_eps.escape import text as _e
@@ -26,8 +28,7 @@ from rmsnorm_eps.reports.commands._layers import (
     tail_parts,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import RowTable, fmt, fmt_index, render_chunks
-from rmsnorm_eps.reports.lazy import Lazy
+from rmsnorm_eps.reports.formats.text import NamedTable, fmt, fmt_index, render_renderables
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 from rmsnorm_eps.reports.registry import ALL_FORMATS
 
@@ -43,7 +44,6 @@ __all__ = [
     "quantity_kind",
     "quantity_label",
     "text",
-    "text_chunks",
 ]
 
 FORMATS = frozenset(ALL_FORMATS)
@@ -110,11 +110,7 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
 
 
 def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, Any]:
-    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``).
-
-    ``layers`` and ``summary.layers_affected`` are :class:`~rmsnorm_eps.reports.lazy.Lazy`:
-    each layer's dict is made as the document is written (bounded memory at any number of
-    layers); :func:`rmsnorm_eps.reports.document.document` makes them lists."""
+    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
     doc = head("merge" if result.shards else "ratio")
     doc.update(
         {
@@ -131,11 +127,11 @@ def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, A
                 "nonfinite": result.nonfinite,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
-                "layers_affected": Lazy.over(result.layers_affected, str),
+                "layers_affected": list(result.layers_affected),
                 **members_document(result),
             },
             "gate": gate_document(gate),
-            "layers": Lazy.over(result.layers, _layer),  # made one at a time as written
+            "layers": [_layer(layer) for layer in result.layers],
         }
     )
     if result.shards:
@@ -175,19 +171,14 @@ def _shard_index(
 
 
 def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
-    """ratio --config: one line per (eps, source) with the layers that took it (the first
-    four names of each and how many more: never every name)."""
-    groups: dict[tuple[float, str], tuple[list[str], list[int]]] = {}
+    """ratio --config: one line per (eps, source) with the layers that took it."""
+    groups: dict[tuple[float, str], list[str]] = {}
     for layer in report.layers:
         if layer.eps_source is not None:
-            names, more = groups.setdefault((layer.eps, layer.eps_source), ([], [0]))
-            if len(names) < 4:
-                names.append(_e(layer.name))
-            else:
-                more[0] += 1
+            groups.setdefault((layer.eps, layer.eps_source), []).append(_e(layer.name))
     lines = []
-    for (eps, source), (names, more) in groups.items():
-        shown = ", ".join(names) + (f" and {more[0]} more" if more[0] else "")
+    for (eps, source), names in groups.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"eps {fmt(eps)} from {_e(source)}: {shown}")
     return [Text("\n".join(lines))] if lines else []
 
@@ -230,19 +221,21 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
     return rows
 
 
-def _histogram(layer: LayerResult, bound: float, color: bool) -> list[Any]:
+def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
     """The title line and the table (a table title would wrap at the table's width)."""
     qv = layer.quantity
     title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {fmt(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
-    cells: list[tuple[list[str], str | None]] = []
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(f"r = {qv}/eps")
+    table.add_column("count", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("")
     for label, count, mark in rows:
         n = 0 if count == 0 or peak == 0 else max(1, round(HISTOGRAM_BAR * count / peak))
         style = "red" if color and mark in ("below bound", "violation") else None
-        cells.append(([label, str(count), "#" * n, mark], style))
-    columns = ((f"r = {qv}/eps", "left", False), ("count", "right", False))
-    table = RowTable((*columns, ("", "left", True), ("", "left", False)), lambda: cells, None)
+        table.add_row(label, str(count), "#" * n, mark, style=style)
     return [title, table]
 
 
@@ -253,7 +246,7 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
-def _position_parts(report: RatioReport) -> list[Any]:
+def _position_parts(report: RatioReport) -> list[RenderableType]:
     return position_split_parts(
         report.layers,
         [
@@ -265,107 +258,84 @@ def _position_parts(report: RatioReport) -> list[Any]:
     )
 
 
-#: The layers table's columns (``q`` is ``q``, ``v`` or ``q|v``).
-_LAYER_COLUMNS = (
-    ("layer", "left"),
-    ("eps", "right"),
-    ("count", "right"),
-    ("nonfinite", "right"),
-    ("min {q}", "right"),
-    ("min {q}/eps", "right"),
-    ("min A", "right"),
-    ("below bound", "right"),
-    ("violating", "right"),
-)
-
-
-def _worst_table(layer: LayerResult) -> RowTable:
-    q = layer.quantity
-    rows = [
-        (
-            [
-                _shard_index(w.index, w.shard, w.shard_index),
-                fmt(w.q),
-                fmt(w.ratio),
-                fmt(w.attenuation),
-                fmt(w.loss),
-            ],
-            None,
+def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    kind = quantity_kind(report.layers, report.raw)
+    qv = quantity_label(report.layers)
+    parts.append(
+        Text(
+            f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
+            f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
         )
-        for w in layer.worst
-    ]
-    heads = tuple(
-        (name, "left" if name == "index" else "right", False)
-        for name in ("index", q, f"{q}/eps", "A", "1 - A")
     )
-    return RowTable(heads, lambda: rows, None)
-
-
-def _layer_parts(layer: LayerResult, report: RatioReport, options: RenderOptions) -> list[Any]:
-    """One layer's histogram, worst inputs and nonfinite line (what it shows of them)."""
-    parts: list[Any] = []
-    if _wants_histogram(layer, report, options):
-        parts.extend(_histogram(layer, report.min_ratio, options.color))
-    if not layer.violations:
-        return parts
-    if layer.worst:  # (--top 0 lists none)
-        # The title is a line of its own: a table title wraps at the table's width.
-        parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
-        parts.append(_worst_table(layer))
-    if layer.nonfinite:
-        shown = ", ".join(
-            f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
-            for n in layer.nonfinite_examples
-        )
-        parts.append(
-            Text(
-                f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
-                f"({layer.nan_count} NaN, "
-                f"{layer.inf_count} inf), each a violation: {shown}"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in [
+        ("layer", "left"),
+        ("eps", "right"),
+        ("count", "right"),
+        ("nonfinite", "right"),
+        (f"min {qv}", "right"),
+        (f"min {qv}/eps", "right"),
+        ("min A", "right"),
+        ("below bound", "right"),
+        ("violating", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for layer in report.layers:
+        table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
+    parts.append(NamedTable(table))
+    parts.extend(_eps_source_parts(report))
+    parts.extend(_position_parts(report))
+    for layer in report.layers:
+        if _wants_histogram(layer, report, options):
+            parts.extend(_histogram(layer, report.min_ratio, options.color))
+        if not layer.violations:
+            continue
+        if layer.worst:  # (--top 0 lists none)
+            # The title is a line of its own: a table title wraps at the table's width.
+            parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
+            worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            q = layer.quantity
+            for name in ("index", q, f"{q}/eps", "A", "1 - A"):
+                worst.add_column(name, justify="left" if name == "index" else "right")
+            for w in layer.worst:
+                worst.add_row(
+                    _shard_index(w.index, w.shard, w.shard_index),
+                    fmt(w.q),
+                    fmt(w.ratio),
+                    fmt(w.attenuation),
+                    fmt(w.loss),
+                )
+            parts.append(worst)
+        if layer.nonfinite:
+            shown = ", ".join(
+                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                for n in layer.nonfinite_examples
             )
+            parts.append(
+                Text(
+                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
+                    f"({layer.nan_count} NaN, "
+                    f"{layer.inf_count} inf), each a violation: {shown}"
+                )
+            )
+    parts.extend(members_parts(report))
+    affected = report.layers_affected
+    parts.append(
+        Text(
+            f"Total: {report.violations} violation(s) in {len(affected)} of "
+            f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
+            f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+            + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
         )
+    )
+    parts.extend(tail_parts(report.skipped, options))
     return parts
 
 
-def _ratio_parts(report: RatioReport, options: RenderOptions) -> Iterator[Any]:
-    """The text report's parts, each made when it is taken: the layers table is a
-    :class:`RowTable` over ``report.layers``, and each layer's own tables are made, written
-    and dropped in turn."""
-    kind = quantity_kind(report.layers, report.raw)
-    qv = quantity_label(report.layers)
-    yield Text(
-        f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
-        f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
-    )
-    layers = report.layers
-    yield RowTable(
-        tuple((name.format(q=qv), justify, False) for name, justify in _LAYER_COLUMNS),
-        lambda: ((_layer_row(ly), "bold" if ly.violations else None) for ly in layers),
-    )
-    yield from _eps_source_parts(report)
-    yield from _position_parts(report)
-    for layer in layers:
-        yield from _layer_parts(layer, report, options)
-    yield from members_parts(report)
-    affected = report.layers_affected
-    yield Text(
-        f"Total: {report.violations} violation(s) in {len(affected)} of "
-        f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
-        f"{report.nonfinite} nonfinite) out of {report.count} inputs"
-        + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
-    )
-    yield from tail_parts(report.skipped, options)
-
-
-def text_chunks(result: RatioReport, options: RenderOptions) -> Iterator[str]:
-    """The text report in chunks of whole lines, written while it is made
-    (:func:`~rmsnorm_eps.reports.formats.text.render_chunks`)."""
-    return render_chunks(_ratio_parts(result, options), options)
-
-
 def text(result: RatioReport, options: RenderOptions) -> str:
-    """The text report (its joined :func:`text_chunks`)."""
-    return "".join(text_chunks(result, options))
+    """The text report."""
+    return render_renderables(_ratio_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -468,8 +438,7 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
 
 
 def checks(report: Any, gate: Any = None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`, made on demand
-    (a :class:`~rmsnorm_eps.reports.lazy.Lazy` sequence: each pass of a format makes them anew).
+    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
 
     ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
     ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
@@ -480,12 +449,10 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
     bound = report.min_ratio
     shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
     where = _Shards(shards)
-
-    def per_layer() -> Iterator[Check]:
-        for layer in report.layers:
-            yield _below_bound_check(layer, report, bad, where)
-            yield _nonfinite_check(layer, bad, where)
-
+    checks: list[Check] = []
+    for layer in report.layers:
+        checks.append(_below_bound_check(layer, report, bad, where))
+        checks.append(_nonfinite_check(layer, bad, where))
     verdict = (
         gate.reason
         if gate is not None
@@ -522,7 +489,7 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         source=None if shards else report.source,
         subject="layer",
         rules=RATIO_RULES,
-        checks=Lazy(2 * len(report.layers), per_layer),  # made on each pass, never held
+        checks=tuple(checks),
         passed=passed,
         verdict=verdict,
         facts=facts,

@@ -11,12 +11,10 @@ prints nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from rmsnorm_eps.escape import github_data, github_property
-from rmsnorm_eps.reports.checks import CheckReport, line_chunks
+from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["escape_data", "escape_property", "render_checks", "render_checks_chunks"]
+__all__ = ["escape_data", "escape_property", "render_checks"]
 
 
 def escape_data(text: str) -> str:
@@ -30,24 +28,14 @@ def escape_property(text: str) -> str:
 
 
 def render_checks(report: CheckReport) -> str:
-    """One ``::error``/``::warning`` line per failed check (properties: title, then file):
-    the joined :func:`render_checks_chunks`."""
-    return "".join(render_checks_chunks(report))
-
-
-def render_checks_chunks(report: CheckReport) -> Iterator[str]:
-    """:func:`render_checks` as chunks of whole lines, written check by check (one pass)."""
-    return line_chunks(_lines(report))
-
-
-def _lines(report: CheckReport) -> Iterator[str]:
-    for chk in report.checks:
-        if chk.passed:
-            continue
+    """One ``::error``/``::warning`` line per failed check (properties: title, then file)."""
+    lines = []
+    for chk in report.failed:
         command = "error" if chk.level == "error" else "warning"
         rule = report.rule(chk.rule)
         props = [f"title={escape_property(f'rmsnorm-eps {rule.id}: {chk.name}')}"]
         source = report.source_of(chk)
         if source:
             props.append(f"file={escape_property(source)}")
-        yield f"::{command} {','.join(props)}::{escape_data(chk.message)}\n"
+        lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
+    return "".join(line + "\n" for line in lines)

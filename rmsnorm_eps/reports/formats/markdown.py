@@ -8,12 +8,11 @@ the facts as a two-column table, the failed checks as a table, the passing check
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 from rmsnorm_eps.escape import markdown, no_ci_command
-from rmsnorm_eps.reports.checks import CheckReport, line_chunks
+from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["cell", "code", "render_checks", "render_checks_chunks"]
+__all__ = ["cell", "code", "render_checks"]
 
 
 def cell(text: str) -> str:
@@ -32,50 +31,50 @@ def code(text: str) -> str:
 
 
 def render_checks(report: CheckReport) -> str:
-    """The Markdown document of a check report: the joined :func:`render_checks_chunks`."""
-    return "".join(render_checks_chunks(report))
-
-
-def render_checks_chunks(report: CheckReport) -> Iterator[str]:
-    """The Markdown document as chunks of whole lines, written row by row: one pass over the
-    checks for the counts, one for the failed checks' table, one for the passing ones."""
-    return (no_ci_command(chunk) for chunk in line_chunks(_lines(report)))
-
-
-def _lines(report: CheckReport) -> Iterator[str]:
-    """Every line of the document, each ending with a newline: the heading, then each part
-    (facts, counts, failed checks, passing checks, rules) after a blank line."""
+    """The Markdown document of a check report."""
+    lines: list[str] = []
     status = "PASS" if report.passed else "FAIL"
-    yield f"### {status}: {cell(report.title)}\n"
+    lines.append(f"### {status}: {cell(report.title)}")
+    lines.append("")
     if report.facts:
-        yield "\n| | |\n|---|---|\n"
-        yield from (f"| {cell(k)} | {cell(v)} |\n" for k, v in report.facts)
-    c = report.counts
-    if c["checks"]:
-        yield (
-            f"\n{c['checks']} check(s): {c['passed']} passed, {c['failed']} failed "
-            f"({c['error']} error(s), {c['warning']} warning(s)).\n"
+        lines += ["| | |", "|---|---|"]
+        lines += [f"| {cell(k)} | {cell(v)} |" for k, v in report.facts]
+        lines.append("")
+    if report.checks:
+        c = report.counts
+        lines.append(
+            f"{c['checks']} check(s): {c['passed']} passed, {c['failed']} failed "
+            f"({c['error']} error(s), {c['warning']} warning(s))."
         )
-    names = {r.id: cell(r.name) for r in reversed(report.rules)}  # the first of an id
-    if c["failed"]:
-        yield f"\n| level | {report.subject} | check | details |\n|---|---|---|---|\n"
-        for chk in report.checks:
-            if not chk.passed:
-                yield (
-                    f"| {chk.level} | {code(chk.name)} | {names[chk.rule]} "
-                    f"| {cell(chk.message)} |\n"
-                )
-    if c["passed"]:
-        yield (
-            f"\n<details>\n<summary>{c['passed']} passing check(s)</summary>\n\n"
-            f"| {report.subject} | check | details |\n|---|---|---|\n"
-        )
-        for chk in report.checks:
-            if chk.passed:
-                yield f"| {code(chk.name)} | {names[chk.rule]} | {cell(chk.message)} |\n"
-        yield "\n</details>\n"
+        lines.append("")
+    failed = report.failed
+    if failed:
+        lines += [f"| level | {report.subject} | check | details |", "|---|---|---|---|"]
+        for chk in failed:
+            lines.append(
+                f"| {chk.level} | {code(chk.name)} | {cell(report.rule(chk.rule).name)} "
+                f"| {cell(chk.message)} |"
+            )
+        lines.append("")
+    ok = [chk for chk in report.checks if chk.passed]
+    if ok:
+        lines += [
+            "<details>",
+            f"<summary>{len(ok)} passing check(s)</summary>",
+            "",
+            f"| {report.subject} | check | details |",
+            "|---|---|---|",
+        ]
+        for chk in ok:
+            lines.append(
+                f"| {code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
+            )
+        lines += ["", "</details>", ""]
     if report.rules:
-        yield "\nRules:\n\n"
-        yield from (
-            f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}\n" for r in report.rules
-        )
+        lines.append("Rules:")
+        lines.append("")
+        lines += [
+            f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}" for r in report.rules
+        ]
+        lines.append("")
+    return no_ci_command("\n".join(lines))

@@ -10,24 +10,15 @@ not results. No timestamps: the document is deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import PurePath, PureWindowsPath
 from typing import Any
 from urllib.parse import quote
 
 from rmsnorm_eps import __version__
-from rmsnorm_eps.reports.checks import Check, CheckReport
+from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.document import jnum
-from rmsnorm_eps.reports.lazy import Lazy
 
-__all__ = [
-    "SARIF_SCHEMA",
-    "SARIF_VERSION",
-    "artifact_uri",
-    "render_checks",
-    "render_checks_chunks",
-    "sarif_document",
-]
+__all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "artifact_uri", "render_checks", "sarif_document"]
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = (
@@ -58,55 +49,34 @@ def _number(value: Any) -> Any:
 
 
 def sarif_document(report: CheckReport) -> dict[str, Any]:
-    """The SARIF log as a dict (plain lists)."""
-    from rmsnorm_eps.reports.lazy import materialize
-
-    doc: dict[str, Any] = materialize(_document(report))
-    return doc
-
-
-def _result(
-    report: CheckReport, chk: Check, rule_index: dict[str, int], uris: dict[str, str]
-) -> dict[str, Any]:
-    """One failed check as a SARIF result (``uris``: each source's artifact URI, kept)."""
-    source = report.source_of(chk)
-    location: dict[str, Any] = {
-        "logicalLocations": [
-            {
-                "name": chk.name,
-                "fullyQualifiedName": f"{source}/{chk.name}" if source else chk.name,
-                "kind": "object",
-            }
-        ],
-    }
-    if source is not None:
-        uri = uris.get(source)
-        if uri is None:
-            uri = uris[source] = artifact_uri(source)
-        location["physicalLocation"] = {"artifactLocation": {"uri": uri}}
-    return {
-        "ruleId": chk.rule,
-        "ruleIndex": rule_index[chk.rule],
-        "kind": "fail",
-        "level": chk.level,
-        "message": {"text": chk.message},
-        "locations": [location],
-        "partialFingerprints": {"rmsnormEps/v1": f"{chk.rule}:{chk.name}"},
-        "properties": {k: _number(v) for k, v in chk.numbers.items()},
-    }
-
-
-def _document(report: CheckReport) -> dict[str, Any]:
-    """The SARIF log with its results as a :class:`~rmsnorm_eps.reports.lazy.Lazy` list, made
-    one at a time as the document is written (two passes first: counts, then files)."""
+    """The SARIF log as a dict."""
     rule_index = {r.id: i for i, r in enumerate(report.rules)}
-    counts = report.counts
-    checks = report.checks
-    uris: dict[str, str] = {}  # one per file the report points at: a few
-
-    def results() -> Iterator[dict[str, Any]]:
-        return (_result(report, c, rule_index, uris) for c in checks if not c.passed)
-
+    results = []
+    for chk in report.failed:
+        source = report.source_of(chk)
+        location: dict[str, Any] = {
+            "logicalLocations": [
+                {
+                    "name": chk.name,
+                    "fullyQualifiedName": f"{source}/{chk.name}" if source else chk.name,
+                    "kind": "object",
+                }
+            ],
+        }
+        if source is not None:
+            location["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri(source)}}
+        results.append(
+            {
+                "ruleId": chk.rule,
+                "ruleIndex": rule_index[chk.rule],
+                "kind": "fail",
+                "level": chk.level,
+                "message": {"text": chk.message},
+                "locations": [location],
+                "partialFingerprints": {"rmsnormEps/v1": f"{chk.rule}:{chk.name}"},
+                "properties": {k: _number(v) for k, v in chk.numbers.items()},
+            }
+        )
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -131,26 +101,19 @@ def _document(report: CheckReport) -> dict[str, Any]:
                 "properties": {
                     "passed": report.passed,
                     "verdict": report.verdict,
-                    "counts": counts,
+                    "counts": report.counts,
                 },
             }
         ],
-        "results": Lazy(counts["failed"], results),
+        "results": results,
     }
-    sources = report.sources
-    if sources:
-        run["artifacts"] = [{"location": {"uri": artifact_uri(s)}} for s in sources]
+    if report.sources:
+        run["artifacts"] = [{"location": {"uri": artifact_uri(s)}} for s in report.sources]
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
 def render_checks(report: CheckReport) -> str:
-    """The SARIF log, indented, keys in a fixed order: the joined :func:`render_checks_chunks`."""
-    return "".join(render_checks_chunks(report))
+    """The SARIF log, indented, keys in a fixed order."""
+    from rmsnorm_eps.reports.formats.json import render_document
 
-
-def render_checks_chunks(report: CheckReport) -> Iterator[str]:
-    """The SARIF log as chunks of whole lines, written result by result
-    (:func:`~rmsnorm_eps.reports.formats.json.document_chunks`: ``json.dumps``'s text)."""
-    from rmsnorm_eps.reports.formats.json import document_chunks
-
-    return document_chunks(_document(report))
+    return render_document(sarif_document(report))  # json.dumps's text, in bounded pieces

@@ -18,39 +18,17 @@ Width (docs/reports.md, "Text reports at any width"):
 
 No line ends with spaces.
 
-Why one module of ~650 lines: the text format is one piece. Rich's rendering, the fitting
-rule and the plain layout that reproduces rich byte for byte (and decides when it may) are
-tested against each other and change together.
-
 A table of more than :data:`PLAIN_TABLE_ROWS` rows (thousands of layers) is written without
 rich when no colour is wanted: :func:`plain_table_lines` lays it out exactly as rich would
 (a test renders tables both ways), in time linear in its cells.
-
-Reports of many layers (``ratio``, ``compare``, ``merge``) are written by
-:func:`render_chunks` while they are made: their parts come from a generator, and their
-tables are :class:`RowTable` (columns and a re-iterable source of rows, never a rich table of
-every row). Without colour a :class:`RowTable` is laid out in two passes over its rows (the
-widths, then the lines), exactly as rich would lay it out; so memory holds one row at a time
-and a report of 100,000 layers, each with its own small tables, takes seconds. On a terminal
-(colour, a width), a table of at most :data:`PLAIN_TABLE_ROWS` rows that wants colour or
-does not fit is made into a rich table and fitted as above; a longer one is fitted by the
-same rule (:func:`_fitted_row_table`: the same lines rich gives, a test checks) without a
-rich table of every row, and without colour;
-a file or a pipe (``width`` None, no colour) is always written in bounded memory. Running
-text is written as it is, without rich, when no colour is wanted and the output is not a
-terminal or every line fits (what rich prints for it, except that rich would fold a line of
-a million columns, such as ``layers affected: ...`` of 100,000 layers: never wrapped, as
-above).
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
-from typing import cast
 
 from rich import box
 from rich.cells import cell_len
@@ -60,7 +38,6 @@ from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
-from rmsnorm_eps.chunks import line_chunks
 from rmsnorm_eps.escape import no_ci_command
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -68,14 +45,12 @@ __all__ = [
     "ELLIPSIS",
     "MIN_NAME",
     "NamedTable",
-    "RowTable",
     "common_prefix",
     "ellipsize",
     "fit_table",
     "fmt",
     "fmt_index",
     "plain_table_lines",
-    "render_chunks",
     "render_renderables",
     "shorten_names",
     "simple_table",
@@ -89,10 +64,6 @@ MIN_NAME = 16
 _UNBOUNDED = 1_000_000
 #: Tables with more rows than this are laid out by :func:`plain_table_lines` (no colour).
 PLAIN_TABLE_ROWS = 200
-#: Without colour, :class:`RowTable` parts are laid out without rich when that layout fits,
-#: and running text is written as it is when the output is not a terminal (tests set False
-#: to compare with rich's own output).
-PLAIN_LAYOUT = True
 #: Spaces at the end of a line, before any colour codes that close it.
 _TRAILING = re.compile(r" +(?=(?:\x1b\[[0-9;]*m)*$)")
 
@@ -319,13 +290,8 @@ def fit_table(
     return _compact(table, width, {})
 
 
-def _cells(text: str) -> int:
-    """Terminal cells of ``text`` (:func:`rich.cells.cell_len`; printable ASCII: its length)."""
-    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
-
-
 def _justify(text: str, width: int, how: str) -> str:
-    gap = width - _cells(text)
+    gap = width - cell_len(text)
     if how == "right":
         return " " * gap + text
     if how == "center":
@@ -356,98 +322,45 @@ def _reproducible(table: Table) -> bool:
     )
 
 
-#: Characters rich does not show as they are in a cell (tabs are expanded, control codes
-#: removed): a row holding one is laid out by rich.
-_UNPLAIN = re.compile(r"[\t\x07\x08\x0b\x0c\r\n]")
-
-
-def _plain_widths(
-    heads: Sequence[str], rows: Iterable[Sequence[str]], show_header: bool = True
-) -> list[int] | None:
-    """Each column's width (its widest cell, or header line, in terminal cells), or None when
-    a cell has more than one line or a character rich would not show as it is."""
-    widths = [max(cell_len(x) for x in h.split("\n")) if show_header else 0 for h in heads]
-    for row in rows:
-        for i, value in enumerate(row):
-            if value.isascii() and value.isprintable():  # (no tab, no control code)
-                n = len(value)
-            elif _UNPLAIN.search(value):
-                return None
-            else:
-                n = cell_len(value)
-            if n > widths[i]:
-                widths[i] = n
-    return widths
-
-
-def _plain_inner(widths: Sequence[int]) -> int:
-    """Characters of a line between its two edge spaces (cells, paddings and separators)."""
-    return sum(widths) + 3 * len(widths) - 3
-
-
-class _PlainLayout:
-    """Lines of a header-ruled table (box SIMPLE_HEAD or SIMPLE, ``pad_edge=False``) as rich
-    prints them without colour: trailing spaces left in. Each line is ``" " + cells + " "``,
-    cells justified to their column's width and separated by `` | `` without the bar (three
-    spaces); a header of several lines sits at the bottom of the header row, as in rich."""
-
-    def __init__(self, heads: Sequence[str], hows: Sequence[str], widths: Sequence[int]) -> None:
-        self.heads, self.hows, self.widths = heads, hows, widths
-        self.inner = _plain_inner(widths)
-
-    def line(self, values: Sequence[str]) -> str:
-        """One row: each value justified in its column."""
-        cells = [
-            _justify(v, w, how) for v, w, how in zip(values, self.widths, self.hows, strict=True)
-        ]
-        return " " + "   ".join(cells) + " "
-
-    def blank(self) -> str:
-        """The empty line above and below the table."""
-        return " " * (self.inner + 2)
-
-    def header(self) -> list[str]:
-        """The header's lines (bottom-aligned), then its rule."""
-        split = [h.split("\n") for h in self.heads]
-        height = max((len(x) for x in split), default=1)
-        padded = [[""] * (height - len(x)) + x for x in split]
-        lines = [self.line([p[k] for p in padded]) for k in range(height)]
-        return [*lines, " " + "─" * self.inner + " "]
-
-
 def plain_table_lines(table: Table) -> list[str] | None:
     """The lines rich prints for ``table`` without colour, trailing spaces left in, or None
     for a table whose style this does not reproduce (then rich lays it out).
 
     Reproduced: box SIMPLE_HEAD or SIMPLE with its edges, ``pad_edge=False``, padding (0, 1),
-    a left-justified title no wider than the table, one-line cells, no footer, no column
-    widths set. Each column is as wide as its widest cell (in terminal cells); columns are
-    separated by a space between two paddings; the header (its lines at the bottom of the
-    header row) is ruled with ``─`` across the cells, paddings and separators.
+    a left-justified title, one-line cells, no footer, no column widths set. Each column is as
+    wide as its widest cell (in terminal cells); columns are separated by a space between two
+    paddings; the header is ruled with ``─`` across the cells, paddings and separators.
     """
     if not _reproducible(table):
         return None
     columns = table.columns
     cells = [[_plain(c) for c in col.cells] for col in columns]
     heads = [_plain(c.header) for c in columns]
-    rows = list(zip(*cells, strict=True))
-    show_header = table.show_header
-    widths = _plain_widths(heads, rows, show_header)
-    if widths is None or any(_UNPLAIN.search(h.replace("\n", "")) for h in heads):
+    if any("\n" in v for col in cells for v in col) or any("\n" in h for h in heads):
         return None
+    show_header = table.show_header
+    widths = [
+        max([cell_len(v) for v in col] + ([cell_len(h)] if show_header else []) + [0])
+        for col, h in zip(cells, heads, strict=True)
+    ]
+    last = len(columns) - 1
     hows = [c.justify if c.justify in ("right", "center") else "left" for c in columns]
-    layout = _PlainLayout(heads, hows, widths)
+
+    def line(values: Sequence[str]) -> str:
+        parts = []
+        for i, (v, w, how) in enumerate(zip(values, widths, hows, strict=True)):
+            parts.append(("" if i == 0 else " ") + _justify(v, w, how) + ("" if i == last else " "))
+        return " " + " ".join(parts) + " "
+
+    inner = sum(widths) + 2 * len(columns) - 2 + last
     out: list[str] = []
     if table.title is not None:
-        title = _plain(table.title)
-        if "\n" in title or cell_len(title) > layout.inner + 2:
-            return None  # rich folds a title at the table's width
-        out.append(title)
-    out.append(layout.blank())
+        out.append(_plain(table.title))
+    out.append(" " * (inner + 2))
     if show_header:
-        out += layout.header()
-    out += [layout.line(row) for row in rows]
-    out.append(layout.blank())
+        out += [line(heads), " " + "─" * inner + " "]
+    out += [line(row) for row in zip(*cells, strict=True)]
+    out.append(" " * (inner + 2))
     return out
 
 
@@ -458,52 +371,7 @@ def _plain_fits(table: Table, options: RenderOptions) -> list[str] | None:
     lines = plain_table_lines(_copy(table))
     if lines is None or options.width is None:
         return lines
-    return lines if max(cell_len(x) for x in lines) <= options.width else None
-
-
-@dataclass(frozen=True)
-class RowTable:
-    """A header-ruled table (box SIMPLE_HEAD, ``pad_edge=False``) given by its columns and a
-    source of its rows, called anew for each pass over them, so that a table of 100,000 rows
-    is never held (see the module docstring).
-
-    ``columns``: ``(header, justify, no_wrap)`` each (a header may have several lines);
-    ``rows()``: ``(cells, style)`` per row, ``style`` a rich style or None; ``noun``: what
-    column ``column`` names (shortened on a narrow terminal, :func:`fit_table`), None when the
-    table holds no names from an input."""
-
-    columns: tuple[tuple[str, str, bool], ...]
-    rows: Callable[[], Iterable[tuple[Sequence[str], str | None]]]
-    noun: str | None = "layers"
-    column: int = 0
-
-    def table(self) -> Table:
-        """The same table as a rich :class:`~rich.table.Table` (every row held)."""
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for header, justify, no_wrap in self.columns:
-            t.add_column(header, justify=justify, no_wrap=no_wrap)  # type: ignore[arg-type]
-        for cells, style in self.rows():
-            t.add_row(*cells, style=style)
-        return t
-
-    def plain_lines(self, width: int | None) -> Iterator[str] | None:
-        """Its lines without colour (two passes over the rows), or None when rich must lay it
-        out: a cell rich would not show as it is, or wider than ``width`` (None: unbounded)."""
-        heads = [h for h, _, _ in self.columns]
-        widths = _plain_widths(heads, (cells for cells, _ in self.rows()))
-        if widths is None or any(_UNPLAIN.search(h.replace("\n", "")) for h in heads):
-            return None
-        layout = _PlainLayout(heads, [j for _, j, _ in self.columns], widths)
-        if width is not None and layout.inner + 2 > width:
-            return None
-        return self._lines(layout)
-
-    def _lines(self, layout: _PlainLayout) -> Iterator[str]:
-        yield layout.blank()
-        yield from layout.header()
-        for cells, _ in self.rows():
-            yield layout.line(cells)
-        yield layout.blank()
+    return lines if max(cell_len(x.rstrip()) for x in lines) <= options.width else None
 
 
 def _fit_text(part: Text, width: int) -> Text:
@@ -516,8 +384,11 @@ def _fit_text(part: Text, width: int) -> Text:
     return Text("\n".join(lines), style=part.style)
 
 
-def _console(buf: io.StringIO, options: RenderOptions) -> Console:
-    return Console(
+def render_renderables(parts: list[RenderableType], options: RenderOptions) -> str:
+    """Render rich renderables to a string (colour only if ``options.color``), fitted to
+    ``options.width`` (None: not a terminal, no wrapping); no line ends with spaces."""
+    buf = io.StringIO()
+    console = Console(
         file=buf,
         width=_UNBOUNDED if options.width is None else options.width,
         color_system="standard" if options.color else None,
@@ -528,218 +399,21 @@ def _console(buf: io.StringIO, options: RenderOptions) -> Console:
         emoji=False,
         soft_wrap=False,
     )
-
-
-def _strip(line: str) -> str:
-    """``line`` without the spaces at its end (before any colour codes that close it)."""
-    return _TRAILING.sub("", line) if "\x1b" in line else line.rstrip(" ")
-
-
-def _finish(rendered: str) -> str:
-    """Whole lines of rendered output: no line ending with spaces, no CI command."""
-    return no_ci_command("".join(_strip(line) + "\n" for line in rendered.splitlines()))
-
-
-def _row_table_lines(part: RowTable, options: RenderOptions) -> Iterator[str] | None:
-    """A :class:`RowTable` laid out without rich, in pieces of whole lines, or None when rich
-    must lay it out (colour, a cell rich would change, or too wide for the terminal)."""
-    plain = None if options.color or not PLAIN_LAYOUT else part.plain_lines(options.width)
-    if plain is None:
-        return None
-
-    def pieces(lines: Iterator[str]) -> Iterator[str]:
-        batch: list[str] = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) >= 1024:
-                yield "\n".join(batch) + "\n"
-                batch = []
-        if batch:
-            yield "\n".join(batch) + "\n"
-
-    return pieces(plain)
-
-
-def _fitted_row_table(part: RowTable, console: Console, width: int) -> Iterator[str] | None:
-    """A :class:`RowTable` of more than :data:`PLAIN_TABLE_ROWS` rows on a terminal of
-    ``width`` columns, fitted by :func:`fit_table`'s rule (drop the shared prefix, shorten
-    names in the middle, then one block per row) without a rich table of every row: the rows
-    are laid out plainly, or made into blocks a few hundred rows at a time; without colour
-    (the rows' styles are dropped). None for a smaller table, one without a name column, or
-    cells rich would not show as they are: then rich lays it out as before."""
-    if part.noun is None:
-        return None
-    names = [cells[part.column] for cells, _ in part.rows()]
-    layout = _name_layout(part) if len(names) > PLAIN_TABLE_ROWS else None
-    if layout is None:
-        return None
-    shown, lead, plain = _fit_names(names, layout, width, part.noun, part.column)
-    if plain.inner + 2 <= width:
-        return _fitted_lines(part, plain, shown, lead)
-    if part.column != 0:
-        return None
-    short = shorten_names(shown.values(), width)  # (3) one block per row
-    return _row_blocks(part, console, width, {n: short[v] for n, v in shown.items()}, lead)
-
-
-def _name_layout(part: RowTable) -> Callable[[dict[str, str]], _PlainLayout] | None:
-    """For a :class:`RowTable` whose cells rich shows as they are: the plain layout of its
-    rows with each name shown as a mapping says; else None."""
-    heads = [h for h, _, _ in part.columns]
-    widths = _plain_widths(heads, (cells for cells, _ in part.rows()))
-    if widths is None:
-        return None
-    if any(_UNPLAIN.search(h.replace("\n", "")) for h in heads):
-        return None
-    hows = [j if j in ("right", "center") else "left" for _, j, _ in part.columns]
-    col = part.column
-    head = max(cell_len(x) for x in heads[col].split("\n"))
-
-    def layout(shown: dict[str, str]) -> _PlainLayout:
-        fitted = list(widths)
-        fitted[col] = max([head, *(cell_len(x) for x in shown.values())])
-        return _PlainLayout(heads, hows, fitted)
-
-    return layout
-
-
-def _fit_names(
-    names: list[str],
-    layout: Callable[[dict[str, str]], _PlainLayout],
-    width: int,
-    noun: str,
-    col: int,
-) -> tuple[dict[str, str], list[str], _PlainLayout]:
-    """Steps (1) and (2) of :func:`fit_table`'s rule: each name -> what is shown, the lines
-    before the table (``NOUN under PREFIX``) and the layout (which may still not fit)."""
-    shown = {n: n for n in names}
-    lead: list[str] = []
-    plain = layout(shown)
-    if plain.inner + 2 > width:
-        prefix = common_prefix(names)
-        if prefix:  # (1) drop the prefix every name shares
-            lead = [f"{noun} under {ellipsize(prefix, width - len(noun) - 7)}\n"]
-            shown = {n: n[len(prefix) :] for n in names}
-            plain = layout(shown)
-    if plain.inner + 2 > width:  # (2) shorten in the middle
-        budget = width - (plain.inner + 2 - plain.widths[col])
-        if budget >= MIN_NAME:
-            short = shorten_names(shown.values(), budget)
-            shown = {n: short[v] for n, v in shown.items()}
-            plain = layout(shown)
-    return shown, lead, plain
-
-
-def _fitted_lines(
-    part: RowTable, plain: _PlainLayout, shown: dict[str, str], lead: list[str]
-) -> Iterator[str]:
-    """The rows of ``part`` laid out by ``plain``, each name as ``shown``."""
-    yield from lead
-    col = part.column
-    batch = [plain.blank(), *plain.header()]
-    for cells, _ in part.rows():
-        row = list(cells)
-        row[col] = shown[row[col]]
-        batch.append(plain.line(row))
-        if len(batch) >= 1024:
-            yield "\n".join(batch) + "\n"
-            batch = []
-    batch.append(plain.blank())
-    yield "\n".join(batch) + "\n"
-
-
-def _row_blocks(
-    part: RowTable, console: Console, width: int, shown: dict[str, str], lead: list[str]
-) -> Iterator[str]:
-    """:func:`_compact`'s blocks for the rows of ``part``, a few hundred rows at a time (a rich
-    table of those rows only); the blank line after the blocks once, at the end."""
-    yield from lead
-    rows = iter(part.rows())
-    while True:
-        batch = [cells for cells, _ in islice(rows, 256)]
-        if not batch:
-            break
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for header, justify, no_wrap in part.columns:
-            table.add_column(header, justify=justify, no_wrap=no_wrap)  # type: ignore[arg-type]
-        for cells in batch:
-            table.add_row(*cells)
-        buf = io.StringIO()
-        console.file = buf
-        for piece in _compact(table, width, shown, named=True)[:-1]:
+    for part in parts:
+        table = part.table if isinstance(part, NamedTable) else part
+        plain = _plain_fits(table, options) if isinstance(table, Table) else None
+        if plain is not None:  # thousands of rows: rich's layout, without rich's cost
+            buf.write("".join(f"{x}\n" for x in plain))
+            continue
+        if isinstance(part, NamedTable):
+            shown = fit_table(part.table, console, options.width, part.noun, part.column)
+        elif isinstance(part, Table):
+            shown = fit_table(part, console, options.width)
+        elif isinstance(part, Text) and options.width is not None:
+            shown = [_fit_text(part, options.width)]
+        else:
+            shown = [part]
+        for piece in shown:
             console.print(piece)
-        yield buf.getvalue()
-    yield "\n"
-
-
-def _as_it_is(part: Text, options: RenderOptions) -> bool:
-    """Whether rich would print ``part`` as it is (no colour; no tab or control code; not a
-    terminal, or every line fits): then it is written without rich."""
-    if options.color or not PLAIN_LAYOUT:
-        return False
-    if part.justify is not None or part.overflow is not None or part.end != "\n":
-        return False
-    if _UNPLAIN.search(part.plain.replace("\n", "")):
-        return False
-    width = options.width
-    return width is None or all(_cells(x) <= width for x in part.plain.split("\n"))
-
-
-def _part_text(part: object, console: Console, options: RenderOptions) -> Iterator[str]:
-    """The rendered output of one part, in pieces of whole lines (trailing spaces left in);
-    ``console`` prints into a new buffer for each part."""
-    if isinstance(part, RowTable):
-        lines = _row_table_lines(part, options)
-        if lines is None and options.width is not None and PLAIN_LAYOUT:
-            lines = _fitted_row_table(part, console, options.width)
-        if lines is not None:
-            yield from lines
-            return
-        part = (
-            part.table() if part.noun is None else NamedTable(part.table(), part.noun, part.column)
-        )
-    if isinstance(part, Text) and _as_it_is(part, options):
-        # what rich prints for it, never wrapped (not even a line of 100,000 names)
-        yield part.plain + "\n"
-        return
-    buf = io.StringIO()
-    console.file = buf
-    table = part.table if isinstance(part, NamedTable) else part
-    plain_table = _plain_fits(table, options) if isinstance(table, Table) else None
-    if plain_table is not None:  # thousands of rows: rich's layout, without rich's cost
-        yield "".join(f"{x}\n" for x in plain_table)
-        return
-    if isinstance(part, NamedTable):
-        shown = fit_table(part.table, console, options.width, part.noun, part.column)
-    elif isinstance(part, Table):
-        shown = fit_table(part, console, options.width)
-    elif isinstance(part, Text) and options.width is not None:
-        shown = [_fit_text(part, options.width)]
-    else:
-        shown = [cast(RenderableType, part)]
-    for piece in shown:
-        console.print(piece)
-    yield buf.getvalue()
-
-
-def render_chunks(parts: Iterable[object], options: RenderOptions) -> Iterator[str]:
-    """:func:`render_renderables` as chunks of whole lines (each ends with a newline), made
-    while ``parts`` (rich renderables and :class:`RowTable`) are taken one by one: a report of
-    100,000 layers is written without ever being held. Joined, exactly
-    :func:`render_renderables`'s string."""
-    console = _console(io.StringIO(), options)
-
-    def pieces() -> Iterator[str]:
-        for part in parts:
-            for piece in _part_text(part, console, options):
-                if piece:
-                    yield _finish(piece)
-
-    return line_chunks(pieces())
-
-
-def render_renderables(parts: Iterable[object], options: RenderOptions) -> str:
-    """Render rich renderables (and :class:`RowTable`) to a string (colour only if
-    ``options.color``), fitted to ``options.width`` (None: not a terminal, no wrapping); no
-    line ends with spaces."""
-    return "".join(render_chunks(parts, options))
+    out = "".join(_TRAILING.sub("", line) + "\n" for line in buf.getvalue().splitlines())
+    return no_ci_command(out)
