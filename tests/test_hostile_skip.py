@@ -182,7 +182,7 @@ def test_skipped_layers_in_every_format(
 def test_ci_formats_fail_each_skipped_layer(cli: Cli, command: str) -> None:
     """One failing ``<command>/unreadable`` check per skipped layer, level error, in the
     check model every CI format renders; and a failed verdict although nothing violates."""
-    from rmsnorm_eps.reports.checks import check_report
+    from rmsnorm_eps.reports import check_report
 
     if command == "ratio":
         report: object = analyze_dump(ROOT / MIXED, 1e-5, skip_unreadable=True)

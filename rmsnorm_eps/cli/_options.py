@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import click
 import typer
 
+from rmsnorm_eps.reports.options import Format
+
 __all__ = [
     "DTYPE_ALIASES",
     "DeprecatedOutOpt",
@@ -36,17 +38,6 @@ __all__ = [
     "data_output",
     "parse_report_specs",
 ]
-
-
-class Format(str, Enum):
-    """``--format``: the report's format (the keys of ``reports.FORMATS``, same order)."""
-
-    TEXT = "text"
-    JSON = "json"
-    MARKDOWN = "markdown"
-    GITHUB = "github"
-    JUNIT = "junit"
-    SARIF = "sarif"
 
 
 class Histogram(str, Enum):

@@ -170,7 +170,7 @@ def _yaml_dump(doc: dict[str, Any]) -> str:
 
 def render_record(result: ParityResult, fmt: str, timestamp: str | None = None) -> str:
     """The record text in ``fmt`` ('yaml', 'json' or 'md')."""
-    from rmsnorm_eps.reports.commands.parity import parity_document
+    from rmsnorm_eps.parity.document import parity_document
 
     doc = parity_document(result, timestamp)
     if fmt == "json":

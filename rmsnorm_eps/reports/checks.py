@@ -12,11 +12,9 @@ gate's budget allows), ``note`` (a passing check, for completeness).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from rmsnorm_eps.reports.options import UnsupportedResult
 
 __all__ = [
     "Check",
@@ -24,7 +22,6 @@ __all__ = [
     "Level",
     "Number",
     "Rule",
-    "check_report",
     "g",
     "unreadable_rule",
     "verdict_fact",
@@ -121,20 +118,6 @@ class CheckReport:
             if r.id == rule_id:
                 return r
         raise KeyError(rule_id)
-
-
-def check_report(result: object, gate: Any = None) -> CheckReport:
-    """The :class:`CheckReport` of ``result`` (unchanged when it already is one), built by the
-    ``checks`` function of the result's command module."""
-    if isinstance(result, CheckReport):
-        return result
-    from rmsnorm_eps.reports.registry import command_module, command_of
-
-    module = command_module(command_of(result))
-    fn: Callable[[Any, Any], CheckReport] | None = getattr(module, "checks", None)
-    if fn is None:
-        raise UnsupportedResult(f"no check report for {type(result).__name__}")
-    return fn(result, gate)
 
 
 def unreadable_rule(command: str) -> Rule:

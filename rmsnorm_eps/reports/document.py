@@ -9,11 +9,13 @@ are written as the strings "nan", "inf", "-inf".
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps.jsonvalues import SCHEMA_VERSION, head, jnum
 from rmsnorm_eps.reports.options import UnsupportedResult
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.gate import GateResult
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -24,32 +26,8 @@ __all__ = [
     "skipped_document",
 ]
 
-SCHEMA_VERSION = 1
 
-
-def jnum(value: float | None) -> float | str | None:
-    """A float as JSON allows it: finite numbers unchanged, NaN/inf as strings, None as null."""
-    if value is None:
-        return None
-    v = float(value)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
-def head(command: str) -> dict[str, Any]:
-    """The keys every document starts with."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": "rmsnorm-eps",
-        "version": __version__,
-        "command": command,
-    }
-
-
-def gate_document(gate: Any) -> dict[str, Any] | None:
+def gate_document(gate: GateResult | None) -> dict[str, Any] | None:
     """A :class:`~rmsnorm_eps.analysis.GateResult` as a dict (None without a gate)."""
     if gate is None:
         return None
@@ -71,12 +49,13 @@ def skipped_document(skipped: tuple[Any, ...]) -> dict[str, Any]:
     return {"skipped": [{"name": u.name, "problem": u.problem} for u in skipped]}
 
 
-def document(result: object, gate: Any = None) -> dict[str, Any]:
-    """The canonical dict for ``result``, built by its command module."""
-    from rmsnorm_eps.reports.registry import command_module, command_of
+def document(result: object, gate: GateResult | None = None) -> dict[str, object]:
+    """The canonical dict for ``result``, built by its command's reporter."""
+    from rmsnorm_eps.reports.interface import DocumentRole
+    from rmsnorm_eps.reports.options import RenderOptions
+    from rmsnorm_eps.reports.registry import reporter_for
 
-    module = command_module(command_of(result))
-    if "json" not in module.FORMATS:
+    reporter = reporter_for(result, RenderOptions(gate=gate))
+    if not isinstance(reporter, DocumentRole):
         raise UnsupportedResult(f"no document for {type(result).__name__}")
-    doc: dict[str, Any] = module.document(result, gate)
-    return doc
+    return reporter.document(result)

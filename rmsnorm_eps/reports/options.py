@@ -1,6 +1,6 @@
 """What every reporter shares and nothing else: presentation options and the one error.
 
-A leaf module (it imports nothing from the package), so command and format modules can
+A leaf module (it imports nothing from the package but a type), so command and format modules can
 import it without going through :mod:`rmsnorm_eps.reports`, which imports them lazily.
 """
 
@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.gate import GateResult
 
 __all__ = [
+    "CHECK_FORMATS",
     "HISTOGRAM_AUTO_LAYERS",
     "HISTOGRAM_CHOICES",
+    "Format",
     "RenderOptions",
     "UnsupportedResult",
     "color_wanted",
@@ -23,6 +29,22 @@ class UnsupportedResult(TypeError):
     """The chosen format has no rendering for this kind of result."""
 
 
+class Format(str, Enum):
+    """``--format``: the report's format (``reports.registry.WRITERS`` maps each to its writer;
+    the CLI offers exactly these, in this order)."""
+
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+    GITHUB = "github"
+    JUNIT = "junit"
+    SARIF = "sarif"
+
+
+#: The formats that render a command's :class:`~rmsnorm_eps.reports.checks.CheckReport`.
+CHECK_FORMATS = frozenset({Format.MARKDOWN, Format.GITHUB, Format.JUNIT, Format.SARIF})
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     """Presentation choices; they never change a number, only how it is shown."""
@@ -31,7 +53,8 @@ class RenderOptions:
     #: text: the terminal's columns; None when the output is not a terminal (a file, a pipe):
     #: then nothing is wrapped or shortened
     width: int | None = None
-    gate: Any = None  # GateResult for commands that gate
+    #: the verdict of a gating command (``ratio``, ``compare``, ``merge``); None for the others
+    gate: GateResult | None = None
     #: text: per-layer histograms of log10(q/eps): "auto" (every layer when there are at
     #: most HISTOGRAM_AUTO_LAYERS, else the layers with violations), "all", "violating", "none"
     histogram: str = "auto"

@@ -13,15 +13,19 @@ from rmsnorm_eps.bound import BoundResult, RatioFigures
 from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head, jnum
+from rmsnorm_eps.reports.interface import (
+    ChecksRole,
+    DocumentRole,
+    MarkdownRole,
+    Reporter,
+    TextRole,
+)
 from rmsnorm_eps.reports.options import RenderOptions, UnsupportedResult
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["FORMATS", "checks", "document", "render_markdown", "text"]
-
-FORMATS = frozenset(ALL_FORMATS)
+__all__ = ["checks", "document", "text"]
 
 
 def _figures(result: object) -> tuple[RatioFigures, ...] | None:
@@ -30,7 +34,7 @@ def _figures(result: object) -> tuple[RatioFigures, ...] | None:
     return None
 
 
-def document(result: BoundResult | tuple[RatioFigures, ...], gate: Any = None) -> dict[str, Any]:
+def document(result: BoundResult | tuple[RatioFigures, ...]) -> dict[str, Any]:
     """The bound document, or the ``ratios`` document for A at given ratios."""
     doc = head("bound")
     rows = _figures(result)
@@ -128,17 +132,7 @@ def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
-    """A table of A at the given ratios, or the bound's check report."""
-    from rmsnorm_eps.reports.formats.markdown import render_checks
-
-    rows = _figures(result)
-    if rows:
-        return _ratio_figures(rows)
-    return render_checks(checks(result, options.gate))
-
-
-def checks(result: Any, gate: Any = None) -> CheckReport:
+def checks(result: Any) -> CheckReport:
     """``bound`` checks nothing: a report of facts only (no checks, always passing). A at
     given ratios has no check report."""
     if not isinstance(result, BoundResult):
@@ -165,3 +159,31 @@ def checks(result: Any, gate: Any = None) -> CheckReport:
         verdict="nothing to check",
         facts=tuple(facts),
     )
+
+
+Bound = BoundResult | tuple[RatioFigures, ...]
+
+
+class BoundReporter(
+    Reporter, TextRole[Bound], DocumentRole[Bound], MarkdownRole[Bound], ChecksRole[Bound]
+):
+    """``bound``: the bound for a delta in every format; A at given ratios in text, json and a
+    Markdown table (it has no check report)."""
+
+    def text(self, result: Bound) -> str:
+        return text(result, self.options)
+
+    def document(self, result: Bound) -> dict[str, object]:
+        return document(result)
+
+    def markdown(self, result: Bound) -> str:
+        """A table of A at the given ratios, or the bound's check report."""
+        from rmsnorm_eps.reports.formats.markdown import render_checks
+
+        rows = _figures(result)
+        if rows:
+            return _ratio_figures(rows)
+        return render_checks(checks(result))
+
+    def checks(self, result: Bound) -> CheckReport:
+        return checks(result)

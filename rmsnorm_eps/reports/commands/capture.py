@@ -15,15 +15,13 @@ from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import jnum
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:
     from rmsnorm_eps.capture.report import CaptureReport
 
-__all__ = ["CAPTURE_RULES", "FORMATS", "checks", "document", "text"]
-
-FORMATS = frozenset(ALL_FORMATS)
+__all__ = ["CAPTURE_RULES", "checks", "document", "text"]
 
 
 CAPTURE_RULES = (
@@ -44,7 +42,7 @@ CAPTURE_RULES = (
 )
 
 
-def document(report: CaptureReport, gate: Any = None) -> dict[str, Any]:
+def document(report: CaptureReport) -> dict[str, Any]:
     """The capture document (schema_version 1); a min q/eps that is not finite is written as
     a string ("inf"), as every document writes it."""
     from rmsnorm_eps.capture.report import capture_document
@@ -103,7 +101,7 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
     return render_renderables(parts, options)
 
 
-def checks(report: CaptureReport, gate: Any = None) -> CheckReport:
+def checks(report: CaptureReport) -> CheckReport:
     """One ``capture/ran`` check per hooked module (a warning when it saw no token)."""
     doc = document(report)
     out: list[Check] = []
@@ -152,3 +150,18 @@ def checks(report: CaptureReport, gate: Any = None) -> CheckReport:
             ("verdict", "PASS: " + verdict),
         ),
     )
+
+
+class CaptureReporter(
+    Reporter, TextRole["CaptureReport"], DocumentRole["CaptureReport"], ChecksRole["CaptureReport"]
+):
+    """``capture``: every format."""
+
+    def text(self, result: CaptureReport) -> str:
+        return text(result, self.options)
+
+    def document(self, result: CaptureReport) -> dict[str, object]:
+        return document(result)
+
+    def checks(self, result: CaptureReport) -> CheckReport:
+        return checks(result)

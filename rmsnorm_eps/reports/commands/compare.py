@@ -31,17 +31,15 @@ from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_docu
 from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:  # compare.analysis imports numpy
     from rmsnorm_eps.analysis import GateResult
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-__all__ = ["COMPARE_RULES", "FORMATS", "checks", "document", "text"]
-
-FORMATS = frozenset(ALL_FORMATS)
+__all__ = ["COMPARE_RULES", "checks", "document", "text"]
 
 
 # ----------------------------------------------------------------------------- json
@@ -117,7 +115,7 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
     return doc
 
 
-def document(result: CompareReport, gate: GateResult | None = None) -> dict[str, Any]:
+def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
     """The compare document."""
     doc: dict[str, Any] = head("compare")
     doc.update(
@@ -301,7 +299,7 @@ def _spec_text(spec: Any) -> str:
     return str(spec.describe())
 
 
-def checks(report: Any, gate: Any = None) -> CheckReport:
+def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
 
     ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
@@ -411,3 +409,18 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         facts=facts,
     )
     return with_skipped(checked, tuple(report.skipped))
+
+
+class CompareReporter(
+    Reporter, TextRole["CompareReport"], DocumentRole["CompareReport"], ChecksRole["CompareReport"]
+):
+    """``compare``: every format; the gate decides the verdict and the level of a failed check."""
+
+    def text(self, result: CompareReport) -> str:
+        return text(result, self.options)
+
+    def document(self, result: CompareReport) -> dict[str, object]:
+        return document(result, self.options.gate)
+
+    def checks(self, result: CompareReport) -> CheckReport:
+        return checks(result, self.options.gate)

@@ -13,15 +13,13 @@ from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, 
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands.config_show import show_value, value_document
 from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.resolve import ConfigDiff, FieldDifference
 
-__all__ = ["FORMATS", "checks", "diff_line", "document", "text"]
-
-FORMATS = frozenset(ALL_FORMATS)
+__all__ = ["checks", "diff_line", "document", "text"]
 
 
 def diff_line(d: FieldDifference, a_path: str | None = None, b_path: str | None = None) -> str:
@@ -41,7 +39,7 @@ def diff_line(d: FieldDifference, a_path: str | None = None, b_path: str | None 
     )
 
 
-def document(d: ConfigDiff, gate: Any = None) -> dict[str, Any]:
+def document(d: ConfigDiff) -> dict[str, Any]:
     doc = _head("config diff")
     doc.update(
         {
@@ -108,7 +106,7 @@ def _config_rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def checks(diff: Any, gate: Any = None) -> CheckReport:
+def checks(diff: ConfigDiff) -> CheckReport:
     """One check per norm pattern and setting of a :class:`~rmsnorm_eps.config.resolve.ConfigDiff`.
 
     A (pattern, setting) pair listed among the diff's differences fails: ``error`` for eps,
@@ -118,10 +116,9 @@ def checks(diff: Any, gate: Any = None) -> CheckReport:
     from rmsnorm_eps.config.model import FIELDS
 
     rules = _config_rules()
-    differing: dict[tuple[str, str], Any] = {}
-    for d in diff.differences:
-        for pattern in d.patterns:
-            differing[(pattern, d.field)] = d
+    differing: dict[tuple[str, str], FieldDifference] = {
+        (pattern, x.field): x for x in diff.differences for pattern in x.patterns
+    }
 
     def settings(config: Any, pattern: str) -> Any:
         found = config.settings_for(pattern)
@@ -180,3 +177,18 @@ def _value(value: Any) -> Number:
     if value is None or isinstance(value, (int, float, str)):
         return value
     return str(value)
+
+
+class ConfigDiffReporter(
+    Reporter, TextRole["ConfigDiff"], DocumentRole["ConfigDiff"], ChecksRole["ConfigDiff"]
+):
+    """``config diff``: every format."""
+
+    def text(self, result: ConfigDiff) -> str:
+        return text(result, self.options)
+
+    def document(self, result: ConfigDiff) -> dict[str, object]:
+        return document(result)
+
+    def checks(self, result: ConfigDiff) -> CheckReport:
+        return checks(result)

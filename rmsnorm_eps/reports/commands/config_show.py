@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig, NormSettings, Resolved
 
-__all__ = ["FORMATS", "document", "show_value", "text", "value_document"]
-
-FORMATS = frozenset({"text", "json"})
+__all__ = ["document", "show_value", "text", "value_document"]
 
 #: Above this many layer patterns the layers table is written as plain aligned lines, not a
 #: rich Table (rich lays out every cell of a 20,000-row table: tens of seconds). Smaller
@@ -66,7 +65,7 @@ def _settings_doc(s: NormSettings) -> dict[str, Any]:
     return {name: value_document(s.get(name)) for name in FIELDS}
 
 
-def document(c: NormConfig, gate: Any = None) -> dict[str, Any]:
+def document(c: NormConfig) -> dict[str, Any]:
     doc = _head("config show")
     doc.update(
         {
@@ -156,3 +155,13 @@ def _plain_table(rows: list[tuple[str, ...]]) -> list[str]:
 
     rule = " " + "\u2500" * (sum(widths) + 3 * (len(widths) - 1)) + " "
     return [_LAYERS_TITLE, "", line(header), rule, *(line(row) for row in shown), ""]
+
+
+class ConfigShowReporter(Reporter, TextRole["NormConfig"], DocumentRole["NormConfig"]):
+    """``config show``: text and json (it checks nothing)."""
+
+    def text(self, result: NormConfig) -> str:
+        return text(result, self.options)
+
+    def document(self, result: NormConfig) -> dict[str, object]:
+        return document(result)

@@ -6,17 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.defaults import DefaultsResult
 
-__all__ = ["FORMATS", "document", "text"]
-
-FORMATS = frozenset({"text", "json"})
+__all__ = ["document", "text"]
 
 
-def document(r: DefaultsResult, gate: Any = None) -> dict[str, Any]:
+def document(r: DefaultsResult) -> dict[str, Any]:
     doc = _head("defaults")
     doc.update(
         {
@@ -61,3 +60,13 @@ def text(r: DefaultsResult, options: RenderOptions) -> str:
         rule = x.explanation if x.row.framework == "torch" else x.row.rule
         table.add_row(x.row.name, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]")
     return render_renderables([table], options)
+
+
+class DefaultsReporter(Reporter, TextRole["DefaultsResult"], DocumentRole["DefaultsResult"]):
+    """``defaults``: text and json."""
+
+    def text(self, result: DefaultsResult) -> str:
+        return text(result, self.options)
+
+    def document(self, result: DefaultsResult) -> dict[str, object]:
+        return document(result)

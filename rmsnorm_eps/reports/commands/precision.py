@@ -15,18 +15,16 @@ from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head, jnum
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:
     from rmsnorm_eps.compare.precision import PrecisionReport, PrecisionRow
 
-__all__ = ["FORMATS", "PRECISION_RULES", "checks", "document", "text"]
-
-FORMATS = frozenset(ALL_FORMATS)
+__all__ = ["PRECISION_RULES", "checks", "document", "text"]
 
 
-def document(result: PrecisionReport, gate: Any = None) -> dict[str, Any]:
+def document(result: PrecisionReport) -> dict[str, Any]:
     """The precision document: per dtype, the stored eps and where it stops acting."""
     doc = head("precision")
     doc["eps"] = result.eps
@@ -134,7 +132,7 @@ PRECISION_RULES = (
 )
 
 
-def checks(report: Any, gate: Any = None) -> CheckReport:
+def checks(report: PrecisionReport) -> CheckReport:
     """One check per dtype of a :class:`~rmsnorm_eps.compare.precision.PrecisionReport`:
     fails when eps rounds to 0 or overflows in that dtype (the command's exit 1)."""
     checks: list[Check] = []
@@ -194,3 +192,21 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
             verdict_fact(passed, verdict),
         ),
     )
+
+
+class PrecisionReporter(
+    Reporter,
+    TextRole["PrecisionReport"],
+    DocumentRole["PrecisionReport"],
+    ChecksRole["PrecisionReport"],
+):
+    """``precision``: every format."""
+
+    def text(self, result: PrecisionReport) -> str:
+        return text(result, self.options)
+
+    def document(self, result: PrecisionReport) -> dict[str, object]:
+        return document(result)
+
+    def checks(self, result: PrecisionReport) -> CheckReport:
+        return checks(result)

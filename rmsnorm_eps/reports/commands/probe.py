@@ -14,14 +14,13 @@ from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.document import jnum as _jnum
 from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
 
-__all__ = ["FORMATS", "document", "probe_document", "text"]
-
-FORMATS = frozenset({"text", "json"})
+__all__ = ["document", "probe_document", "text"]
 
 
 def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
@@ -56,7 +55,7 @@ def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def document(result: ProbeSummary, gate: Any = None) -> dict[str, Any]:
+def document(result: ProbeSummary) -> dict[str, Any]:
     """The probe document of a probe summary."""
     return probe_document(result.probes, result.path)
 
@@ -99,3 +98,13 @@ def _fmt_ratio(value: object) -> str:
 def text(result: ProbeSummary, options: RenderOptions) -> str:
     """The text report."""
     return render_renderables(probe_parts(result.probes, result.path), options)
+
+
+class ProbeReporter(Reporter, TextRole["ProbeSummary"], DocumentRole["ProbeSummary"]):
+    """``probe``: text and json."""
+
+    def text(self, result: ProbeSummary) -> str:
+        return text(result, self.options)
+
+    def document(self, result: ProbeSummary) -> dict[str, object]:
+        return document(result)

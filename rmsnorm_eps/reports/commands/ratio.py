@@ -29,14 +29,13 @@ from rmsnorm_eps.reports.commands._layers import (
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import NamedTable, fmt, fmt_index, render_renderables
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
-from rmsnorm_eps.reports.registry import ALL_FORMATS
 
 if TYPE_CHECKING:  # analysis imports numpy
     from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
 
 __all__ = [
-    "FORMATS",
     "RATIO_RULES",
     "checks",
     "document",
@@ -45,8 +44,6 @@ __all__ = [
     "quantity_label",
     "text",
 ]
-
-FORMATS = frozenset(ALL_FORMATS)
 
 HISTOGRAM_BAR = 40  # characters of the longest bar
 
@@ -109,7 +106,7 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
     }
 
 
-def document(result: RatioReport, gate: GateResult | None = None) -> dict[str, Any]:
+def document(result: RatioReport, gate: GateResult | None) -> dict[str, Any]:
     """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
     doc = head("merge" if result.shards else "ratio")
     doc.update(
@@ -437,7 +434,7 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
     return Check("ratio/nonfinite", layer.name, nf == 0, level, msg, nums, loc)
 
 
-def checks(report: Any, gate: Any = None) -> CheckReport:
+def checks(report: RatioReport, gate: GateResult | None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
 
     ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
@@ -495,3 +492,19 @@ def checks(report: Any, gate: Any = None) -> CheckReport:
         facts=facts,
     )
     return with_skipped(checked, tuple(getattr(report, "skipped", ())))
+
+
+class RatioReporter(
+    Reporter, TextRole["RatioReport"], DocumentRole["RatioReport"], ChecksRole["RatioReport"]
+):
+    """``ratio`` and ``merge`` (a ratio report of shards): every format; the gate decides the
+    verdict and the level of a failed check."""
+
+    def text(self, result: RatioReport) -> str:
+        return text(result, self.options)
+
+    def document(self, result: RatioReport) -> dict[str, object]:
+        return document(result, self.options.gate)
+
+    def checks(self, result: RatioReport) -> CheckReport:
+        return checks(result, self.options.gate)

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 from rmsnorm_eps import __version__
+from rmsnorm_eps.jsonvalues import jnum
 from rmsnorm_eps.reports.checks import CheckReport
-from rmsnorm_eps.reports.document import jnum
 
 __all__ = ["SARIF_SCHEMA", "SARIF_VERSION", "artifact_uri", "render_checks", "sarif_document"]
 
