@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import map_layers
+from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers
 from rmsnorm_eps.engine import (
-    DEFAULT_CHUNK_BYTES,
     Decisions,
     PositionSplit,
     Quantity,
@@ -30,16 +29,17 @@ from rmsnorm_eps.engine import (
     decisions_for,
     fold_chunks,
     iter_q_chunks,
-    layer_quantities,
     unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, GateSubject, evaluate_gate
-from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
+from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
@@ -255,15 +255,6 @@ def _layer_eps(eps: float | Mapping[str, float] | Callable[[str], float], name: 
     return numerics.validate_eps(value)
 
 
-def _check_options(top_k: int, chunk_bytes: int, threads: int | None) -> None:
-    if top_k < 0:
-        raise InvalidParameterError(f"top must be >= 0, got {top_k}")
-    if chunk_bytes <= 0:
-        raise InvalidParameterError("chunk_bytes must be > 0")
-    if threads is not None and threads < 1:
-        raise InvalidParameterError(f"threads must be >= 1, got {threads}")
-
-
 def _eps_from_config(
     config: NormConfig,
     sources: list[ArraySource],
@@ -280,28 +271,15 @@ def _eps_from_config(
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
 
-def members_analysed(sources: list[ArraySource], skipped_names: set[str]) -> int:
-    """Members whose data entered the figures: each analysed layer and its companions."""
-    return sum(src.members for src in sources if src.name not in skipped_names)
-
-
 def analyze_dump(
     path: str | os.PathLike[str],
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     *,
     delta: float | None = None,
     min_ratio: float | None = None,
-    raw: bool = False,
-    top_k: int = 5,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    threads: int | None = None,
-    dtype: str | None = None,
-    column: str | None = None,
-    fast: bool = True,
     eps_sources: Mapping[str, str] | None = None,
-    skip_unreadable: bool = False,
-    config: NormConfig | None = None,
-    norm: str = "rms",
+    reading: DumpReading | None = None,
+    **fields: Unpack[ReadingFields],
 ) -> RatioReport:
     """Analyse every layer of a dump against ``A >= 1 - delta``.
 
@@ -329,65 +307,53 @@ def analyze_dump(
     activations with the mean removed, in float64; otherwise the stored values are v), and
     its ``quantity`` is ``"v"``. eps acts on v exactly as on q: ``A = sqrt(v/(v+eps))``.
     """
-    _check_options(top_k, chunk_bytes, threads)
-    n_threads = default_threads() if threads is None else threads
+    how = replace(reading or DumpReading(), **fields)
+    n_threads = default_threads() if how.threads is None else how.threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
-    if config is not None:
-        eps, eps_sources = _eps_from_config(config, sources, eps, eps_sources)
-    if eps is None:
-        raise InvalidParameterError("give eps (or a config)")
-    layer_eps = eps
-    eps_by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
-    quantities = layer_quantities([src.name for src in sources], norm, config)
-    opened_skips = len(skipped)
-    layers = map_layers(
-        sources,
-        lambda src: _analyze_layer(
-            src,
-            eps_by_layer[src.name],
-            ratio,
-            raw,
-            top_k,
-            chunk_bytes,
-            n_threads,
-            fast,
-            eps_sources,
-            quantities[src.name],
-        ),
-        skipped,
-        skip_unreadable,
-    )
-    failed = {u.name for u in skipped[opened_skips:]}
+
+    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], LayerResult]:
+        layer_eps, provenance = eps, eps_sources
+        if how.config is not None:
+            layer_eps, provenance = _eps_from_config(how.config, sources, eps, eps_sources)
+        if layer_eps is None:
+            raise InvalidParameterError("give eps (or a config)")
+        by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
+        steps = _Steps(ratio, how, n_threads, provenance)
+        return lambda src, quantity: _analyze_layer(src, by_layer[src.name], steps, quantity)
+
+    read = read_layers(path, how, prepare)
     return RatioReport(
         source=str(Path(path)),
-        raw=raw,
+        raw=how.raw,
         delta=d_value,
         min_ratio=ratio,
-        top_k=top_k,
-        layers=tuple(layers),
-        skipped=tuple(skipped),
-        members_total=total,
-        members_analysed=members_analysed(sources, failed),
+        top_k=how.top_k,
+        layers=read.layers,
+        skipped=read.skipped,
+        members_total=read.members_total,
+        members_analysed=read.members_analysed,
     )
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What every layer of one :func:`analyze_dump` run shares."""
+
+    ratio: float
+    reading: DumpReading
+    threads: int
+    eps_sources: Mapping[str, str] | None
 
 
 def _analyze_layer(
-    src: ArraySource,
-    layer_eps: float,
-    ratio: float,
-    raw: bool,
-    top_k: int,
-    chunk_bytes: int,
-    n_threads: int,
-    fast: bool,
-    eps_sources: Mapping[str, str] | None,
-    quantity: Quantity = "q",
+    src: ArraySource, layer_eps: float, steps: _Steps, quantity: Quantity = "q"
 ) -> LayerResult:
     """One layer of :func:`analyze_dump`."""
-    decisions = decisions_for(layer_eps, ratio, top_k) if raw and fast else None
+    how, ratio, top_k = steps.reading, steps.ratio, steps.reading.top_k
+    raw, eps_sources = how.raw, steps.eps_sources
+    decisions = decisions_for(layer_eps, ratio, top_k) if raw and how.fast else None
     q_shape, order, dim, chunks = iter_q_chunks(
-        src, raw, chunk_bytes, n_threads, decisions, quantity
+        src, raw, how.chunk_bytes, steps.threads, decisions, quantity
     )
     acc = LayerAccumulator(layer_eps, ratio, top_k)
     pos_src = None if raw else src.companion("position")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import numpy as np
 
-from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.engine import Quantity, layer_quantities
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.sources.interface import Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
 from rmsnorm_eps.sources.npz import COMPANION_SEP
@@ -29,6 +31,9 @@ from rmsnorm_eps.sources.raw import (
 )
 from rmsnorm_eps.sources.sniff import NPY_MAGIC, ZIP_MAGIC, check_regular_file
 
+if TYPE_CHECKING:
+    from rmsnorm_eps.config.model import NormConfig
+
 __all__ = [
     "COMPANION_SEP",
     "DEFAULT_CHUNK_BYTES",
@@ -36,7 +41,10 @@ __all__ = [
     "STORED_AS",
     "ZIP_MAGIC",
     "ArraySource",
+    "DumpReading",
+    "LayersRead",
     "NpyHeader",
+    "ReadingFields",
     "Unreadable",
     "check_float_dtype",
     "check_regular_file",
@@ -46,6 +54,7 @@ __all__ = [
     "open_dump",
     "open_dump_lenient",
     "open_layers",
+    "read_layers",
     "read_npy_header",
 ]
 
@@ -104,6 +113,101 @@ def map_layers(
                 raise
             skipped.append(Unreadable(src.name, exc.problem))
     return out
+
+
+@dataclass(frozen=True)
+class DumpReading:
+    """How ``ratio`` and ``compare`` read a dump, passed whole (the CLI fills it once).
+
+    ``raw``: the arrays hold activations ``x`` of shape ``(..., d)``, ``q = mean(x**2)`` over
+    the last axis computed here; ``top_k``: worst inputs kept per layer; ``chunk_bytes`` read
+    per chunk; ``threads`` reading and computing chunks (None: the default); ``dtype``
+    ``"bfloat16"`` reads uint16/V2 arrays as bfloat16 bits; ``column`` of a CSV/TSV dump;
+    ``skip_unreadable``: a layer that cannot be read is listed, not fatal; ``config`` (a
+    :func:`~rmsnorm_eps.config.load_config` result) matched against the layer names; ``norm``
+    the kind of a layer its config entry does not name (``layer``: figures of the variance v);
+    ``fast`` (``ratio --raw``): float32 sums, every deciding q recomputed exactly.
+    """
+
+    raw: bool = False
+    top_k: int = 5
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    threads: int | None = None
+    dtype: str | None = None
+    column: str | None = None
+    skip_unreadable: bool = False
+    config: NormConfig | None = None
+    norm: str = "rms"
+    fast: bool = True
+
+    def check(self) -> None:
+        """Refuse a negative ``top_k``, a non-positive ``chunk_bytes`` or ``threads``."""
+        if self.top_k < 0:
+            raise InvalidParameterError(f"top must be >= 0, got {self.top_k}")
+        if self.chunk_bytes <= 0:
+            raise InvalidParameterError("chunk_bytes must be > 0")
+        if self.threads is not None and self.threads < 1:
+            raise InvalidParameterError(f"threads must be >= 1, got {self.threads}")
+
+
+class ReadingFields(TypedDict, total=False):
+    """:class:`DumpReading`'s fields as keyword arguments (``analyze_dump(path, eps,
+    raw=True)``), for callers that give a few of them."""
+
+    raw: bool
+    top_k: int
+    chunk_bytes: int
+    threads: int | None
+    dtype: str | None
+    column: str | None
+    skip_unreadable: bool
+    config: NormConfig | None
+    norm: str
+    fast: bool
+
+
+@dataclass(frozen=True)
+class LayersRead(Generic[T]):
+    """Every readable layer of a dump, analysed, and the account of its members."""
+
+    layers: tuple[T, ...]
+    skipped: tuple[Unreadable, ...]
+    members_total: int
+    members_analysed: int
+
+
+def read_layers(
+    path: str | os.PathLike[str],
+    reading: DumpReading,
+    prepare: Callable[[list[Any]], Callable[[Any, Quantity], T]],
+) -> LayersRead[T]:
+    """The per-layer driver of ``ratio`` and ``compare``: open the dump as ``reading`` says,
+    let ``prepare(sources)`` resolve what depends on the layer names (eps, settings) and return
+    the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
+    a LayerNorm). A layer that cannot be read raises, or with ``skip_unreadable`` is listed in
+    ``skipped`` (:func:`map_layers`); ``members_analysed`` counts each analysed layer with its
+    companions."""
+    reading.check()
+    opened = open_sources(
+        path, reading.dtype, lenient=reading.skip_unreadable, column=reading.column
+    )
+    sources, skipped = opened.sources, list(opened.unreadable)
+    analyse = prepare(sources)
+    quantities = layer_quantities([src.name for src in sources], reading.norm, reading.config)
+    before = len(skipped)
+    layers = map_layers(
+        sources,
+        lambda src: analyse(src, quantities[src.name]),
+        skipped,
+        reading.skip_unreadable,
+    )
+    failed = {u.name for u in skipped[before:]}
+    return LayersRead(
+        tuple(layers),
+        tuple(skipped),
+        opened.members_total,
+        sum(src.members for src in sources if src.name not in failed),
+    )
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

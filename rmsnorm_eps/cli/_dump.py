@@ -4,11 +4,14 @@ the ``--raw`` hint when a negative "q" is really an activation."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rmsnorm_eps.cli._options import DtypeChoice
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.dumps import DumpReading
 
 __all__ = [
     "ColumnOpt",
@@ -120,24 +123,26 @@ def dump_reading(
     column: str | None,
     config: Path | None,
     norm: Any,
-) -> dict[str, Any]:
-    """The keyword arguments that ``analyze_dump`` and ``compare_dump`` share: how the dump is
-    read (``--raw``, ``--dtype``, ``--column``, ``--skip-unreadable``, ``--norm``), the worst
-    inputs kept, and the ``--config`` file loaded (the library matches its layers)."""
-    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES
+    threads: int | None = None,
+) -> DumpReading:
+    """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
+    ``--skip-unreadable``, ``--norm``, ``--threads``), the worst inputs kept, and the
+    ``--config`` file loaded (the library matches its layers): one object, passed whole."""
+    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
 
     loaded = None
     if config is not None:
         from rmsnorm_eps.config import load_config
 
         loaded = load_config(config)
-    return {
-        "raw": raw,
-        "top_k": top,
-        "chunk_bytes": chunk_bytes or DEFAULT_CHUNK_BYTES,
-        "skip_unreadable": skip_unreadable,
-        "dtype": dtype,
-        "column": column,
-        "config": loaded,
-        "norm": norm.value if norm is not None else "rms",
-    }
+    return DumpReading(
+        raw=raw,
+        top_k=top,
+        chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES,
+        threads=threads,
+        skip_unreadable=skip_unreadable,
+        dtype=dtype,
+        column=column,
+        config=loaded,
+        norm=norm.value if norm is not None else "rms",
+    )

@@ -155,12 +155,7 @@ def compare(
     )
     try:
         report = compare_dump(
-            q_path,
-            spec_from,
-            spec_to,
-            tolerance=tolerance,
-            scale=scale,
-            **reading,
+            q_path, spec_from, spec_to, tolerance=tolerance, scale=scale, reading=reading
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None

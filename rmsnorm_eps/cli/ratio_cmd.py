@@ -172,16 +172,10 @@ def ratio(
         column=column,
         config=config,
         norm=norm,
+        threads=threads,
     )
     try:
-        report = analyze_dump(
-            q_path,
-            eps,
-            delta=delta,
-            min_ratio=min_ratio,
-            threads=threads,
-            **reading,
-        )
+        report = analyze_dump(q_path, eps, delta=delta, min_ratio=min_ratio, reading=reading)
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
     gate = evaluate_gate(report, max_violations, max_fraction)

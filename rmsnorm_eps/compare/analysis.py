@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -45,24 +45,24 @@ from rmsnorm_eps.compare.spec import (
     parse_spec,
     specs_from_config,
 )
-from rmsnorm_eps.dumps import map_layers
+from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers
 from rmsnorm_eps.engine import (
-    DEFAULT_CHUNK_BYTES,
     PositionSplit,
     Quantity,
     ReportTotals,
     SequentialReader,
     fold_chunks,
     iter_q_chunks,
-    layer_quantities,
     unravel,
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
-from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
+from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
@@ -381,14 +381,8 @@ def compare_dump(
     *,
     tolerance: float = 0.01,
     scale: float = 1.0,
-    raw: bool = False,
-    top_k: int = 5,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    skip_unreadable: bool = False,
-    config: NormConfig | None = None,
-    dtype: str | None = None,
-    column: str | None = None,
-    norm: str = "rms",
+    reading: DumpReading | None = None,
+    **fields: Unpack[ReadingFields],
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
@@ -410,60 +404,45 @@ def compare_dump(
     if not (math.isfinite(tol) and tol >= 0.0):
         raise InvalidParameterError(f"tolerance must be finite and >= 0, got {tolerance!r}")
     c = validate_eps(scale, "scale")
-    if top_k < 0:
-        raise InvalidParameterError(f"top must be >= 0, got {top_k}")
-    if chunk_bytes <= 0:
-        raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
-    a = _side(spec_from, "--from", config, sources)
-    b = _side(spec_to, "--to", config, sources)
-    opened_skips = len(skipped)
-    quantities = layer_quantities([src.name for src in sources], norm, config)
-    layers = map_layers(
-        sources,
-        lambda src: _compare_layer(
-            src,
-            a.for_layer(src.name),
-            b.for_layer(src.name),
-            tol,
-            c,
-            raw,
-            top_k,
-            chunk_bytes,
-            quantities[src.name],
-        ),
-        skipped,
-        skip_unreadable,
-    )
-    failed = {u.name for u in skipped[opened_skips:]}
+    how = replace(reading or DumpReading(), **fields)
+    sides: list[EpsSpec | LayerSpecs] = []
+
+    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], CompareLayer]:
+        a = _side(spec_from, "--from", how.config, sources)
+        b = _side(spec_to, "--to", how.config, sources)
+        sides.extend((a, b))
+        return lambda src, quantity: _compare_layer(
+            src, (a.for_layer(src.name), b.for_layer(src.name)), tol, c, how, quantity
+        )
+
+    read = read_layers(path, how, prepare)
     return CompareReport(
         source=str(Path(path)),
-        raw=raw,
-        spec_from=a,
-        spec_to=b,
+        raw=how.raw,
+        spec_from=sides[0],
+        spec_to=sides[1],
         tolerance=tol,
         scale=c,
-        top_k=top_k,
-        layers=tuple(layers),
-        skipped=tuple(skipped),
-        members_total=total,
-        members_analysed=sum(src.members for src in sources if src.name not in failed),
+        top_k=how.top_k,
+        layers=read.layers,
+        skipped=read.skipped,
+        members_total=read.members_total,
+        members_analysed=read.members_analysed,
     )
 
 
 def _compare_layer(
     src: ArraySource,
-    spec_from: EpsSpec,
-    spec_to: EpsSpec,
+    specs: tuple[EpsSpec, EpsSpec],
     tol: float,
     c: float,
-    raw: bool,
-    top_k: int,
-    chunk_bytes: int,
+    how: DumpReading,
     quantity: Quantity = "q",
 ) -> CompareLayer:
     """One layer of :func:`compare_dump`."""
-    q_shape, order, dim, chunks = iter_q_chunks(src, raw, chunk_bytes, quantity=quantity)
+    spec_from, spec_to = specs
+    raw, top_k = how.raw, how.top_k
+    q_shape, order, dim, chunks = iter_q_chunks(src, raw, how.chunk_bytes, quantity=quantity)
     for side, spec in (("--from", spec_from), ("--to", spec_to)):
         if dim is not None and spec.dim is not None and spec.dim != dim:
             raise InputFileError(
