@@ -53,7 +53,6 @@ __all__ = [
     "npy_bytes",
     "open_dump",
     "open_dump_lenient",
-    "open_layers",
     "read_layers",
     "read_npy_header",
 ]
@@ -84,14 +83,6 @@ def open_dump_lenient(
     is not a readable dump at all still raises."""
     check_regular_file(Path(path))
     opened = open_sources(path, dtype, lenient=True)
-    return opened.sources, opened.unreadable
-
-
-def open_layers(
-    path: str | os.PathLike[str], dtype: str | None = None, skip_unreadable: bool = False
-) -> tuple[list[Any], list[Unreadable]]:
-    """:func:`open_dump`, or :func:`open_dump_lenient` with ``skip_unreadable``."""
-    opened = open_sources(path, dtype, lenient=skip_unreadable)
     return opened.sources, opened.unreadable
 
 

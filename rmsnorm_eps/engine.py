@@ -54,10 +54,6 @@ __all__ = [
 #: What a norm divides by: ``q = mean(x**2)`` (RMSNorm and its gated and L2 relatives) or
 #: ``v = mean((x - mean x)**2)`` (LayerNorm). eps acts on v exactly as on q.
 Quantity = Literal["q", "v"]
-QUANTITY_TEXT = {
-    "q": "q = mean(x^2) over the last axis",
-    "v": "v = mean((x - mean x)^2) over the last axis (LayerNorm variance)",
-}
 
 
 #: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.

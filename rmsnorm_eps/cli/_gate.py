@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -34,6 +34,9 @@ from rmsnorm_eps.cli._output import (
     write_text,
 )
 from rmsnorm_eps.cli._paths import Named, check_outputs
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.gate import GateResult
 
 __all__ = ["TailOptions", "finish", "tail_options"]
 
@@ -96,7 +99,7 @@ def tail_options(
 
 def finish(
     result: object,
-    gate: Any,
+    gate: GateResult | None,
     options: TailOptions,
     *,
     passed: bool,

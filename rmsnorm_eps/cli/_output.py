@@ -1,57 +1,26 @@
 """Shared CLI plumbing: rendering and writing a report, the job summary, the plot file, the
-stderr summary line. The options themselves are declared in :mod:`rmsnorm_eps.cli._options`;
-``format_option``/``output_option``/``check_format`` remain for ``capture`` (older style)."""
+stderr summary line. The options themselves are declared in :mod:`rmsnorm_eps.cli._options`."""
 
 from __future__ import annotations
 
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-FORMAT_HELP = (
-    "Output format: text (tables for people), json (versioned, schema in the package), markdown "
-    "(PR comment / job summary), github (workflow-command annotations), junit (XML), sarif "
-    "(2.1.0). Default from RMSNORM_EPS_FORMAT."
-)
-
-
-def format_option(default: str = "text") -> Any:
-    """The ``--format`` option; RMSNORM_EPS_FORMAT sets its default."""
-    return typer.Option(
-        default,
-        "--format",
-        "-f",
-        envvar="RMSNORM_EPS_FORMAT",
-        help=FORMAT_HELP,
-        show_default=True,
-    )
-
-
-def output_option() -> Any:
-    return typer.Option(
-        None,
-        "--output",
-        "-o",
-        help="Write the report to FILE (atomically) instead of stdout.",
-        dir_okay=False,
-    )
-
-
-def check_format(fmt: str) -> str:
-    from rmsnorm_eps.reports import FORMATS
-
-    if fmt not in FORMATS:
-        raise typer.BadParameter(
-            f"{fmt!r} is not one of {', '.join(sorted(FORMATS))}", param_hint="'--format'"
-        )
-    return fmt
+if TYPE_CHECKING:
+    from rmsnorm_eps.gate import GateResult
+    from rmsnorm_eps.reports.options import RenderOptions
 
 
 def render_for(
-    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+    result: object,
+    fmt: str,
+    output: Path | None,
+    gate: GateResult | None = None,
+    histogram: str = "auto",
 ) -> str:
     """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
     from rmsnorm_eps.reports import RenderOptions, color_wanted
@@ -77,13 +46,17 @@ def write_text(output: Path | None, text: str) -> None:
 
 
 def emit(
-    result: object, fmt: str, output: Path | None, gate: Any = None, histogram: str = "auto"
+    result: object,
+    fmt: str,
+    output: Path | None,
+    gate: GateResult | None = None,
+    histogram: str = "auto",
 ) -> None:
     """Render ``result`` and write it to ``output`` (atomic) or stdout."""
     write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
 
 
-def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
+def render_or_usage_error(result: object, fmt: str, options: RenderOptions) -> str:
     """Render; a format that has no rendering for this result is a usage error (exit 2)."""
     from rmsnorm_eps.cli._app import usage_error
     from rmsnorm_eps.reports import UnsupportedResult, render
@@ -94,7 +67,7 @@ def render_or_usage_error(result: object, fmt: str, options: Any) -> str:
         raise usage_error(f"--format {fmt} is not available for this output") from None
 
 
-def append_step_summary(result: object, gate: Any = None) -> Path | None:
+def append_step_summary(result: object, gate: GateResult | None = None) -> Path | None:
     """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` (never truncating it).
 
     Returns the file written, or None (with a note on stderr) when the variable is unset.

@@ -112,7 +112,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     if len(rows) > PLAIN_ROWS:
         head = render_renderables(parts, options)
         lines = [*_plain_table(rows), *map(_e, overrides), *(_e(f"note: {n}") for n in c.notes)]
-        return head + no_ci_command("".join(f"{line}\n" for line in lines))
+        return head + no_ci_command("".join(f"{line.rstrip(' ')}\n" for line in lines))
     layers = Table(title=_LAYERS_TITLE, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     layers.add_column("pattern")
     for name in _COLUMNS:
@@ -140,21 +140,12 @@ def _layer_rows(c: NormConfig) -> tuple[list[tuple[str, ...]], list[str]]:
 
 
 def _plain_table(rows: list[tuple[str, ...]]) -> list[str]:
-    """The layers table as plain lines in the rich table's layout (title, header, rule,
-    rows; columns padded to their widest cell, none wrapped), cells escaped (widths measured
-    on the escaped text)."""
-    from rich.cells import cell_len
+    """The layers table as plain lines (:func:`~rmsnorm_eps.reports.table.table_lines`),
+    cells escaped (widths measured on the escaped text)."""
+    from rmsnorm_eps.reports.table import Column, table_lines
 
-    header = ("pattern", *_COLUMNS)
-    shown = [tuple(_e(cell) for cell in row) for row in rows]
-    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *shown, strict=True)]
-
-    def line(cells: tuple[str, ...]) -> str:
-        padded = (cell + " " * (w - cell_len(cell)) for cell, w in zip(cells, widths, strict=True))
-        return " " + "   ".join(padded) + " "
-
-    rule = " " + "\u2500" * (sum(widths) + 3 * (len(widths) - 1)) + " "
-    return [_LAYERS_TITLE, "", line(header), rule, *(line(row) for row in shown), ""]
+    columns = [Column(h) for h in ("pattern", *_COLUMNS)]
+    return table_lines(columns, (tuple(map(_e, row)) for row in rows), _LAYERS_TITLE)
 
 
 class ConfigShowReporter(Reporter, TextRole["NormConfig"], DocumentRole["NormConfig"]):

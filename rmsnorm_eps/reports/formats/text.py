@@ -9,25 +9,23 @@ Width (docs/reports.md, "Text reports at any width"):
 * **Not a terminal** (``RenderOptions.width`` is None: ``-o FILE``, ``--report``, a pipe): no
   line is wrapped and no name is shortened; every line is as long as its content.
 * **A terminal of W columns**: no number and no word is split across lines. A table that does
-  not fit is fitted by one rule, :func:`fit_table`: (1) drop the prefix shared by every name of
-  its name column, up to a ``.`` or ``/`` (a line ``layers under PREFIX`` says so); (2) if it
-  still does not fit, shorten each name in the middle (``head…tail``, distinct names stay
-  distinct); (3) if the name column would be narrower than :data:`MIN_NAME` characters, or the
-  table has no name column, show one block per row (``name`` then ``  column: value`` lines).
-  A word of running text longer than W is shortened in the middle.
+  not fit is fitted by the rule of :mod:`rmsnorm_eps.reports.table` (drop the names' shared
+  prefix, then shorten them in the middle; :func:`fit_table`); if the name column would be
+  narrower than ``MIN_NAME`` characters, or the table has no name column, it is shown one
+  block per row (``name`` then ``  column: value`` lines). A word of running text longer
+  than W is shortened in the middle.
 
 No line ends with spaces.
 
-A table of more than :data:`PLAIN_TABLE_ROWS` rows (thousands of layers) is written without
-rich when no colour is wanted: :func:`plain_table_lines` lays it out exactly as rich would
-(a test renders tables both ways), in time linear in its cells.
+Without colour, a table that fits is written by the plain table writer
+(:func:`rmsnorm_eps.reports.table.table_lines`, the layout rich gives it); rich lays out what
+is coloured, and the blocks and wrapped text of a narrow terminal.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from rich import box
@@ -40,30 +38,21 @@ from rich.text import Text
 
 from rmsnorm_eps.escape import no_ci_command
 from rmsnorm_eps.reports.options import RenderOptions
+from rmsnorm_eps.reports.table import Column as PlainColumn
+from rmsnorm_eps.reports.table import ellipsize, fit_names, shorten_names, table_lines
 
 __all__ = [
-    "ELLIPSIS",
-    "MIN_NAME",
     "NamedTable",
-    "common_prefix",
-    "ellipsize",
     "fit_table",
     "fmt",
     "fmt_index",
     "plain_table_lines",
     "render_renderables",
-    "shorten_names",
     "simple_table",
 ]
 
-#: Marks the characters left out of a shortened name.
-ELLIPSIS = "…"
-#: Narrowest name column worth a table; below it the compact layout is used.
-MIN_NAME = 16
 #: Console width when the output is not a terminal: nothing is ever wrapped.
 _UNBOUNDED = 1_000_000
-#: Tables with more rows than this are laid out by :func:`plain_table_lines` (no colour).
-PLAIN_TABLE_ROWS = 200
 #: Spaces at the end of a line, before any colour codes that close it.
 _TRAILING = re.compile(r" +(?=(?:\x1b\[[0-9;]*m)*$)")
 
@@ -101,75 +90,6 @@ class NamedTable:
     def __rich__(self) -> Table:
         """Printed by rich directly (not through :func:`render_renderables`): the table."""
         return self.table
-
-
-# ----------------------------------------------------------------------------- names
-def common_prefix(names: Sequence[str]) -> str:
-    """The longest prefix of every name in ``names`` (two or more distinct names) that ends
-    with ``.`` or ``/`` and leaves something of each name; ``""`` when there is none."""
-    distinct = sorted(set(names))
-    if len(distinct) < 2:
-        return ""
-    first, last = distinct[0], distinct[-1]  # sorted: their common prefix is everyone's
-    same = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), None)
-    prefix = first[: len(first) if same is None else same]
-    while prefix:
-        cut = max(prefix.rfind("."), prefix.rfind("/")) + 1
-        prefix = prefix[:cut]
-        if prefix and all(len(n) > len(prefix) for n in distinct):
-            return prefix
-        prefix = prefix[:-1]
-    return ""
-
-
-def ellipsize(name: str, width: int, head: int | None = None) -> str:
-    """``name`` if it takes at most ``width`` terminal cells, else its start (``head`` cells;
-    default: half of what fits), :data:`ELLIPSIS`, and its end: at most ``width`` cells in all
-    (a wide character, such as CJK, takes two cells)."""
-    if cell_len(name) <= width:
-        return name
-    keep = max(width - 1, 0)
-    h = keep // 2 if head is None else min(max(head, 0), keep)
-    start = _cells_from(name, h)
-    end = _cells_from(name[::-1], keep - h)[::-1]
-    return start + ELLIPSIS + end
-
-
-def _cells_from(name: str, cells: int) -> str:
-    """The longest start of ``name`` that takes at most ``cells`` terminal cells."""
-    out, used = [], 0
-    for ch in name:
-        used += cell_len(ch)
-        if used > cells:
-            break
-        out.append(ch)
-    return "".join(out)
-
-
-def shorten_names(names: Iterable[str], width: int) -> dict[str, str]:
-    """Each distinct name -> what is shown for it: itself if it has at most ``width``
-    terminal cells, else :func:`ellipsize` of it. Distinct names are shown distinct: when a
-    shortening is already taken, the ellipsis moves, and if no place works, more is shown."""
-    unique = list(dict.fromkeys(names))
-    shown = {n: n for n in unique if cell_len(n) <= width}
-    taken = set(shown.values())
-    for name in unique:
-        if name in shown:
-            continue
-        choice = name
-        for w in range(max(width, 1), cell_len(name)):
-            keep = w - 1
-            default = keep // 2
-            heads = sorted(range(keep + 1), key=lambda h: (abs(h - default), h))
-            found = next(
-                (s for s in (ellipsize(name, w, h) for h in heads) if s not in taken), None
-            )
-            if found is not None:
-                choice = found
-                break
-        shown[name] = choice
-        taken.add(choice)
-    return shown
 
 
 # ----------------------------------------------------------------------------- tables
@@ -250,57 +170,39 @@ def _compact(
 def fit_table(
     table: Table, console: Console, width: int | None, noun: str | None = None, column: int = 0
 ) -> list[RenderableType]:
-    """``table`` fitted into ``width`` columns by the rule of the module docstring (``noun``:
-    the table has names in ``column``). None: not a terminal, the table with every cell on
-    one line, however long."""
-    if width is None:
-        return [_copy(table)]
+    """``table`` fitted into ``width`` columns by the rule of :mod:`rmsnorm_eps.reports.table`
+    (``noun``: the table has names in ``column``), then one block per row if it still does
+    not fit. None: not a terminal, the table with every cell on one line, however long."""
     fitted = _copy(table)
-    if _width(console, fitted) <= width:
+    if width is None or _width(console, fitted) <= width:
         return [fitted]
-    names: dict[str, str] = {}
-    lead: list[RenderableType] = []
-    if noun is not None:
-        full = [_plain(c) for c in table.columns[column].cells]
-        names = {n: n for n in full}
-        prefix = common_prefix(full)
-        if prefix:  # (1) drop the prefix every name shares
-            lead = [Text(f"{noun} under {ellipsize(prefix, width - len(noun) - 7)}")]
-            if table.title is not None:  # the title first, then the line about the names
-                lead.insert(0, Text(_plain(table.title)))
-                table = _copy(table)
-                table.title = None
-            names = {n: n[len(prefix) :] for n in full}
-            fitted = _with_names(table, column, names)
-            if _width(console, fitted) <= width:
-                return [*lead, fitted]
-        # (2) shorten in the middle: the name column gets what the other columns leave
-        name_width = max(cell_len(s) for s in [*names.values(), _header(fitted.columns[column])])
-        budget = width - (_width(console, fitted) - name_width)
-        if budget >= MIN_NAME:
-            short = shorten_names(names.values(), budget)
-            names = {n: short[s] for n, s in names.items()}
-            fitted = _with_names(table, column, names)
-            if _width(console, fitted) <= width:
-                return [*lead, fitted]
-        if column == 0:  # (3) one block per row, the name on a line of its own
-            short = shorten_names(names.values(), width)
-            shown = {n: short[s] for n, s in names.items()}
-            return [*lead, *_compact(table, width, shown, named=True)]
-    return _compact(table, width, {})
-
-
-def _justify(text: str, width: int, how: str) -> str:
-    gap = width - cell_len(text)
-    if how == "right":
-        return " " * gap + text
-    if how == "center":
-        return " " * (gap // 2) + text + " " * (gap - gap // 2)
-    return text + " " * gap
+    if noun is None:
+        return _compact(table, width, {})
+    full = [_plain(c) for c in table.columns[column].cells]
+    untitled = _copy(table)
+    untitled.title = None
+    fit = fit_names(
+        full,
+        _header(table.columns[column]),
+        lambda shown: _width(console, _with_names(untitled, column, shown)),
+        width,
+        noun,
+    )
+    lead: list[RenderableType] = [Text(line) for line in fit.lead]
+    if lead and table.title is not None:  # the title first, then the line about the names
+        lead.insert(0, Text(_plain(table.title)))
+        table = untitled
+    if fit.fits:
+        return [*lead, _with_names(table, column, fit.shown)]
+    if column != 0:
+        return _compact(table, width, {})
+    short = shorten_names(fit.shown.values(), width)  # (3) one block per row
+    return [*lead, *_compact(table, width, {n: short[s] for n, s in fit.shown.items()}, True)]
 
 
 def _reproducible(table: Table) -> bool:
-    """Whether :func:`plain_table_lines` lays ``table`` out exactly as rich would."""
+    """Whether :func:`~rmsnorm_eps.reports.table.table_lines` lays ``table`` out exactly as
+    rich would (the style of every table of the reports)."""
     table_ok = (
         table.box in (box.SIMPLE_HEAD, box.SIMPLE)
         and not table.pad_edge
@@ -323,50 +225,30 @@ def _reproducible(table: Table) -> bool:
 
 
 def plain_table_lines(table: Table) -> list[str] | None:
-    """The lines rich prints for ``table`` without colour, trailing spaces left in, or None
-    for a table whose style this does not reproduce (then rich lays it out).
-
-    Reproduced: box SIMPLE_HEAD or SIMPLE with its edges, ``pad_edge=False``, padding (0, 1),
-    a left-justified title, one-line cells, no footer, no column widths set. Each column is as
-    wide as its widest cell (in terminal cells); columns are separated by a space between two
-    paddings; the header is ruled with ``─`` across the cells, paddings and separators.
-    """
+    """The lines rich prints for ``table`` without colour (trailing spaces left in), made by
+    the plain table writer, or None for a table whose style or cells it does not reproduce
+    (then rich lays it out): cells of one line, a title no wider than the table."""
     if not _reproducible(table):
         return None
-    columns = table.columns
-    cells = [[_plain(c) for c in col.cells] for col in columns]
-    heads = [_plain(c.header) for c in columns]
-    if any("\n" in v for col in cells for v in col) or any("\n" in h for h in heads):
+    body = [[_plain(c) for c in col.cells] for col in table.columns]
+    if any("\n" in v for col in body for v in col):
         return None
-    show_header = table.show_header
-    widths = [
-        max([cell_len(v) for v in col] + ([cell_len(h)] if show_header else []) + [0])
-        for col, h in zip(cells, heads, strict=True)
+    columns = [
+        PlainColumn(_plain(c.header), c.justify if c.justify in ("right", "center") else "left")
+        for c in table.columns
     ]
-    last = len(columns) - 1
-    hows = [c.justify if c.justify in ("right", "center") else "left" for c in columns]
-
-    def line(values: Sequence[str]) -> str:
-        parts = []
-        for i, (v, w, how) in enumerate(zip(values, widths, hows, strict=True)):
-            parts.append(("" if i == 0 else " ") + _justify(v, w, how) + ("" if i == last else " "))
-        return " " + " ".join(parts) + " "
-
-    inner = sum(widths) + 2 * len(columns) - 2 + last
-    out: list[str] = []
-    if table.title is not None:
-        out.append(_plain(table.title))
-    out.append(" " * (inner + 2))
-    if show_header:
-        out += [line(heads), " " + "─" * inner + " "]
-    out += [line(row) for row in zip(*cells, strict=True)]
-    out.append(" " * (inner + 2))
-    return out
+    lines = table_lines(columns, zip(*body, strict=True), None, table.show_header)
+    if table.title is None:
+        return lines
+    title = _plain(table.title)
+    if "\n" in title or cell_len(title) > cell_len(lines[0]):
+        return None  # rich folds a title at the table's width
+    return [title, *lines]
 
 
 def _plain_fits(table: Table, options: RenderOptions) -> list[str] | None:
     """:func:`plain_table_lines` for a long table printed without colour, when it fits."""
-    if options.color or table.row_count <= PLAIN_TABLE_ROWS:
+    if options.color:
         return None
     lines = plain_table_lines(_copy(table))
     if lines is None or options.width is None:
