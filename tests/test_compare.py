@@ -332,3 +332,21 @@ def test_raw_dim_must_match_sum_spec(tmp_path: Path) -> None:
         compare_dump(
             path, parse_spec("eps=1e-6"), parse_spec("eps=1e-6,placement=sum,dim=4"), raw=True
         )
+
+
+@pytest.mark.parametrize(
+    ("spelling", "name"), [("bf16", "bfloat16"), ("FP16", "float16"), ("f32", "float32")]
+)
+def test_spec_dtype_takes_every_dtype_alias(spelling: str, name: str) -> None:
+    from rmsnorm_eps.compare.spec import parse_spec
+
+    assert parse_spec(f"eps=1e-6,dtype={spelling}").dtype == name
+    assert parse_spec(f"framework=torch,dtype={spelling}").input_dtype == name
+
+
+def test_spec_dtype_refuses_an_unknown_name() -> None:
+    from rmsnorm_eps.compare.spec import parse_spec
+    from rmsnorm_eps.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="int8"):
+        parse_spec("eps=1e-6,dtype=int8")

@@ -44,7 +44,8 @@ def _run(command: str) -> str:
     assert argv[0] == "rmsnorm-eps", command
     res = CliRunner().invoke(app, argv[1:], env={"NO_COLOR": "1", "RMSNORM_EPS_FORMAT": ""})
     text = res.stdout + res.stderr
-    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
+    # only trailing blank lines are dropped: a leading blank line the command prints is shown
+    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
 
 
 def _commands(body: list[str]) -> list[tuple[str, str]]:
@@ -54,7 +55,7 @@ def _commands(body: list[str]) -> list[tuple[str, str]]:
             pairs.append((line[2:], []))
         elif pairs:
             pairs[-1][1].append(line.rstrip())
-    return [(cmd, "\n".join(out).strip("\n")) for cmd, out in pairs]
+    return [(cmd, "\n".join(out).rstrip("\n")) for cmd, out in pairs]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

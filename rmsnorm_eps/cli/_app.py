@@ -19,6 +19,7 @@ from click import exceptions as _cx
 from typer.core import TyperCommand, TyperGroup
 
 from rmsnorm_eps import __version__
+from rmsnorm_eps.cli._help import HelpContext
 
 __all__ = [
     "EXIT_ERROR",
@@ -101,7 +102,10 @@ def _repeated_option(command: Any, ctx: Any, args: list[str]) -> str | None:
 
 class _Command(TyperCommand):
     """A command whose help shows ``[default: ...]`` plainly and whose single-value options
-    may be given once: ``-q a -q b`` is a usage error, not "the last one wins"."""
+    may be given once: ``-q a -q b`` is a usage error, not "the last one wins"; its help is
+    wrapped whole-token (:mod:`rmsnorm_eps.cli._help`)."""
+
+    context_class = HelpContext
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """Refuse a repeated single-value option, then parse as click does."""
@@ -157,8 +161,27 @@ def _debug_enabled(ctx: typer.Context) -> bool:
     ) not in ("", "0")
 
 
+#: (command, unknown option) -> what the user most likely meant, instead of click's guesses by
+#: spelling (``compare --eps`` is "Did you mean --help, --report, --top?" otherwise).
+_OPTION_HINTS: dict[tuple[str, str], str] = {
+    ("compare", "--eps"): "compare takes two settings: --from eps=E1 --to eps=E2",
+    ("compare", "--dtype"): "compare takes the precision in a setting: --to eps=E,dtype=bf16",
+}
+
+
+def _hinted(exc: _cx.ClickException) -> str:
+    """The error's message, with our hint for an option a command does not take."""
+    if isinstance(exc, _cx.NoSuchOption) and exc.ctx is not None:
+        hint = _OPTION_HINTS.get((exc.ctx.info_name or "", exc.option_name))
+        if hint is not None:
+            return f"No such option {exc.option_name!r}: {hint}"
+    return exc.format_message()
+
+
 class _Group(TyperGroup):
     """A group whose subcommands can never leak a traceback or exit 1 on an error."""
+
+    context_class = HelpContext
 
     def main(  # type: ignore[override]
         self,
@@ -177,9 +200,7 @@ class _Group(TyperGroup):
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare command: show its help
                 exc.show()
                 sys.exit(exc.exit_code)
-            typer.echo(
-                f"rmsnorm-eps: error: {_one_line(exc.format_message())} (see --help)", err=True
-            )
+            typer.echo(f"rmsnorm-eps: error: {_one_line(_hinted(exc))} (see --help)", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
             typer.echo("rmsnorm-eps: aborted", err=True)

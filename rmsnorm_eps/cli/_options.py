@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import click
 import typer
 
+from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports.options import Format
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "DeprecatedOutOpt",
     "DtypeChoice",
     "ExitZeroOpt",
+    "ExitZeroSkipOpt",
     "Format",
     "FormatOpt",
     "Histogram",
@@ -35,6 +37,7 @@ __all__ = [
     "SummaryOpt",
     "TopOpt",
     "canonical_dtype",
+    "complete_framework",
     "data_output",
     "parse_report_specs",
 ]
@@ -69,34 +72,6 @@ NormOpt = Annotated[
     ),
 ]
 
-#: Every spelling ``--dtype`` accepts, mapped to numpy's name. ``--dtype`` always names the
-#: dtype of the data (how the values are stored or computed), whatever the command.
-DTYPE_ALIASES: dict[str, str] = {
-    "float16": "float16",
-    "fp16": "float16",
-    "f16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float32": "float32",
-    "fp32": "float32",
-    "f32": "float32",
-    "float": "float32",
-    "float64": "float64",
-    "fp64": "float64",
-    "f64": "float64",
-    "double": "float64",
-}
-
-
-def canonical_dtype(text: str, choices: tuple[str, ...]) -> str:
-    """numpy's name for ``text`` (any spelling of :data:`DTYPE_ALIASES`, any case), if it is
-    one of ``choices``; ValueError naming the accepted names otherwise."""
-    name = DTYPE_ALIASES.get(text.strip().lower())
-    if name is None or name not in choices:
-        raise ValueError(f"{text!r} is not one of {', '.join(choices)} (or bf16, fp16, fp32...)")
-    return name
-
 
 class DtypeChoice(click.ParamType):
     """A dtype among ``choices`` in any spelling of :data:`DTYPE_ALIASES`, converted to numpy's
@@ -111,6 +86,18 @@ class DtypeChoice(click.ParamType):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return f"[{'|'.join(self.choices)}]" + ("[,...]" if self.many else "")
 
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[Any]:
+        """Tab completion: the accepted names and their aliases that start with what is typed
+        (after the last comma with ``many``)."""
+        from click.shell_completion import CompletionItem
+
+        head, _, last = incomplete.rpartition(",") if self.many else ("", "", incomplete)
+        prefix = f"{head}," if head else ""
+        names = [a for a, n in DTYPE_ALIASES.items() if n in self.choices]
+        return [CompletionItem(prefix + a) for a in names if a.startswith(last.lower())]
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             self.fail(f"{value!r} is not a dtype", param, ctx)
@@ -120,6 +107,16 @@ class DtypeChoice(click.ParamType):
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return ",".join(names)
+
+
+def complete_framework(incomplete: str) -> list[str]:
+    """Tab completion of ``--framework``: the rows and groups of the framework defaults table."""
+    from rmsnorm_eps.config.defaults_table import FRAMEWORK_DEFAULTS
+
+    names = dict.fromkeys(
+        [r.name for r in FRAMEWORK_DEFAULTS] + [r.framework for r in FRAMEWORK_DEFAULTS]
+    )
+    return [n for n in names if n.startswith(incomplete)]
 
 
 def parse_report_specs(values: list[str] | None) -> tuple[tuple[Format, Path], ...]:
@@ -257,6 +254,11 @@ def data_output(save_data: Path | None, out: Path | None, what: str) -> Path:
 
 
 ExitZeroOpt = Annotated[
+    bool,
+    typer.Option("--exit-zero", help="Exit 0 even when the check fails (never hides exit 2)."),
+]
+#: ``--exit-zero`` of the commands that also take ``--skip-unreadable``.
+ExitZeroSkipOpt = Annotated[
     bool,
     typer.Option(
         "--exit-zero",

@@ -20,7 +20,7 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
-    ExitZeroOpt,
+    ExitZeroSkipOpt,
     Format,
     FormatOpt,
     MaxFractionOpt,
@@ -40,8 +40,9 @@ from rmsnorm_eps.cli._options import (
     "compare",
     short_help="What another eps, placement, precision or input scale does to every input.",
     epilog=(
-        "SPEC: eps=E[,placement=inside|outside|clamp|sum][,dim=D][,dtype=float32|float16|"
-        "bfloat16], framework=NAME[,dtype=T] (a row of `rmsnorm-eps defaults`: torch, hf-llama, "
+        "SPEC: eps=E[,placement=P][,dim=D][,dtype=T] with P one of inside|outside|clamp|sum "
+        "and T one of float32|float16|bfloat16 (or fp32, fp16, bf16); "
+        "framework=NAME[,dtype=T] (a row of `rmsnorm-eps defaults`: torch, hf-llama, "
         "flax, keras, mlx, onnx, vllm, ...) or config (per-layer settings from --config FILE, "
         "matched by layer name as in ratio --config).\n\n"
         "Examples:\n\n"
@@ -99,7 +100,7 @@ def compare(
     top: TopOpt = 5,
     max_violations: MaxViolationsOpt = None,
     max_fraction: MaxFractionOpt = None,
-    exit_zero: ExitZeroOpt = False,
+    exit_zero: ExitZeroSkipOpt = False,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
     report_to: ReportOpt = None,

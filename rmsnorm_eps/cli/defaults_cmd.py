@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app
-from rmsnorm_eps.cli._options import DtypeChoice, Format, FormatOpt, OutputOpt
+from rmsnorm_eps.cli._options import DtypeChoice, Format, FormatOpt, OutputOpt, complete_framework
 
 
 @app.command(
@@ -25,6 +25,7 @@ def defaults(
         str | None,
         typer.Option(
             "--framework",
+            autocompletion=complete_framework,
             help="One row by name (torch, hf-llama, hf-mistral, hf-gemma, hf-olmo2, hf-t5, "
             "meta-llama, llama.cpp, flax, keras, mlx, apex, apex-functional, "
             "transformer-engine, onnx, torchtune, vllm, tensorrt-llm, flashinfer: the names "

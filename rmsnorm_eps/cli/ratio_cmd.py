@@ -19,7 +19,7 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
-    ExitZeroOpt,
+    ExitZeroSkipOpt,
     Format,
     FormatOpt,
     Histogram,
@@ -95,7 +95,7 @@ def ratio(
     top: TopOpt = 5,
     max_violations: MaxViolationsOpt = None,
     max_fraction: MaxFractionOpt = None,
-    exit_zero: ExitZeroOpt = False,
+    exit_zero: ExitZeroSkipOpt = False,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
     report_to: ReportOpt = None,

@@ -140,12 +140,19 @@ def _dim(kv: dict[str, str], placement: str, where: str) -> int | None:
 
 
 def _dtype(kv: dict[str, str], where: str) -> str | None:
+    """``dtype=`` in any spelling ``--dtype`` accepts (bf16, fp16, fp32, ...), as numpy's name."""
+    from rmsnorm_eps.dtype_names import canonical_dtype
+
     dtype = kv.get("dtype")
-    if dtype is not None and dtype not in COMPUTE_DTYPES:
+    if dtype is None:
+        return None
+    try:
+        return canonical_dtype(dtype, COMPUTE_DTYPES)
+    except ValueError:
         raise InvalidParameterError(
-            f"{where}: dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {dtype!r}"
-        )
-    return dtype
+            f"{where}: dtype must be one of {', '.join(COMPUTE_DTYPES)} (or bf16, fp16, fp32), "
+            f"got {dtype!r}"
+        ) from None
 
 
 def _framework_spec(
