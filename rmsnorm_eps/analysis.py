@@ -41,7 +41,7 @@ from rmsnorm_eps.engine import (
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, GateSubject, evaluate_gate
 from rmsnorm_eps.layer_store import LayerStore, LayerStoreBuilder, ints
-from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
+from rmsnorm_eps.sources.interface import MAX_LAYERS, ArraySource, Unreadable, open_sources
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
 
@@ -391,6 +391,7 @@ def analyze_dump(
     skip_unreadable: bool = False,
     config: NormConfig | None = None,
     norm: str = "rms",
+    max_layers: int = MAX_LAYERS,
 ) -> RatioReport:
     """Analyse every layer of a dump against ``A >= 1 - delta``.
 
@@ -421,7 +422,9 @@ def analyze_dump(
     _check_options(top_k, chunk_bytes, threads)
     n_threads = default_threads() if threads is None else threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
+    sources, skipped, total = open_sources(
+        path, dtype, lenient=skip_unreadable, column=column, max_layers=max_layers
+    )
     if config is not None:
         eps, eps_sources = _eps_from_config(config, sources, eps, eps_sources)
     if eps is None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +79,18 @@ def write_npy(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def write_many_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """An .npz of ``arrays`` (stored, not compressed), as ``np.savez`` writes it but with each
+    distinct array serialised once: thousands of tiny members in a fraction of the time."""
+    cache: dict[tuple[str, tuple[int, ...], bytes], bytes] = {}
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, array in arrays.items():
+            key = (array.dtype.str, array.shape, array.tobytes())
+            if key not in cache:
+                buf = io.BytesIO()
+                np.save(buf, array, allow_pickle=False)
+                cache[key] = buf.getvalue()
+            zf.writestr(f"{name}.npy", cache[key])
+    return path

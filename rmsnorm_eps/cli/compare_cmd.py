@@ -20,10 +20,12 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
+    MAX_LAYERS,
     ExitZeroOpt,
     Format,
     FormatOpt,
     MaxFractionOpt,
+    MaxLayersOpt,
     MaxViolationsOpt,
     NormOpt,
     OutputOpt,
@@ -113,6 +115,7 @@ def compare(
     dtype: DumpDtypeOpt = None,
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
+    max_layers: MaxLayersOpt = MAX_LAYERS,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -160,6 +163,7 @@ def compare(
             spec_to,
             tolerance=tolerance,
             scale=scale,
+            max_layers=max_layers,
             **reading,
         )
     except Exception as exc:

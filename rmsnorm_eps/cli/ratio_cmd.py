@@ -19,11 +19,13 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
+    MAX_LAYERS,
     ExitZeroOpt,
     Format,
     FormatOpt,
     Histogram,
     MaxFractionOpt,
+    MaxLayersOpt,
     MaxViolationsOpt,
     NormOpt,
     OutputOpt,
@@ -135,6 +137,7 @@ def ratio(
     dtype: DumpDtypeOpt = None,
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
+    max_layers: MaxLayersOpt = MAX_LAYERS,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -180,6 +183,7 @@ def ratio(
             delta=delta,
             min_ratio=min_ratio,
             threads=threads,
+            max_layers=max_layers,
             **reading,
         )
     except Exception as exc:

@@ -60,7 +60,7 @@ from rmsnorm_eps.engine import (
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.layer_store import LayerStore, LayerStoreBuilder, ints
 from rmsnorm_eps.numerics import validate_eps
-from rmsnorm_eps.sources.interface import ArraySource, Unreadable, open_sources
+from rmsnorm_eps.sources.interface import MAX_LAYERS, ArraySource, Unreadable, open_sources
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
 
 if TYPE_CHECKING:
@@ -476,6 +476,7 @@ def compare_dump(
     dtype: str | None = None,
     column: str | None = None,
     norm: str = "rms",
+    max_layers: int = MAX_LAYERS,
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
 
@@ -501,7 +502,9 @@ def compare_dump(
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
     if chunk_bytes <= 0:
         raise InvalidParameterError("chunk_bytes must be > 0")
-    sources, skipped, total = open_sources(path, dtype, lenient=skip_unreadable, column=column)
+    sources, skipped, total = open_sources(
+        path, dtype, lenient=skip_unreadable, column=column, max_layers=max_layers
+    )
     a = _side(spec_from, "--from", config, sources)
     b = _side(spec_to, "--to", config, sources)
     quantities = layer_quantities([src.name for src in sources], norm, config)

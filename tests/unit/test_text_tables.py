@@ -4,11 +4,9 @@ thousands of layers takes time linear in its rows."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import Result
 from rich import box
@@ -97,23 +95,10 @@ def test_wide_characters_and_terminal_widths_match_rich(
     assert text_format.render_renderables([t], RenderOptions(width=width)) == want
 
 
-def test_twenty_thousand_rows_in_linear_time() -> None:
-    small, big = _table(2_000), _table(20_000)
-    t0 = time.perf_counter()
-    text_format.render_renderables([small], RenderOptions())
-    t1 = time.perf_counter()
-    out = text_format.render_renderables([big], RenderOptions())
-    t2 = time.perf_counter()
-    assert out.count("\n") == 20_000 + 5
-    assert (t2 - t1) < 20 * max(t1 - t0, 0.01)  # linear (10x rows), with room for noise
-    assert (t2 - t1) < 5.0
-
-
-def test_many_layers_ratio_report_is_fast(cli: Callable[..., Result], tmp_path: Path) -> None:
-    q = {f"model.layers.{i}.input_layernorm": np.full(2, 1.0) for i in range(5_000)}
-    np.savez(tmp_path / "q.npz", **q)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    res = cli("ratio", str(tmp_path / "q.npz"), "--eps", "1e-5")
-    assert res.exit_code == 0, res.stderr
-    assert time.perf_counter() - t0 < 60
-    assert "model.layers.4999.input_layernorm" in res.stdout
+def test_a_table_of_as_many_rows_as_layers_allowed_is_whole() -> None:
+    """A table of 4,096 rows (the layer cap) is drawn row by row in order (timed in
+    benchmarks/bench_many_layers.py, not here)."""
+    out = text_format.render_renderables([_table(4096)], RenderOptions())
+    assert out.count("\n") == 4096 + 5
+    rows = [line.split()[0] for line in out.splitlines() if "input_layernorm" in line]
+    assert rows == [f"model.layers.{i}.input_layernorm" for i in range(4096)]
