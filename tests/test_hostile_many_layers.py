@@ -165,7 +165,7 @@ def test_config_show_big_table_is_plain_lines_in_the_same_layout(
 
 def test_config_show_hostile_globs_at_the_cap(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """4,096 globs (the pattern cap), some hostile: inert output (the globs tried per name are
-    counted in test_config_globs.py)."""
+    counted in tests/unit/test_config_globs.py)."""
     from tests.conftest import run_module
     from tests.runner_lines import assert_inert
     from tests.test_untrusted_names import CONFIG_NAMES
