@@ -14,7 +14,7 @@ from rmsnorm_eps import analysis
 from rmsnorm_eps.config import load_config
 from rmsnorm_eps.config.yaml_reader import MAX_YAML_PATTERNS
 from rmsnorm_eps.errors import InputFileError
-from rmsnorm_eps.sources import MAX_LAYERS, open_sources
+from rmsnorm_eps.sources import MAX_LAYERS
 from tests.conftest import Result, write_many_npz
 
 
@@ -78,44 +78,6 @@ def test_max_layers_must_be_positive(cli: Callable[..., Result], over_cap: Path)
     res = cli("ratio", str(over_cap), "--eps", "1e-6", "--max-layers", "0")
     assert res.exit_code == 2
     assert "--max-layers" in res.stderr
-
-
-def test_companions_are_not_layers(tmp_path: Path) -> None:
-    """Ten layers each with ::position and ::batch (30 members) are within a cap of 10."""
-    arrays: dict[str, np.ndarray] = {}
-    for i in range(10):
-        arrays[f"l{i}"] = np.array([1.0])
-        arrays[f"l{i}::position"] = np.array([0], np.int64)
-        arrays[f"l{i}::batch"] = np.array([0], np.int64)
-    path = write_many_npz(tmp_path / "c.npz", arrays)
-    opened = open_sources(path, max_layers=10)
-    assert len(opened.sources) == 10 and opened.members_total == 30
-    assert all(src.members == 3 for src in opened.sources)
-    with pytest.raises(InputFileError, match="10 layers, more than --max-layers 9"):
-        open_sources(path, max_layers=9)
-
-
-def test_unreadable_members_count_as_layers_companions_do_not(tmp_path: Path) -> None:
-    """With ``lenient`` an unreadable layer is still a layer; an unreadable companion is not."""
-    path = tmp_path / "u.npz"
-    np.savez(
-        path,
-        a=np.array([1.0]),
-        b=np.array(["text"]),  # not a float dtype: unreadable, a layer
-        **{"c::position": np.array([0], np.int64)},  # type: ignore[arg-type]  # no layer c
-    )
-    opened = open_sources(path, lenient=True, max_layers=2)
-    assert sorted(u.name for u in opened.unreadable) == ["b", "c::position"]
-    with pytest.raises(InputFileError, match="2 layers, more than --max-layers 1"):
-        open_sources(path, lenient=True, max_layers=1)
-
-
-def test_csv_columns_are_layers(tmp_path: Path) -> None:
-    path = tmp_path / "q.csv"
-    path.write_text(",".join(f"c{i}" for i in range(5)) + "\n" + ",".join(["1"] * 5) + "\n")
-    assert len(open_sources(path, max_layers=5).sources) == 5
-    with pytest.raises(InputFileError, match="5 layers, more than --max-layers 4"):
-        open_sources(path, max_layers=4)
 
 
 def _patterns_yaml(path: Path, n: int) -> Path:
