@@ -19,7 +19,7 @@ import numpy as np
 
 from rmsnorm_eps.engine import Quantity, layer_quantities
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.sources.interface import Opened, Unreadable, open_sources
+from rmsnorm_eps.sources.interface import MAX_LAYERS, Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
 from rmsnorm_eps.sources.npz import COMPANION_SEP
 from rmsnorm_eps.sources.raw import (
@@ -117,7 +117,8 @@ class DumpReading:
     ``skip_unreadable``: a layer that cannot be read is listed, not fatal; ``config`` (a
     :func:`~rmsnorm_eps.config.load_config` result) matched against the layer names; ``norm``
     the kind of a layer its config entry does not name (``layer``: figures of the variance v);
-    ``fast`` (``ratio --raw``): float32 sums, every deciding q recomputed exactly.
+    ``fast`` (``ratio --raw``): float32 sums, every deciding q recomputed exactly;
+    ``max_layers``: a dump with more layers is refused (companions do not count).
     """
 
     raw: bool = False
@@ -130,6 +131,7 @@ class DumpReading:
     config: NormConfig | None = None
     norm: str = "rms"
     fast: bool = True
+    max_layers: int = MAX_LAYERS
 
     def check(self) -> None:
         """Refuse a negative ``top_k``, a non-positive ``chunk_bytes`` or ``threads``."""
@@ -155,6 +157,7 @@ class ReadingFields(TypedDict, total=False):
     config: NormConfig | None
     norm: str
     fast: bool
+    max_layers: int
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,11 @@ def read_layers(
     companions."""
     reading.check()
     opened = open_sources(
-        path, reading.dtype, lenient=reading.skip_unreadable, column=reading.column
+        path,
+        reading.dtype,
+        lenient=reading.skip_unreadable,
+        column=reading.column,
+        max_layers=reading.max_layers,
     )
     sources, skipped = opened.sources, list(opened.unreadable)
     analyse = prepare(sources)

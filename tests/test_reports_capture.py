@@ -21,7 +21,6 @@ pytest.importorskip("accelerate")
 from tests import test_capture_options as _options
 
 TEXTS = _options.TEXTS
-model_dir = _options.model_dir  # the tiny model directory fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))

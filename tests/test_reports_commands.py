@@ -54,13 +54,6 @@ def _json_valid(text: str) -> dict[str, Any]:
     return doc
 
 
-@pytest.fixture
-def in_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    for var in ("RMSNORM_EPS_FORMAT", "GITHUB_STEP_SUMMARY", "NO_COLOR"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _compare(max_violations: int | None = None) -> tuple[Any, Any]:
     rep = compare_dump(
         ROOT / COMPARE_DUMP, parse_spec("eps=1e-6", "--from"), parse_spec("eps=1e-5", "--to")

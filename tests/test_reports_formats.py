@@ -42,13 +42,6 @@ def example() -> RatioReport:
     return dataclasses.replace(analyze_dump(ROOT / EXAMPLE, 1e-5, top_k=3), source=EXAMPLE)
 
 
-@pytest.fixture
-def in_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    for var in ("RMSNORM_EPS_FORMAT", "GITHUB_STEP_SUMMARY", "NO_COLOR"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _sarif(text: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(text)
     jsonschema.Draft4Validator(

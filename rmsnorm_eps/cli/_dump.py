@@ -124,9 +124,11 @@ def dump_reading(
     config: Path | None,
     norm: Any,
     threads: int | None = None,
+    max_layers: int | None = None,
 ) -> DumpReading:
     """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
-    ``--skip-unreadable``, ``--norm``, ``--threads``), the worst inputs kept, and the
+    ``--skip-unreadable``, ``--norm``, ``--threads``, ``--max-layers``), the worst inputs kept,
+    and the
     ``--config`` file loaded (the library matches its layers): one object, passed whole."""
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
 
@@ -145,4 +147,5 @@ def dump_reading(
         column=column,
         config=loaded,
         norm=norm.value if norm is not None else "rms",
+        **({} if max_layers is None else {"max_layers": max_layers}),
     )

@@ -17,9 +17,11 @@ import typer
 
 from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports.options import Format
+from rmsnorm_eps.sources.interface import MAX_LAYERS
 
 __all__ = [
     "DTYPE_ALIASES",
+    "MAX_LAYERS",
     "DeprecatedOutOpt",
     "DtypeChoice",
     "ExitZeroOpt",
@@ -28,6 +30,7 @@ __all__ = [
     "FormatOpt",
     "Histogram",
     "MaxFractionOpt",
+    "MaxLayersOpt",
     "MaxViolationsOpt",
     "OutputOpt",
     "PlotLayersOpt",
@@ -194,6 +197,16 @@ PlotLayersOpt = Annotated[
         min=1,
         help="Panels in --plot: the worst N layers (by violations, then smallest margin), "
         "shown in dump order.",
+    ),
+]
+MaxLayersOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-layers",
+        min=1,
+        metavar="N",
+        help="Refuse a dump of more than N layers (exit 2) before reading its data; "
+        "companions such as <layer>::position are not counted.",
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]

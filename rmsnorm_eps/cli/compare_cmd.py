@@ -20,10 +20,12 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
+    MAX_LAYERS,
     ExitZeroSkipOpt,
     Format,
     FormatOpt,
     MaxFractionOpt,
+    MaxLayersOpt,
     MaxViolationsOpt,
     NormOpt,
     OutputOpt,
@@ -114,6 +116,7 @@ def compare(
     dtype: DumpDtypeOpt = None,
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
+    max_layers: MaxLayersOpt = MAX_LAYERS,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -153,6 +156,7 @@ def compare(
         column=column,
         config=config,
         norm=norm,
+        max_layers=max_layers,
     )
     try:
         report = compare_dump(

@@ -19,11 +19,13 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
+    MAX_LAYERS,
     ExitZeroSkipOpt,
     Format,
     FormatOpt,
     Histogram,
     MaxFractionOpt,
+    MaxLayersOpt,
     MaxViolationsOpt,
     NormOpt,
     OutputOpt,
@@ -135,6 +137,7 @@ def ratio(
     dtype: DumpDtypeOpt = None,
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
+    max_layers: MaxLayersOpt = MAX_LAYERS,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -173,6 +176,7 @@ def ratio(
         config=config,
         norm=norm,
         threads=threads,
+        max_layers=max_layers,
     )
     try:
         report = analyze_dump(q_path, eps, delta=delta, min_ratio=min_ratio, reading=reading)

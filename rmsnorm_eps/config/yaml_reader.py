@@ -37,6 +37,7 @@ from rmsnorm_eps.errors import InputFileError, brief
 __all__ = [
     "MAX_YAML_BYTES",
     "MAX_YAML_NODES",
+    "MAX_YAML_PATTERNS",
     "TOP_KEYS",
     "YAML_SCHEMA_VERSION",
     "read_yaml_config",
@@ -45,10 +46,14 @@ __all__ = [
 #: Largest YAML config read (a generated config for a 1000-layer model is under 1 MiB); the
 #: PyYAML node tree costs about 100 bytes of memory per byte of YAML.
 MAX_YAML_BYTES = 2 << 20
+#: Largest number of layer patterns (``layers:`` entries): as many as a dump may hold layers
+#: (:data:`rmsnorm_eps.sources.MAX_LAYERS`); real configs have a handful.
+MAX_YAML_PATTERNS = 4096
 #: Largest number of YAML nodes (scalars, mappings, sequences, aliases) composed. A node tree
-#: costs about 1 KiB per node in PyYAML; 120,000 nodes hold 30,000 layer entries
-#: ``"glob": {eps: 1e-6}``. Counted on the event stream first, in constant memory.
-MAX_YAML_NODES = 120_000
+#: costs about 1 KiB per node in PyYAML; 60,000 nodes hold :data:`MAX_YAML_PATTERNS` entries
+#: that each give all six settings (14 nodes). Counted on the event stream first, in constant
+#: memory.
+MAX_YAML_NODES = 60_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 YAML_SCHEMA_VERSION = 1
@@ -199,6 +204,13 @@ def read_yaml_config(path: Path) -> NormConfig:
     if raw_layers is not None:
         if not isinstance(raw_layers, dict):
             raise InputFileError(path, "expected a mapping glob -> settings", key="layers")
+        if len(raw_layers) > MAX_YAML_PATTERNS:
+            raise InputFileError(
+                path,
+                f"{len(raw_layers)} layer patterns, more than the {MAX_YAML_PATTERNS} a config "
+                "may hold: refused (size cap)",
+                key="layers",
+            )
         for pattern, raw in raw_layers.items():
             if not isinstance(pattern, str) or not pattern:
                 raise InputFileError(

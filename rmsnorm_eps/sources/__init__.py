@@ -49,6 +49,7 @@ Nothing else changes: ``ratio``, ``compare``, ``probe`` and ``parity`` read thro
 """
 
 from rmsnorm_eps.sources.interface import (
+    MAX_LAYERS,
     OPENERS,
     ArraySource,
     Opened,
@@ -59,6 +60,7 @@ from rmsnorm_eps.sources.interface import (
 from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
 
 __all__ = [
+    "MAX_LAYERS",
     "OPENERS",
     "ArraySource",
     "Kind",

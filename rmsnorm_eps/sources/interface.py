@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPTED",
     "CONVERT",
+    "MAX_LAYERS",
     "OPENERS",
     "ArraySource",
     "Opened",
@@ -145,6 +146,14 @@ _NOT_A_DUMP = {
     Kind.YAML: "a YAML file",
 }
 
+#: Layers a dump may hold unless the caller raises it (``--max-layers``): real models have a
+#: few hundred norm modules (Llama-3-405B: 253). A member ``<layer>::<what>`` (a companion
+#: such as ``::position``) is not a layer and is not counted.
+MAX_LAYERS = 4096
+
+#: Separator between a layer's name and its companion's (as :data:`npz.COMPANION_SEP`).
+_COMPANION_SEP = "::"
+
 #: Logical dtypes that can be asked for (``dtype=``): stored as raw bit patterns.
 _STORED_AS = ("bfloat16",)
 
@@ -167,11 +176,30 @@ def _not_a_dump(path: Path, kind: Kind) -> InputFileError:
     return InputFileError(path, f"{what}{hint}: {ACCEPTED}; {CONVERT}")
 
 
+def layer_count(opened: Opened) -> int:
+    """Layers of an opened dump: its sources and its unreadable members, companions
+    (``<layer>::<what>``) not counted."""
+    return len(opened.sources) + sum(_COMPANION_SEP not in u.name for u in opened.unreadable)
+
+
+def check_layer_count(path: Path, opened: Opened, max_layers: int) -> Opened:
+    """``opened``, or :class:`InputFileError` when it holds more than ``max_layers`` layers
+    (see :func:`layer_count`)."""
+    count = layer_count(opened)
+    if count > max_layers:
+        raise InputFileError(
+            path,
+            f"{count} layers, more than --max-layers {max_layers} (raise it with --max-layers N)",
+        )
+    return opened
+
+
 def open_sources(
     path: str | os.PathLike[str],
     dtype: str | None = None,
     lenient: bool = False,
     column: str | None = None,
+    max_layers: int = MAX_LAYERS,
 ) -> Opened:
     """Open a dump, whatever its format, into one :class:`ArraySource` per array.
 
@@ -180,8 +208,12 @@ def open_sources(
     ``dtype="bfloat16"`` reads uint16/int16/V2 arrays as bfloat16 bit patterns. With ``lenient`` a
     member that cannot be opened is listed in ``Opened.unreadable`` instead of failing the
     whole dump; a file that is not a readable dump at all still raises. ``column`` (CSV/TSV
-    only) selects one column by header name or 0-based index (``--column``).
+    only) selects one column by header name or 0-based index (``--column``). A dump of more
+    than ``max_layers`` layers (:data:`MAX_LAYERS`; companions not counted) raises
+    :class:`InputFileError` once its headers are read, before any array data is.
     """
+    if max_layers < 1:
+        raise InvalidParameterError(f"max_layers must be >= 1, got {max_layers}")
     if dtype is not None and dtype not in _STORED_AS:
         raise InvalidParameterError(f"dtype must be one of {', '.join(_STORED_AS)}, got {dtype!r}")
     p = Path(path)
@@ -195,5 +227,7 @@ def open_sources(
     if column is not None:
         if kind not in COLUMN_KINDS:
             raise InputFileError(p, "--column applies to .csv/.tsv dumps only")
-        return cast("ColumnOpener", opener)(p, size, dtype, lenient, column)
-    return opener(p, size, dtype, lenient)
+        opened = cast("ColumnOpener", opener)(p, size, dtype, lenient, column)
+    else:
+        opened = opener(p, size, dtype, lenient)
+    return check_layer_count(p, opened, max_layers)

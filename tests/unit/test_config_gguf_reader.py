@@ -17,7 +17,7 @@ from rmsnorm_eps.errors import InputFileError
 
 gguf = pytest.importorskip("gguf")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_gguf(

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmsnorm_eps.capture.inputs import (
     Batch,
@@ -46,12 +48,6 @@ def make_model_dir(d: Path) -> Path:
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]"
     ).save_pretrained(d)
     return d
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("transformers")
-    return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
 
 
 # ---------------------------------------------------------------- readers
@@ -240,3 +236,27 @@ def test_cli_input_errors(cli: Callable[..., Any], model_dir: Path, tmp_path: Pa
     assert r.exit_code == 2 and "--device 'tpu' is not one of cpu, cuda, cuda:N, mps, auto" in (
         r.stderr
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(1, 50), min_size=1, max_size=30),
+    st.integers(1, 8),
+    st.booleans(),
+    st.integers(1, 5),
+)
+def test_batches_and_shards_cover_every_sample_once(
+    lengths: list[int], size: int, sort: bool, world: int
+) -> None:
+    batches = plan_batches(lengths, size, sort=sort)
+    samples = [i for b in batches for i in b.samples]
+    assert sorted(samples) == list(range(len(lengths)))
+    assert all(1 <= len(b.samples) <= size for b in batches)
+    if sort:
+        assert [lengths[i] for i in samples] == sorted(lengths)
+    else:
+        assert samples == list(range(len(lengths)))
+    shards = [shard_batches(batches, r, world) for r in range(world)]
+    assert [b for s in shards for b in s] == list(batches)  # contiguous, in order
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)

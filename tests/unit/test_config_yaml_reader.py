@@ -9,7 +9,7 @@ import pytest
 from rmsnorm_eps.config import load_config
 from rmsnorm_eps.errors import InputFileError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
