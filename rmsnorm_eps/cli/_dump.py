@@ -131,6 +131,7 @@ def dump_reading(
     and the
     ``--config`` file loaded (the library matches its layers): one object, passed whole."""
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
+    from rmsnorm_eps.sources.interface import MAX_LAYERS
 
     loaded = None
     if config is not None:
@@ -147,5 +148,5 @@ def dump_reading(
         column=column,
         config=loaded,
         norm=norm.value if norm is not None else "rms",
-        **({} if max_layers is None else {"max_layers": max_layers}),
+        max_layers=MAX_LAYERS if max_layers is None else max_layers,
     )
