@@ -217,6 +217,12 @@ class GraphNorm:
     nodes: tuple[str, ...]
     graph: str
     name_from: str
+    #: The tensors the norm reads (x, then a Skip op's skip) and writes, for parity --onnx.
+    inputs: tuple[str, ...] = ()
+    output: str = ""
+    #: The scale initializer (w, or the w of 1 + w) and a LayerNorm's bias initializer.
+    scale: str | None = None
+    bias: str | None = None
 
 
 @dataclass
@@ -386,10 +392,23 @@ def _module_name(nodes: list[Any]) -> tuple[str | None, str]:
                     return scopes[-2], "pkg.torch.onnx.name_scopes"
     for node in nodes:
         if node.name.startswith("/") and node.name.count("/") >= 2:
-            parts = [x for x in node.name.split("/")[1:-1] if x]
+            # /model/layers.0/input_layernorm/Add; onnxruntime's fusions append
+            # /<Name>Fusion/ to the name of the node they replace
+            parts = [x for x in node.name.split("/") if x]
+            while parts and parts[-1].endswith("Fusion"):
+                parts.pop()
+            parts = parts[:-1]
             if parts:
                 return ".".join(parts), "legacy node name"
     return None, "node name"
+
+
+def _from_weight(module: str | None, name_from: str, scale: str | None) -> tuple[str | None, str]:
+    """Without a module path from the nodes (onnxruntime's optimized copy drops the metadata):
+    the module of the scale initializer ``model.layers.0.input_layernorm.weight``."""
+    if module is None and scale is not None and scale.endswith(".weight") and len(scale) > 7:
+        return scale[: -len(".weight")], "scale initializer name"
+    return module, name_from
 
 
 def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
@@ -424,6 +443,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
     if 0 <= scale_index < len(node.input) and node.input[scale_index]:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
     module, name_from = _module_name([node])
+    scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
+    module, name_from = _from_weight(module, name_from, scale)
     return GraphNorm(
         name=module or node.name or (node.output[0] if node.output else op),
         norm=norm,
@@ -439,7 +460,37 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         nodes=(node.name,),
         graph=g.label,
         name_from=name_from,
+        inputs=tuple(node.input[:2]) if "Skip" in node.op_type else tuple(node.input[:1]),
+        output=node.output[0] if node.output else "",
+        scale=scale,
+        bias=_bias_name(g, node, domain),
     )
+
+
+def _scale_name(g: _Graph, name: str) -> str | None:
+    """The initializer holding w (for 1 + w: the w)."""
+    src = _skip_cast_up(g, name)
+    if src in g.initializers:
+        return src
+    node = g.producer.get(src)
+    if node is not None and node.op_type == "Add":
+        for inp in node.input:
+            inner = _skip_cast_up(g, inp)
+            if inner in g.initializers:
+                c = _const(g, inner)
+                if c is None or c.elements != 1:
+                    return inner
+    return None
+
+
+def _bias_name(g: _Graph, node: Any, domain: str) -> str | None:
+    index = {("", "LayerNormalization"): 2, (MS, "SkipLayerNormalization"): 3}.get(
+        (domain, node.op_type)
+    )
+    if index is None or len(node.input) <= index:
+        return None
+    src = _skip_cast_up(g, node.input[index])
+    return src if src in g.initializers else None
 
 
 def _gain_of(g: _Graph, name: str) -> tuple[str, str, int | None]:
@@ -565,6 +616,8 @@ def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
     if y is None:
         return None
     gain, gain_where, dim = "none", "no multiply by a weight after the normalization", None
+    scale: str | None = None
+    out = y
     for nxt, via in _skip_cast_down(g, y):
         if nxt.op_type == "Mul" and len(nxt.input) == 2:
             other = nxt.input[1] if nxt.input[0] == via else nxt.input[0]
@@ -572,11 +625,13 @@ def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
             p = g.producer.get(src)
             if src in g.initializers or p is None or (p is not None and p.op_type == "Add"):
                 gain, gain_where, dim = _gain_of(g, other)
+                scale = _scale_name(g, other)
                 walk.nodes.append(nxt)
+                out = str(nxt.output[0])
                 break
     if walk.placement == "sum" and gain == "none":
         walk.norm = "l2"
-    module, name_from = _module_name(walk.nodes)
+    module, name_from = _from_weight(*_module_name(walk.nodes), scale)
     eps = walk.eps
     if walk.dropped:
         value, dtype, where = None, None, "eps dropped: the pattern adds no eps before the divide"
@@ -601,6 +656,9 @@ def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
         nodes=tuple(n.name for n in walk.nodes),
         graph=g.label,
         name_from=name_from,
+        inputs=(walk.x,),
+        output=out,
+        scale=scale,
     )
 
 

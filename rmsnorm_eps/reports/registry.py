@@ -44,6 +44,7 @@ COMMANDS: Mapping[str, str] = {
     "compare": f"{_PKG}.compare",
     "precision": f"{_PKG}.precision",
     "parity": f"{_PKG}.parity",
+    "parity onnx": f"{_PKG}.parity_onnx",
     "probe": f"{_PKG}.probe",
     "config show": f"{_PKG}.config_show",
     "config diff": f"{_PKG}.config_diff",
