@@ -319,3 +319,32 @@ def test_hostile_names_are_escaped_in_every_format(tmp_path: Path, cli: Any) -> 
         res = cli("config", "diff", str(cfg), str(path), "--format", fmt)
         assert res.exit_code == 1
         assert "\x1b" not in res.stdout and "\n::error::pwn" not in res.stdout
+
+
+@pytest.mark.slow
+def test_compare_from_an_onnx_config(models: dict[str, Path], cli: Any, tmp_path: Path) -> None:
+    dump = tmp_path / "q.npz"
+    np.savez(dump, **{name: np.geomspace(1e-8, 1.0, 32) for name in fx.NAMES})
+    same = cli(
+        "compare",
+        str(dump),
+        "--from",
+        "config",
+        "--config",
+        str(models["tiny-opset23"]),
+        "--to",
+        "eps=1e-5",
+    )
+    assert same.exit_code == 0, same.stdout  # the stored float32 1e-5 is the same setting
+    other = cli(
+        "compare",
+        str(dump),
+        "--from",
+        "config",
+        "--config",
+        str(models["tiny-edited"]),
+        "--to",
+        "eps=1e-5",
+    )
+    assert other.exit_code == 1, other.stdout
+    assert "model.layers.1.post_attention_layernorm" in other.stdout

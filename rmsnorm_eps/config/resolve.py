@@ -84,9 +84,10 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
 
         return read_onnx_config(p)
     if kind is Kind.JSON or p.suffix.lower() == ".json":
-        from rmsnorm_eps.config.hf import read_hf_config
+        # HF config.json, or a TensorRT-LLM / ExecuTorch / MLX config (by its keys)
+        from rmsnorm_eps.config.runtime_configs import read_json_config
 
-        return read_hf_config(p)
+        return read_json_config(p)
     from rmsnorm_eps.config.yaml_reader import read_yaml_config
 
     return read_yaml_config(p)
