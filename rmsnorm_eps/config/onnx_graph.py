@@ -739,9 +739,14 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
             import numpy as np
 
             short = str(np.float16(norm.eps))
+        rounded = (
+            f"eps rounded to {norm.eps_dtype}"
+            if norm.eps_dtype in ("float16", "bfloat16") or "Cast to float16" in norm.eps_where
+            else ""
+        )
         eps = Resolved(
             norm.eps,
-            at(f"{key}: {norm.eps_where}"),
+            at(f"{key}: {norm.eps_where}", rounded),
             stored=norm.eps_dtype if short is not None else None,
             short=short,
         )
