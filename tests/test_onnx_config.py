@@ -348,3 +348,13 @@ def test_compare_from_an_onnx_config(models: dict[str, Path], cli: Any, tmp_path
     )
     assert other.exit_code == 1, other.stdout
     assert "model.layers.1.post_attention_layernorm" in other.stdout
+
+
+def test_placement_outside_is_a_difference(tmp_path: Path, cli: Any) -> None:
+    path = _save(fx.hand_model(placement="outside"), tmp_path / "m.onnx")
+    cfg = fx.write_config(tmp_path / "config.json", 1e-6)
+    res = cli("config", "diff", str(cfg), str(path))
+    assert res.exit_code == 1
+    (line,) = [x for x in res.stdout.splitlines() if x.startswith("DIFF ")]
+    assert line.startswith("DIFF placement [model.layers.0.input_layernorm]")
+    assert "A inside" in line and "B outside" in line

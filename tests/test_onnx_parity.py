@@ -116,3 +116,12 @@ def test_usage_errors(tmp_path: Path, cli: Any) -> None:
     bad.write_bytes(b"\xff" * 64)
     res = cli("parity", "--onnx", str(bad))
     assert res.exit_code == 2
+
+
+def test_hostile_names_are_escaped_in_parity_reports(tmp_path: Path, cli: Any) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(fx.hand_model(prefix="/model/\x1b[31mevil\n::error::pwn/norm"), str(path))
+    for fmt in ("text", "json", "markdown", "github", "junit", "sarif"):
+        res = cli("parity", "--onnx", str(path), "--format", fmt)
+        assert res.exit_code == 0, res.stdout
+        assert "\x1b" not in res.stdout and "\n::error::pwn" not in res.stdout

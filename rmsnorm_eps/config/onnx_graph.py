@@ -31,6 +31,7 @@ one literal entry per norm, so ``config show``, ``config diff``, ``ratio --confi
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,6 +158,7 @@ def load_onnx_model(path: Path) -> Any:
     return model
 
 
+@functools.lru_cache(maxsize=64)
 def schema_default(domain: str, op: str, opset: int | None = None) -> tuple[float, str] | None:
     """The schema's ``epsilon`` default of a fused op and where it was read.
 
