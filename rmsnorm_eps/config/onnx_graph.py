@@ -225,6 +225,9 @@ class GraphNorm:
     #: The scale initializer (w, or the w of 1 + w) and a LayerNorm's bias initializer.
     scale: str | None = None
     bias: str | None = None
+    #: The dtype the eps addition runs in and where that was read (a fused op's stash_type).
+    add_dtype: str | None = None
+    add_dtype_from: str = ""
 
 
 @dataclass
@@ -444,6 +447,7 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
     dim = None
     if 0 <= scale_index < len(node.input) and node.input[scale_index]:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
+    add_dtype, add_from = _stash_dtype(node)
     module, name_from = _module_name([node])
     scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
     module, name_from = _from_weight(module, name_from, scale)
@@ -462,11 +466,27 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         nodes=(node.name,),
         graph=g.label,
         name_from=name_from,
+        add_dtype=add_dtype,
+        add_dtype_from=add_from,
         inputs=tuple(node.input[:2]) if "Skip" in node.op_type else tuple(node.input[:1]),
         output=node.output[0] if node.output else "",
         scale=scale,
         bias=_bias_name(g, node, domain),
     )
+
+
+def _stash_dtype(node: Any) -> tuple[str | None, str]:
+    """The dtype a fused ONNX-domain op computes the mean and eps in: its ``stash_type``
+    (schema default 1, float32); None for the com.microsoft ops (no such attribute)."""
+    if node.op_type not in ("RMSNormalization", "LayerNormalization") or node.domain not in (
+        "",
+        "ai.onnx",
+    ):
+        return None, ""
+    a = _attr(node, "stash_type")
+    if a is None:
+        return "float32", "stash_type absent: schema default 1 (float32)"
+    return _DTYPES.get(int(a.i), f"type {a.i}"), f"attribute stash_type {a.i}"
 
 
 def _scale_name(g: _Graph, name: str) -> str | None:
@@ -658,6 +678,8 @@ def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
         nodes=tuple(n.name for n in walk.nodes),
         graph=g.label,
         name_from=name_from,
+        add_dtype=dtype,
+        add_dtype_from="dtype of the eps added",
         inputs=(walk.x,),
         output=out,
         scale=scale,
@@ -758,8 +780,8 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
         ("gain", Resolved(norm.gain, at(key, norm.gain_where))),
         ("norm", Resolved(norm.norm, at(key, f"name from {norm.name_from}"))),
     ]
-    if norm.eps_dtype in ("float16", "bfloat16", "float32", "float64") and not norm.eps_default:
-        out.append(("reduction_dtype", Resolved(norm.eps_dtype, at(key, "dtype of the eps add"))))
+    if norm.add_dtype in ("float16", "bfloat16", "float32", "float64"):
+        out.append(("reduction_dtype", Resolved(norm.add_dtype, at(key, norm.add_dtype_from))))
     if norm.dim is not None:
         out.append(("dim", Resolved(norm.dim, at(key, "length of the scale"))))
     return tuple(out)
