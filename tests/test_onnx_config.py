@@ -358,3 +358,32 @@ def test_placement_outside_is_a_difference(tmp_path: Path, cli: Any) -> None:
     (line,) = [x for x in res.stdout.splitlines() if x.startswith("DIFF ")]
     assert line.startswith("DIFF placement [model.layers.0.input_layernorm]")
     assert "A inside" in line and "B outside" in line
+
+
+@pytest.mark.parametrize("eps", [1e-6, None])
+def test_rsqrt_as_pow_minus_half_and_l2_without_weight(tmp_path: Path, eps: float | None) -> None:
+    from onnx import TensorProto, helper
+
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [-1])
+    consts = [
+        onnx.numpy_helper.from_array(np.array(v, np.float32), name)
+        for name, v in (("two", 2.0), ("half", -0.5), ("eps", eps or 0.0))
+    ]
+    q = "qe" if eps is not None else "q"
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["x2"], name="/m/l2/Pow"),
+        helper.make_node("ReduceMean", ["x2", "axes"], ["q"], name="/m/l2/ReduceMean"),
+        *([helper.make_node("Add", ["q", "eps"], ["qe"], name="/m/l2/Add")] if eps else []),
+        helper.make_node("Pow", [q, "half"], ["r"], name="/m/l2/Pow_1"),
+        helper.make_node("Mul", ["x", "r"], ["y"], name="/m/l2/Mul"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, fx.DIM])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, fx.DIM])
+    graph = helper.make_graph(nodes, "g", [x], [y], [axes, *consts])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (norm,) = _norms(_save(model, tmp_path / "m.onnx")).values()
+    assert (norm.name, norm.norm, norm.gain, norm.placement) == ("m.l2", "l2", "none", "inside")
+    if eps is None:
+        assert norm.eps is None and "eps dropped" in norm.eps_where
+    else:
+        assert norm.eps == float(np.float32(eps))

@@ -595,7 +595,14 @@ def _follow(g: _Graph, walk: _Walk, q: str) -> str | None:
                     walk.nodes.append(nxt)
                     root = nxt.output[0]
                     break
+                if _is_rsqrt(g, nxt):  # Pow(q + eps, -0.5): an rsqrt, then Mul(x, .)
+                    walk.nodes.append(nxt)
+                    return _times(g, walk, nxt.output[0])
             break
+        if _is_rsqrt(g, node):  # Pow(q, -0.5): no eps at all
+            walk.nodes.append(node)
+            walk.dropped = True
+            return _times(g, walk, node.output[0])
         if node.op_type == "Sqrt":
             walk.nodes.append(node)
             root = node.output[0]
@@ -613,6 +620,23 @@ def _follow(g: _Graph, walk: _Walk, q: str) -> str | None:
     if root is None:
         return None
     return _divide(g, walk, root)
+
+
+def _is_rsqrt(g: _Graph, node: Any) -> bool:
+    """``node`` is Pow(t, -0.5)."""
+    if node.op_type != "Pow" or len(node.input) != 2:
+        return False
+    c = _const(g, node.input[1])
+    return c is not None and c.value == -0.5
+
+
+def _times(g: _Graph, walk: _Walk, r: str) -> str | None:
+    """The output of Mul(x, r) (r = 1/sqrt(...))."""
+    for node, _ in _skip_cast_down(g, r):
+        if node.op_type == "Mul":
+            walk.nodes.append(node)
+            return str(node.output[0])
+    return None
 
 
 def _divide(g: _Graph, walk: _Walk, r: str) -> str | None:
@@ -651,7 +675,7 @@ def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
                 walk.nodes.append(nxt)
                 out = str(nxt.output[0])
                 break
-    if walk.placement == "sum" and gain == "none":
+    if walk.norm == "rms" and gain == "none":  # x * rsqrt(mean(x^2) + eps), no weight
         walk.norm = "l2"
     module, name_from = _from_weight(*_module_name(walk.nodes), scale)
     eps = walk.eps
