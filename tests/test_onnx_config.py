@@ -387,3 +387,11 @@ def test_rsqrt_as_pow_minus_half_and_l2_without_weight(tmp_path: Path, eps: floa
         assert norm.eps is None and "eps dropped" in norm.eps_where
     else:
         assert norm.eps == float(np.float32(eps))
+
+
+@pytest.mark.slow
+def test_two_onnx_graphs_compare_on_their_norms(models: dict[str, Path], cli: Any) -> None:
+    same = cli("config", "diff", str(models["tiny-opset18"]), str(models["tiny-ort"]))
+    assert same.exit_code == 0, same.stdout  # onnxruntime's optimized copy keeps every eps
+    fp16 = cli("config", "diff", str(models["tiny-opset18"]), str(models["tiny-fp16"]))
+    assert fp16.exit_code == 1 and fp16.stdout.count("rounded to float16") == len(fx.NAMES)
