@@ -116,6 +116,7 @@ def test_result_types_name_their_command() -> None:
     from rmsnorm_eps.config.model import NormConfig
     from rmsnorm_eps.config.resolve import ConfigDiff
     from rmsnorm_eps.parity.api import ParityResult
+    from rmsnorm_eps.parity.onnx_runtime import OnnxParityReport
     from rmsnorm_eps.parity.probes import ProbeSummary
 
     types = [
@@ -126,6 +127,7 @@ def test_result_types_name_their_command() -> None:
         NormConfig,
         ConfigDiff,
         ParityResult,
+        OnnxParityReport,
         ProbeSummary,
         CaptureReport,
     ]

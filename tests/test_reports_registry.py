@@ -32,8 +32,10 @@ CASES: dict[str, tuple[str, ...]] = {
     "defaults": ("defaults", "--framework", "torch", "--dtype", "bfloat16"),
     "bound": ("bound", "--table"),  # A at given ratios: text, json and markdown only
 }
-#: ``capture`` needs a model: tests/test_reports_capture.py runs it in all six formats.
-ELSEWHERE = {"capture"}
+#: ``capture`` needs a model: tests/test_reports_capture.py runs it in all six formats;
+#: ``parity onnx`` needs an exported graph: tests/test_onnx_parity.py and
+#: tests/test_reports_formats.py render it in all six.
+ELSEWHERE = {"capture", "parity onnx"}
 
 
 def test_every_command_has_a_concrete_reporter() -> None:

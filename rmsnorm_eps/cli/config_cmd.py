@@ -30,15 +30,18 @@ app.add_typer(
         "Examples:\n\n"
         "  rmsnorm-eps config show configs/llama-3-8b.yaml\n\n"
         "  rmsnorm-eps config show config.json --format json\n\n"
-        "  rmsnorm-eps config show model.gguf   # metadata only, tensor data are not read"
+        "  rmsnorm-eps config show model.gguf   # metadata only, tensor data are not read\n\n"
+        "  rmsnorm-eps config show model.onnx   # every norm of the graph, eps as stored"
     ),
 )
 def show(
     file: Annotated[
         Path,
         typer.Argument(
-            help="YAML (our schema), JSON (HF config.json, Meta params.json) or GGUF file, or a "
-            "model directory (its config.json, else its single .gguf).",
+            help="YAML (our schema), JSON (HF config.json, Meta params.json), GGUF or .onnx "
+            "file, or a model directory (its config.json, else its single .gguf). An .onnx "
+            "file lists every norm of the graph; exit 1 when one has no eps, uses its op's "
+            "schema default or has an eps unlike its siblings.",
             dir_okay=True,
             show_default=False,
         ),
@@ -56,6 +59,14 @@ def show(
     config = load_config(file)
     emit(config, fmt, output)
     eps = config.defaults.eps
+    if config.kind == "onnx":
+        from rmsnorm_eps.config.onnx_graph import onnx_findings
+
+        findings = onnx_findings(config)
+        summary_line(f"{config.path}: {len(config.entries)} norm(s); {len(findings)} finding(s)")
+        if findings:  # a norm without eps, a schema default used, one unlike its siblings
+            raise typer.Exit(EXIT_FINDINGS)
+        return
     summary_line(
         f"{config.path}: {len(config.entries)} layer pattern(s); default eps "
         f"{eps.value if eps.value is not None else eps.provenance.kind}"
@@ -102,7 +113,13 @@ def diff(
         [("config", a), ("config", b)],
         [("-o/--output", output), ("--summary", Path(summary_file) if summary_file else None)],
     )
-    result = diff_configs(load_config(a), load_config(b))
+    ca, cb = load_config(a), load_config(b)
+    if "onnx" in (ca.kind, cb.kind):
+        from rmsnorm_eps.config.onnx_graph import diff_by_names
+
+        result = diff_by_names(ca, cb)  # compared on the graph's norms
+    else:
+        result = diff_configs(ca, cb)
     emit(result, fmt, output)
     if summary:
         append_step_summary(result)

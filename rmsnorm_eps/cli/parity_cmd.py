@@ -53,6 +53,7 @@ def _sha256(path: Path) -> str:
         "--record parity.yaml\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npz --rule polygraphy "
         "--atol 1e-4 --rtol 1e-3\n\n"
+        "  rmsnorm-eps parity --onnx model.onnx --config config.json --optimized-out opt.onnx\n\n"
         "Plot: the max abs and rel error per probe category against the tolerance.\n\n"
         "Exit codes: 0 every category passes, 1 some element fails (or is nonfinite), "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
@@ -60,10 +61,13 @@ def _sha256(path: Path) -> str:
 )
 def parity(
     probes_path: Annotated[
-        Path, typer.Option("--probes", "-p", help="Probe file from `probe`.", dir_okay=False)
-    ],
+        Path | None,
+        typer.Option(
+            "--probes", "-p", help="Probe file from `probe` (with --actual).", dir_okay=False
+        ),
+    ] = None,
     actual: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--actual",
             "-a",
@@ -71,7 +75,7 @@ def parity(
             "there).",
             dir_okay=False,
         ),
-    ],
+    ] = None,
     key: Annotated[
         str | None,
         typer.Option("--key", help="Array name inside a .npz/.safetensors file."),
@@ -118,6 +122,43 @@ def parity(
             show_default="the probe file's",
         ),
     ] = None,
+    onnx_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--onnx",
+            metavar="MODEL",
+            help="Measure every norm of an .onnx graph with onnxruntime (all graph "
+            "optimizations on) on probes made for its stored eps, instead of --probes/--actual; "
+            "exit 1 when a norm's effective eps differs from the stored (or --config) one.",
+            dir_okay=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="With --onnx: the model's config (config.json, YAML, GGUF, .onnx, model "
+            "directory) whose eps per norm the effective eps must also match.",
+        ),
+    ] = None,
+    eps_rtol: Annotated[
+        float,
+        typer.Option(
+            "--eps-rtol",
+            help="With --onnx: relative tolerance between effective and stored/configured eps.",
+        ),
+    ] = 0.05,
+    optimized_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--optimized-out",
+            metavar="FILE",
+            help="With --onnx: save onnxruntime's optimized model there (audit it with "
+            "`config show`).",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -127,6 +168,31 @@ def parity(
     from dataclasses import replace
 
     from rmsnorm_eps.cli._gate import finish, tail_options
+
+    if onnx_path is not None:
+        if probes_path is not None or actual is not None or record is not None:
+            raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
+        if plot is not None or norm is not None:
+            raise usage_error("--onnx takes neither --plot nor --norm")
+        _parity_onnx(
+            onnx_path,
+            config,
+            eps_rtol,
+            optimized_out,
+            tail_options(
+                fmt,
+                output,
+                reports=report_to,
+                summary=summary,
+                exit_zero=exit_zero,
+                inputs=[("--onnx", onnx_path)] + ([("--config", config)] if config else []),
+                extra_outputs=[("--optimized-out", optimized_out)],
+            ),
+        )
+    if probes_path is None or actual is None:
+        raise usage_error("give --probes and --actual (or --onnx MODEL)")
+    if config is not None or optimized_out is not None:
+        raise usage_error("--config and --optimized-out go with --onnx")
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
     from rmsnorm_eps.parity.probes import load_probes
@@ -180,3 +246,23 @@ def parity(
         return plot_parity(result, plot_fmt).data
 
     finish(result, None, options, passed=result.passed, draw=draw, message=result.diagnosis)
+
+
+def _parity_onnx(
+    path: Path, config: Path | None, rel_tol: float, optimized_out: Path | None, options: object
+) -> None:
+    """``parity --onnx``: measure each norm of the graph (see rmsnorm_eps.parity.onnx_runtime)."""
+    from rmsnorm_eps.cli._gate import TailOptions, finish
+    from rmsnorm_eps.config import load_config
+    from rmsnorm_eps.parity.onnx_runtime import measure_onnx
+
+    if not 0.0 < rel_tol < 1.0:
+        raise usage_error(f"--eps-rtol must be in (0, 1), got {rel_tol!r}")
+    assert isinstance(options, TailOptions)
+    cfg = load_config(config) if config is not None else None
+    result = measure_onnx(path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out)
+    message = (
+        f"{len(result.norms)} norm(s) measured, {result.findings} differ, "
+        f"{len(result.skipped)} skipped"
+    )
+    finish(result, None, options, passed=result.passed, message=message)

@@ -167,7 +167,7 @@ class NormConfig:
     command: ClassVar[str] = "config show"  # names its reporter (rmsnorm_eps.reports)
 
     path: str
-    kind: Literal["yaml", "hf", "gguf"]
+    kind: Literal["yaml", "hf", "gguf", "onnx", "trtllm", "executorch", "mlx"]
     model: str | None
     defaults: NormSettings
     entries: tuple[ConfigEntry, ...]

@@ -59,12 +59,12 @@ def model_dir_config(directory: Path) -> Path:
 
 
 def load_config(path: str | os.PathLike[str]) -> NormConfig:
-    """Read a YAML, JSON (HF config.json / Meta params.json) or GGUF config.
+    """Read a YAML, JSON (HF config.json / Meta params.json), GGUF or ONNX config.
 
     A directory is a model directory: its ``config.json``, else its single GGUF file.
 
-    GGUF is recognised by its magic bytes; JSON by a ``.json`` extension or a leading ``{``;
-    anything else is read as our YAML schema.
+    GGUF is recognised by its magic bytes; ONNX (no magic bytes) by a ``.onnx`` extension;
+    JSON by a ``.json`` extension or a leading ``{``; anything else is read as our YAML schema.
     """
     from rmsnorm_eps.sources.sniff import Kind, check_regular_file, sniff
 
@@ -79,10 +79,15 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
         from rmsnorm_eps.config.gguf_reader import read_gguf_config
 
         return read_gguf_config(p)
-    if kind is Kind.JSON or p.suffix.lower() == ".json":
-        from rmsnorm_eps.config.hf import read_hf_config
+    if p.suffix.lower() == ".onnx":
+        from rmsnorm_eps.config.onnx_graph import read_onnx_config
 
-        return read_hf_config(p)
+        return read_onnx_config(p)
+    if kind is Kind.JSON or p.suffix.lower() == ".json":
+        # HF config.json, or a TensorRT-LLM / ExecuTorch / MLX config (by its keys)
+        from rmsnorm_eps.config.runtime_configs import read_json_config
+
+        return read_json_config(p)
     from rmsnorm_eps.config.yaml_reader import read_yaml_config
 
     return read_yaml_config(p)

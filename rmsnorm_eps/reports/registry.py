@@ -49,6 +49,7 @@ REPORTERS: Mapping[str, str] = {
     "compare": "compare:CompareReporter",
     "precision": "precision:PrecisionReporter",
     "parity": "parity:ParityReporter",
+    "parity onnx": "parity_onnx:OnnxParityReporter",
     "probe": "probe:ProbeReporter",
     "config show": "config_show:ConfigShowReporter",
     "config diff": "config_diff:ConfigDiffReporter",

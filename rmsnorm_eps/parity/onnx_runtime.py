@@ -1,0 +1,340 @@
+"""The eps an ONNX graph really runs with, measured by onnxruntime on the parity probes.
+
+For each norm :func:`~rmsnorm_eps.config.onnx_graph.find_norms` finds in the main graph, the
+nodes between its input x and its output are cut out into a small model (a backward slice
+from the output that stops at x, initializers and Constant nodes; at most
+:data:`MAX_SLICE_NODES` nodes), run by onnxruntime on the CPU with every graph optimization on
+(``ORT_ENABLE_ALL``: fused kernels are what is measured), on probes made for the norm's stored
+eps (``probe``'s rows: q from far below to far above eps), with the graph's own weight as the
+probes' gain. The existing inference (:func:`~rmsnorm_eps.parity.infer.infer`) fits
+y = g * x / sqrt(q + eps) (inside), g * x / (sqrt(q) + eps) (outside) and
+g * x / max(sqrt(q), eps) (clamp) to the outputs and gives the effective eps and placement.
+
+A norm's measurement agrees when the effective eps is within ``rel_tol`` (default 5%) of the
+stored eps and of the configured one (``--config``), and the placement is the stored one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rmsnorm_eps.errors import InputFileError, MissingExtraError
+
+__all__ = [
+    "DEFAULT_REL_TOL",
+    "MAX_SLICE_NODES",
+    "NormMeasurement",
+    "OnnxParityReport",
+    "measure_onnx",
+]
+
+#: Effective eps agrees with the stored one when |eff - stored| <= rel_tol * stored.
+DEFAULT_REL_TOL = 0.05
+MAX_SLICE_NODES = 256
+#: eps used to design the probes of a norm that stores none (and has no configured eps).
+FALLBACK_PROBE_EPS = 1e-5
+_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
+
+
+@dataclass(frozen=True)
+class NormMeasurement:
+    """One norm: what the graph stores, what the config says, what onnxruntime does."""
+
+    name: str
+    op: str
+    stored: float | None
+    stored_where: str
+    configured: float | None
+    configured_from: str | None
+    probe_eps: float
+    effective: float | None
+    effective_low: float | None
+    effective_high: float | None
+    placement_stored: str
+    placement: str
+    dtype: str
+    rows_used: int
+    note: str
+    findings: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return not self.findings
+
+
+@dataclass(frozen=True)
+class OnnxParityReport:
+    """``parity --onnx``: every measured norm, and the norms that could not be measured."""
+
+    command: ClassVar[str] = "parity onnx"  # names its reporter (rmsnorm_eps.reports)
+
+    path: str
+    config: str | None
+    optimized_out: str | None
+    rel_tol: float
+    optimization: str
+    norms: tuple[NormMeasurement, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(n.agrees for n in self.norms) and bool(self.norms)
+
+    @property
+    def findings(self) -> int:
+        return sum(1 for n in self.norms if not n.agrees)
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MissingExtraError("onnxruntime", "onnx", "parity --onnx") from None
+    return onnxruntime
+
+
+def _session_options(ort: Any, optimized_out: Path | None = None) -> Any:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    if optimized_out is not None:
+        so.optimized_model_filepath = os.fspath(optimized_out)
+    return so
+
+
+def _slice(model: Any, norm: Any) -> tuple[list[Any], list[Any]]:
+    """(nodes in graph order, initializers) from the norm's inputs to its output."""
+    graph = model.graph
+    producer: dict[str, tuple[int, Any]] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            producer[out] = (i, node)
+    inits = {t.name: t for t in graph.initializer}
+    stops = set(norm.inputs)
+    taken: dict[int, Any] = {}
+    used: dict[str, Any] = {}
+    todo = [norm.output]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if not name or name in seen or name in stops:
+            continue
+        seen.add(name)
+        if name in inits:
+            used[name] = inits[name]
+            continue
+        found = producer.get(name)
+        if found is None:
+            raise ValueError(f"depends on the graph input {name!r}, not only on the norm's input")
+        i, node = found
+        if i not in taken:
+            taken[i] = node
+            if len(taken) > MAX_SLICE_NODES:
+                raise ValueError(f"more than {MAX_SLICE_NODES} nodes between input and output")
+            todo.extend(node.input)
+    return [taken[i] for i in sorted(taken)], list(used.values())
+
+
+def _array(model: Any, name: str | None) -> np.ndarray | None:
+    if name is None:
+        return None
+    import onnx
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                raise ValueError(f"initializer {name!r} is external data (not read)")
+            arr: np.ndarray = onnx.numpy_helper.to_array(t).astype(np.float64).ravel()
+            return arr
+    return None
+
+
+def _elem_types(model: Any) -> dict[str, int]:
+    """The element type of every tensor of the main graph, by onnx shape inference (on a copy
+    of the graph without initializer data, so that large weights are not copied), else the
+    declared ones."""
+    import onnx
+
+    graph = model.graph
+    types: dict[str, int] = {t.name: int(t.data_type) for t in graph.initializer}
+    try:
+        light = onnx.ModelProto()
+        _light_copy(model, light)
+        inferred = onnx.shape_inference.infer_shapes(light).graph
+        infos = (*inferred.input, *inferred.value_info, *inferred.output)
+    except Exception:
+        infos = (*graph.input, *graph.value_info, *graph.output)
+    for vi in infos:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = int(vi.type.tensor_type.elem_type)
+    return types
+
+
+def _light_copy(model: Any, light: Any) -> None:
+    """``model`` without initializer data: each initializer becomes a graph input of the same
+    type and shape (enough for type inference)."""
+    from onnx import helper
+
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    for t in model.graph.initializer:
+        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+
+
+def _mini_model(model: Any, norm: Any, dim: int, types: dict[str, int]) -> tuple[bytes, str]:
+    """The serialized small model of one norm and its input dtype."""
+    from onnx import helper
+
+    nodes, inits = _slice(model, norm)
+    elem = types.get(norm.inputs[0], 1)
+    inputs = [helper.make_tensor_value_info(n, elem, ["n", dim]) for n in norm.inputs]
+    output = helper.make_empty_tensor_value_info(norm.output)
+    graph = helper.make_graph(nodes, "norm", inputs, [output], inits)
+    mini = helper.make_model(graph, opset_imports=list(model.opset_import))
+    mini.ir_version = model.ir_version
+    mini.functions.extend(model.functions)
+    return mini.SerializeToString(), _DTYPES.get(elem, "float32")
+
+
+def _configured(config: Any, name: str) -> tuple[float | None, str | None]:
+    if config is None:
+        return None, None
+    settings = config.settings_for(name)
+    if settings is None or not isinstance(settings.eps.value, float):
+        return None, f"{config.path}: no eps for {name}"
+    return settings.eps.value, settings.eps.provenance.describe()
+
+
+def _measure(
+    ort: Any, model: Any, norm: Any, config: Any, rel_tol: float, types: dict[str, int]
+) -> NormMeasurement:
+    from rmsnorm_eps.parity.api import compare_outputs
+    from rmsnorm_eps.parity.dtypes import numpy_dtype
+    from rmsnorm_eps.parity.probes import make_probes
+
+    weight = _array(model, norm.scale)
+    dim = norm.dim if norm.dim is not None else (weight.size if weight is not None else None)
+    if dim is None:
+        raise ValueError("the norm's dimension is unknown (no scale initializer)")
+    configured, configured_from = _configured(config, norm.name)
+    probe_eps = norm.eps if norm.eps else (configured or FALLBACK_PROBE_EPS)
+    blob, dtype = _mini_model(model, norm, dim, types)
+    gain: str | np.ndarray = weight if weight is not None else "ones"
+    bias = _array(model, norm.bias)
+    probes = make_probes(
+        dim,
+        probe_eps,
+        gain=gain,
+        dtype=dtype,
+        gain_convention="1+w" if norm.gain == "1+w" else "w",
+        norm="layer" if norm.norm == "layer" else "rms",
+        bias=bias if bias is not None else "zeros",
+    )
+    session = ort.InferenceSession(blob, _session_options(ort), providers=["CPUExecutionProvider"])
+    np_dtype = numpy_dtype(dtype)
+    feed = {norm.inputs[0]: probes.inputs.astype(np_dtype)}
+    for extra in norm.inputs[1:]:
+        feed[extra] = np.zeros_like(feed[norm.inputs[0]])
+    (out,) = session.run([norm.output], feed)
+    result = compare_outputs(probes, np.asarray(out), output_dtype=dtype)
+    inf = result.inference
+    findings: list[str] = []
+    if norm.eps is None:
+        findings.append(f"the graph stores no eps ({norm.eps_where})")
+    if norm.eps_default:
+        findings.append(f"eps is the op's schema default ({norm.eps_where})")
+    for label, want in (("stored", norm.eps), ("configured", configured)):
+        if want is None:
+            continue
+        if inf.eps is None:
+            findings.append(f"effective eps not measured ({inf.note}); {label} {want:.6g}")
+        elif abs(inf.eps - want) > rel_tol * want:
+            findings.append(
+                f"effective eps {inf.eps:.6g} differs from the {label} {want:.6g} "
+                f"by {abs(inf.eps - want) / want:.1%} (> {rel_tol:.0%})"
+            )
+    if inf.placement not in ("undetermined", norm.placement) and norm.norm != "layer":
+        findings.append(f"placement measured {inf.placement}, the graph's is {norm.placement}")
+    return NormMeasurement(
+        name=norm.name,
+        op=norm.op,
+        stored=norm.eps,
+        stored_where=norm.eps_where,
+        configured=configured,
+        configured_from=configured_from,
+        probe_eps=probe_eps,
+        effective=inf.eps,
+        effective_low=inf.eps_low,
+        effective_high=inf.eps_high,
+        placement_stored=norm.placement,
+        placement=inf.placement,
+        dtype=dtype,
+        rows_used=inf.rows_used,
+        note=inf.note,
+        findings=tuple(dict.fromkeys(findings)),
+    )
+
+
+def measure_onnx(
+    path: Path,
+    *,
+    config: Any = None,
+    rel_tol: float = DEFAULT_REL_TOL,
+    optimized_out: Path | None = None,
+) -> OnnxParityReport:
+    """Measure every norm of the main graph of ``path`` with onnxruntime (see the module
+    docstring). ``config`` (a NormConfig) gives the configured eps per norm name.
+    ``optimized_out``: onnxruntime's optimized copy of the whole model is saved there
+    (``SessionOptions.optimized_model_filepath``), to be audited by ``config show``."""
+    from rmsnorm_eps.config.onnx_graph import find_norms, load_onnx_model
+
+    ort = _ort()
+    model = load_onnx_model(path)
+    norms = find_norms(model, path)
+    if optimized_out is not None:
+        try:
+            ort.InferenceSession(
+                os.fspath(path),
+                _session_options(ort, optimized_out),
+                providers=["CPUExecutionProvider"],
+            )
+        except Exception as exc:
+            text = " ".join(str(exc).split())[:200]
+            raise InputFileError(path, f"onnxruntime cannot load the model ({text})") from None
+    types = _elem_types(model)
+    measured: list[NormMeasurement] = []
+    skipped: list[tuple[str, str]] = []
+    for norm in norms:
+        if norm.graph != "graph":
+            skipped.append((norm.name, f"in {norm.graph}: only main-graph norms are measured"))
+            continue
+        if not norm.inputs or not norm.output or norm.op.endswith("EmbedLayerNormalization"):
+            skipped.append((norm.name, "no float input to probe"))
+            continue
+        try:
+            measured.append(_measure(ort, model, norm, config, rel_tol, types))
+        except ValueError as exc:
+            skipped.append((norm.name, str(exc)))
+        except Exception as exc:  # onnxruntime refuses the slice
+            skipped.append((norm.name, "onnxruntime: " + " ".join(str(exc).split())[:200]))
+    return OnnxParityReport(
+        path=str(path),
+        config=None if config is None else config.path,
+        optimized_out=None if optimized_out is None else str(optimized_out),
+        rel_tol=rel_tol,
+        optimization="onnxruntime CPU, ORT_ENABLE_ALL",
+        norms=tuple(measured),
+        skipped=tuple(skipped),
+    )

@@ -1,0 +1,160 @@
+"""``parity --onnx`` reports: each norm of an ONNX graph, its stored eps, the configured eps
+(``--config``) and the effective eps and placement onnxruntime runs with (measured on the
+probes): the document, the text (one block of lines per norm), and one check per norm for the
+CI formats (a norm whose effective eps differs from the stored or configured one beyond the
+relative tolerance, or that stores no eps or a schema default, fails)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.jsonvalues import head as _head
+from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
+from rmsnorm_eps.reports.checks import g as _g
+from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
+from rmsnorm_eps.reports.options import RenderOptions
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport
+
+__all__ = ["OnnxParityReporter", "checks", "document", "norm_line", "text"]
+
+_RULE = Rule(
+    "parity-onnx/effective-eps",
+    "effective eps",
+    "The eps onnxruntime runs with (fitted to its outputs on the probes) must be within the "
+    "relative tolerance of the eps the graph stores and of the configured one (--config), at "
+    "the stored placement; a norm storing no eps or its op's schema default fails.",
+)
+
+
+def _eps(value: float | None) -> str:
+    return "none" if value is None else repr(value)
+
+
+def norm_line(n: NormMeasurement) -> str:
+    """One line: name, stored, configured, effective (with its range), placement, verdict."""
+    configured = "" if n.configured is None else f"; configured {_eps(n.configured)}"
+    effective = (
+        f"effective {_g(n.effective)} [{_g(n.effective_low)}, {_g(n.effective_high)}]"
+        if n.effective is not None
+        else f"effective not measured ({n.note})"
+    )
+    verdict = "OK" if n.agrees else "DIFFERENT: " + "; ".join(n.findings)
+    return (
+        f"{n.name}: stored {_eps(n.stored)}{configured}; {effective}; placement "
+        f"{n.placement} (graph {n.placement_stored}); {n.dtype}: {verdict}"
+    )
+
+
+def _norm_doc(n: NormMeasurement) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "op": n.op,
+        "stored_eps": n.stored,
+        "stored_where": n.stored_where,
+        "configured_eps": n.configured,
+        "configured_from": n.configured_from,
+        "probe_eps": n.probe_eps,
+        "effective_eps": n.effective,
+        "effective_eps_low": n.effective_low,
+        "effective_eps_high": n.effective_high,
+        "placement_stored": n.placement_stored,
+        "placement": n.placement,
+        "dtype": n.dtype,
+        "rows_used": n.rows_used,
+        "note": n.note or None,
+        "agrees": n.agrees,
+        "findings": list(n.findings),
+    }
+
+
+def document(r: OnnxParityReport) -> dict[str, Any]:
+    doc = _head("parity onnx")
+    doc.update(
+        {
+            "path": r.path,
+            "config": r.config,
+            "optimized_out": r.optimized_out,
+            "runtime": r.optimization,
+            "rel_tol": r.rel_tol,
+            "passed": r.passed,
+            "norms": [_norm_doc(n) for n in r.norms],
+            "skipped": [{"name": name, "why": why} for name, why in r.skipped],
+        }
+    )
+    return doc
+
+
+def _verdict(r: OnnxParityReport) -> str:
+    if not r.norms:
+        return "no norm measured"
+    if r.passed:
+        return f"every norm's effective eps within {r.rel_tol:.0%} of the stored eps"
+    return f"{r.findings} of {len(r.norms)} norm(s) run a different eps than stored or configured"
+
+
+def text(r: OnnxParityReport, options: RenderOptions) -> str:
+    from rmsnorm_eps.escape import no_ci_command
+
+    lines = [
+        f"{r.path}: {len(r.norms)} norm(s) measured by {r.optimization}; eps relative "
+        f"tolerance {r.rel_tol:g}",
+    ]
+    if r.config:
+        lines.append(f"configured eps from {r.config}")
+    if r.optimized_out:
+        lines.append(f"onnxruntime's optimized model saved to {r.optimized_out}")
+    lines += [norm_line(n) for n in r.norms]
+    lines += [f"skipped {name}: {why}" for name, why in r.skipped]
+    lines.append(("PASS: " if r.passed else "FAIL: ") + _verdict(r))
+    return no_ci_command("".join(f"{_e(line)}\n" for line in lines))
+
+
+def checks(r: OnnxParityReport) -> CheckReport:
+    """One check per measured norm (see the module docstring)."""
+    made = []
+    for n in r.norms:
+        nums: dict[str, Number] = {
+            "stored_eps": n.stored,
+            "configured_eps": n.configured,
+            "effective_eps": n.effective,
+            "rel_tol": r.rel_tol,
+        }
+        made.append(Check(_RULE.id, n.name, n.agrees, "error", norm_line(n), nums))
+    facts = (
+        ("model", r.path),
+        ("runtime", r.optimization),
+        ("measured", f"{len(r.norms)} norm(s), {len(r.skipped)} skipped"),
+        verdict_fact(r.passed, _verdict(r)),
+    )
+    return CheckReport(
+        command="parity-onnx",
+        title=f"rmsnorm-eps parity --onnx: {r.path}",
+        source=r.path,
+        subject="norm",
+        rules=(_RULE,),
+        checks=tuple(made),
+        passed=r.passed,
+        verdict=_verdict(r),
+        facts=facts,
+    )
+
+
+class OnnxParityReporter(
+    Reporter,
+    TextRole["OnnxParityReport"],
+    DocumentRole["OnnxParityReport"],
+    ChecksRole["OnnxParityReport"],
+):
+    """``parity --onnx``: every format."""
+
+    def text(self, result: OnnxParityReport) -> str:
+        return text(result, self.options)
+
+    def document(self, result: OnnxParityReport) -> dict[str, object]:
+        return document(result)
+
+    def checks(self, result: OnnxParityReport) -> CheckReport:
+        return checks(result)
