@@ -49,6 +49,7 @@ COMMANDS: Mapping[str, str] = {
     "config diff": f"{_PKG}.config_diff",
     "defaults": f"{_PKG}.defaults",
     "capture": f"{_PKG}.capture",
+    "sensitivity": f"{_PKG}.sensitivity",
 }
 
 
