@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -149,33 +149,17 @@ def sensitivity(
     class the mean next-token KL(base || new), top-1 agreement, max |delta logit|, last-token
     NMSE and perplexity, beside each norm's min q/eps.
     """
-    import sys
-
     from rmsnorm_eps.capture.distributed import init_from_env, rank_device
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.cli._app import _debug_enabled
     from rmsnorm_eps.cli._gate import finish, tail_options
-    from rmsnorm_eps.sensitivity.result import Change, evaluate_gate
-    from rmsnorm_eps.sensitivity.swap import spec_of
+    from rmsnorm_eps.sensitivity.result import evaluate_gate
 
     inputs = [("--text-file", text_file), ("--dataset", dataset), ("--model", model)]
     options = tail_options(
         fmt, output, reports=report_to, summary=summary, exit_zero=exit_zero, inputs=inputs
     )
-    changes: list[Change] = []
-    if eps and (spec_from or spec_to):
-        raise usage_error("give --eps or --from/--to, not both")
-    if (spec_from is None) != (spec_to is None):
-        raise usage_error("--from and --to go together")
-    for value in eps or []:
-        spec = spec_of(f"eps={value!r}", "--eps")
-        changes.append(Change(f"eps={spec.eps:g}", None, f"eps={spec.eps!r}", True))
-    if spec_from is not None and spec_to is not None:
-        spec_of(spec_from, "--from")
-        spec_of(spec_to, "--to")
-        changes.append(Change(f"{spec_from} -> {spec_to}", spec_from, spec_to, False))
-    if not changes:
-        raise usage_error("give the change: --eps VALUE (repeatable) or --from SPEC --to SPEC")
+    changes = _changes(eps, spec_from, spec_to)
     if exact_top is not None and not per_norm:
         raise usage_error("--exact-top applies to --per-norm")
     if suggest and max_kl is None:
@@ -205,12 +189,7 @@ def sensitivity(
     gate = evaluate_gate(result, max_kl, min_top1)
     p = result.passes
     if _debug_enabled(ctx):
-        print(
-            f"rmsnorm-eps: debug: {p.forward:.4g} forward + {p.backward:.4g} backward passes "
-            f"({p.equivalent:.4g} forward-equivalent; naive loop {p.naive:.4g}) over "
-            f"{p.batches} batch(es) of {p.layers} layers",
-            file=sys.stderr,
-        )
+        _debug(p)
     if rank != 0:
         raise typer.Exit(0)
     worst = max((c.all.kl for c in result.changes if c.all.kl is not None), default=None)
@@ -222,4 +201,38 @@ def sensitivity(
         message=f"{len(result.changes)} change(s), {result.tokens} tokens; "
         f"max KL {'-' if worst is None else f'{worst:.4g}'} nats; {gate.reason}; "
         f"cost {p.equivalent:.4g} passes (naive {p.naive:.4g})",
+    )
+
+
+def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None) -> list[Any]:
+    """The changes asked for: one per --eps value, or the --from/--to pair."""
+    from rmsnorm_eps.sensitivity.result import Change
+    from rmsnorm_eps.sensitivity.swap import spec_of
+
+    if eps and (spec_from or spec_to):
+        raise usage_error("give --eps or --from/--to, not both")
+    if (spec_from is None) != (spec_to is None):
+        raise usage_error("--from and --to go together")
+    changes = []
+    for value in eps or []:
+        spec = spec_of(f"eps={value!r}", "--eps")
+        changes.append(Change(f"eps={spec.eps:g}", None, f"eps={spec.eps!r}", True))
+    if spec_from is not None and spec_to is not None:
+        spec_of(spec_from, "--from")
+        spec_of(spec_to, "--to")
+        changes.append(Change(f"{spec_from} -> {spec_to}", spec_from, spec_to, False))
+    if not changes:
+        raise usage_error("give the change: --eps VALUE (repeatable) or --from SPEC --to SPEC")
+    return changes
+
+
+def _debug(p: Any) -> None:
+    """--debug: the pass count on stderr."""
+    import sys
+
+    print(
+        f"rmsnorm-eps: debug: {p.forward:.4g} forward + {p.backward:.4g} backward passes "
+        f"({p.equivalent:.4g} forward-equivalent; naive loop {p.naive:.4g}) over "
+        f"{p.batches} batch(es) of {p.layers} layers",
+        file=sys.stderr,
     )

@@ -23,6 +23,7 @@ exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from rmsnorm_eps.sensitivity.result import Change
@@ -36,50 +37,16 @@ def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tup
     import torch
     import torch.distributed as dist
 
-    from rmsnorm_eps.sensitivity.swap import applied
-
-    norms = plan.norms
-    est = torch.zeros((len(changes), len(norms)), dtype=torch.float64, device=plan.device)
+    est = torch.zeros((len(changes), len(plan.norms)), dtype=torch.float64, device=plan.device)
     tokens = torch.zeros((), dtype=torch.float64, device=plan.device)
     gen = torch.Generator(device=plan.device).manual_seed(seed)
-    everyone = [(n.module, n.record) for n in norms]
     groups: dict[str | None, list[int]] = {}
     for ci, c in enumerate(changes):
         groups.setdefault(None if c.attribute else c.base, []).append(ci)
-    embed = plan.model.get_input_embeddings()
     for ids, mask in plan.batches:
         for base, members in groups.items():
-            outputs: list[list[Any]] = [[] for _ in norms]
-            deltas: list[list[list[Any]]] = [[[] for _ in norms] for _ in members]
-            handles = []
-
-            def leaf(module: Any, args: Any, out: Any) -> Any:
-                return out.detach().requires_grad_(True)
-
-            handles.append(embed.register_forward_hook(leaf))
-            for k, n in enumerate(norms):
-                hook = _delta_hook(k, n, outputs, deltas, members, changes)
-                handles.append(n.module.register_forward_hook(hook, with_kwargs=True))
-            try:
-                with torch.enable_grad():
-                    ctx = applied(changes[members[0]], "base", everyone) if base else None
-                    if ctx is not None:
-                        ctx.__enter__()
-                    try:
-                        logits = plan.model(
-                            input_ids=ids.to(plan.device),
-                            attention_mask=mask.to(plan.device),
-                            use_cache=False,
-                        ).logits
-                    finally:
-                        if ctx is not None:
-                            ctx.__exit__(None, None, None)
-                    plan.count.forward += 1
-            finally:
-                for h in handles:
-                    h.remove()
-            m = mask.to(plan.device).bool()
-            other = m.clone()
+            logits, outputs, deltas = _graph_forward(plan, changes, members, base, ids, mask)
+            other = mask.to(plan.device).bool().clone()
             other[:, 0] = False
             tokens += other.sum()
             p = torch.softmax(logits.detach().double(), dim=-1)
@@ -89,7 +56,6 @@ def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tup
                 for call, y in enumerate(ys)
                 if y.requires_grad
             ]
-            batch = int(ids.shape[0])
             for draw in range(samples):
                 pick = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=gen)
                 s = -p.clone()
@@ -105,24 +71,75 @@ def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tup
                     allow_unused=True,
                 )
                 plan.count.backward += len(plan.layers) + 1
-                for j in range(len(members)):
-                    per = [
-                        torch.zeros(batch, dtype=torch.float64, device=plan.device) for _ in norms
-                    ]
-                    for (k, call, _), g in zip(flat, grads, strict=True):
-                        d = deltas[j][k][call]
-                        if g is None:
-                            continue
-                        prod = (g.double() * d.double()).reshape(g.shape[0], -1).sum(dim=1)
-                        if g.shape[0] == batch:
-                            per[k] += prod
-                        else:  # tokens flattened: one sum for the batch
-                            per[k][0] += prod.sum()
-                    est[members[j]] += 0.5 * torch.stack([(ck**2).sum() for ck in per]) / samples
+                for j, ci in enumerate(members):
+                    est[ci] += _squares(flat, grads, deltas[j], int(ids.shape[0]), plan) / samples
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(est, op=dist.ReduceOp.SUM)
         dist.all_reduce(tokens, op=dist.ReduceOp.SUM)
     return est.cpu().tolist(), int(tokens.item())
+
+
+def _squares(
+    flat: list[Any], grads: Sequence[Any], deltas: list[list[Any]], batch: int, plan: Any
+) -> Any:
+    """0.5 * sum_b (g_k[b] . dy_k[b])^2 per norm k (a norm whose input has its tokens
+    flattened gives one product for the batch)."""
+    import torch
+
+    per = [torch.zeros(batch, dtype=torch.float64, device=plan.device) for _ in plan.norms]
+    for (k, call, _), g in zip(flat, grads, strict=True):
+        if g is None:
+            continue
+        d = deltas[k][call]
+        prod = (g.double() * d.double()).reshape(g.shape[0], -1).sum(dim=1)
+        if g.shape[0] == batch:
+            per[k] += prod
+        else:
+            per[k][0] += prod.sum()
+    return 0.5 * torch.stack([(ck**2).sum() for ck in per])
+
+
+def _graph_forward(
+    plan: Any,
+    changes: Sequence[Change],
+    members: list[int],
+    base: str | None,
+    ids: Any,
+    mask: Any,
+) -> tuple[Any, list[list[Any]], list[list[list[Any]]]]:
+    """A forward with gradients from the embeddings' output on: the logits, every norm's
+    outputs (per call) and, per change of ``members``, their exact changes."""
+    import torch
+
+    from rmsnorm_eps.sensitivity.swap import applied
+
+    norms = plan.norms
+    outputs: list[list[Any]] = [[] for _ in norms]
+    deltas: list[list[list[Any]]] = [[[] for _ in norms] for _ in members]
+    handles = []
+
+    def leaf(module: Any, args: Any, out: Any) -> Any:
+        return out.detach().requires_grad_(True)
+
+    handles.append(plan.model.get_input_embeddings().register_forward_hook(leaf))
+    for k, n in enumerate(norms):
+        hook = _delta_hook(k, n, outputs, deltas, members, changes)
+        handles.append(n.module.register_forward_hook(hook, with_kwargs=True))
+    everyone = [(n.module, n.record) for n in norms]
+    try:
+        with torch.enable_grad(), ExitStack() as stack:
+            if base is not None:
+                stack.enter_context(applied(changes[members[0]], "base", everyone))
+            logits = plan.model(
+                input_ids=ids.to(plan.device),
+                attention_mask=mask.to(plan.device),
+                use_cache=False,
+            ).logits
+        plan.count.forward += 1
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, outputs, deltas
 
 
 def _delta_hook(
