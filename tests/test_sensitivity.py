@@ -324,3 +324,55 @@ def test_layernorm_model_spec_matches_attribute(tmp_path: Path) -> None:
     assert s.all.kl == pytest.approx(a.all.kl, rel=1e-3)
     assert [r.name for r in a.per_norm][:2] == [r.name for r in s.per_norm][:2]
     assert {n.role for n in res.norms} == {"other", "final"}
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_reduce_to_one_process(tiny_dir: Path, tmp_path: Path) -> None:
+    """gloo, 2 ranks over 2 batches: the rank-0 document equals the one-process one (sums,
+    counts and maxima all-reduced; the estimates too)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    args = [*(a for t in TEXTS for a in ("--text", t)), "--batch-size", "2"]
+    args += ["--model", str(tiny_dir), "--eps", "1e-3", "--per-norm", "--exact-top", "3"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    docs = []
+    for launcher in (
+        [],
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+        ],
+    ):
+        out = tmp_path / f"r{len(launcher)}.json"
+        cmd = [sys.executable, *launcher, "-m", "rmsnorm_eps", "sensitivity", *args]
+        r = subprocess.run(
+            [*cmd, "-f", "json", "-o", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        docs.append(json.loads(out.read_text("utf-8")))
+    one, two = docs
+    assert two["ranks"] == 2 and one["ranks"] == 1
+    assert two["tokens"] == one["tokens"] == 38  # 34 at positions >= 1, 4 at position 0
+    a, b = one["changes"][0], two["changes"][0]
+    for key in ("kl", "kl_first", "top1_agreement", "max_abs_logit_change", "nmse_last"):
+        assert b[key] == pytest.approx(a[key], rel=1e-9), key
+    assert [r["name"] for r in b["per_norm"]] == [r["name"] for r in a["per_norm"]]
+    assert two["passes"] == one["passes"]

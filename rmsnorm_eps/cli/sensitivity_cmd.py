@@ -169,39 +169,50 @@ def sensitivity(
     rank, world = init_from_env(where)
     from rmsnorm_eps.sensitivity.run import measure
 
-    loaded = load_model(model, gguf, DTYPES[dtype.value], where)
-    result = measure(
-        loaded,
-        texts,
-        changes,
-        per_norm=per_norm,
-        per_role=per_role,
-        exact_top=exact_top,
-        suggest_max_kl=max_kl if suggest else None,
-        suggest_min_top1=min_top1 if suggest else None,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-        samples=samples,
-        seed=seed,
-        rank=rank,
-        world=world,
-    )
-    gate = evaluate_gate(result, max_kl, min_top1)
-    p = result.passes
-    if _debug_enabled(ctx):
-        _debug(p)
-    if rank != 0:
-        raise typer.Exit(0)
-    worst = max((c.all.kl for c in result.changes if c.all.kl is not None), default=None)
-    finish(
-        result,
-        gate,
-        options,
-        passed=gate.passed,
-        message=f"{len(result.changes)} change(s), {result.tokens} tokens; "
-        f"max KL {'-' if worst is None else f'{worst:.4g}'} nats; {gate.reason}; "
-        f"cost {p.equivalent:.4g} passes (naive {p.naive:.4g})",
-    )
+    try:
+        loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        result = measure(
+            loaded,
+            texts,
+            changes,
+            per_norm=per_norm,
+            per_role=per_role,
+            exact_top=exact_top,
+            suggest_max_kl=max_kl if suggest else None,
+            suggest_min_top1=min_top1 if suggest else None,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            samples=samples,
+            seed=seed,
+            rank=rank,
+            world=world,
+        )
+        gate = evaluate_gate(result, max_kl, min_top1)
+        p = result.passes
+        if _debug_enabled(ctx):
+            _debug(p)
+        if rank != 0:
+            raise typer.Exit(0)
+        worst = max((c.all.kl for c in result.changes if c.all.kl is not None), default=None)
+        finish(
+            result,
+            gate,
+            options,
+            passed=gate.passed,
+            message=f"{len(result.changes)} change(s), {result.tokens} tokens; "
+            f"max KL {'-' if worst is None else f'{worst:.4g}'} nats; {gate.reason}; "
+            f"cost {p.equivalent:.4g} passes (naive {p.naive:.4g})",
+        )
+    except typer.Exit as done:
+        if world > 1:
+            _leave(int(done.exit_code))
+        raise
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None) -> list[Any]:
@@ -236,3 +247,18 @@ def _debug(p: Any) -> None:
         f"{p.batches} batch(es) of {p.layers} layers",
         file=sys.stderr,
     )
+
+
+def _leave(code: int) -> None:
+    """Under torchrun: every report is written; leave at once (gloo's worker threads can abort
+    the interpreter's own shutdown after a successful run, as ``capture`` notes)."""
+    import os
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -108,6 +108,9 @@ class Plan:
     batches: list[tuple[Any, Any]]
     device: Any
     count: Counter = field(default_factory=Counter)
+    #: index of this rank's first batch in the whole job's batches (the screening's draws
+    #: are seeded per batch, so they do not depend on the number of ranks)
+    first_batch: int = 0
 
 
 def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:

@@ -109,7 +109,9 @@ def _plan(
     pad_id = int(pad if pad is not None else 0)
     batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, rank, world)]
     _, layers = decoder_layers(model, [m.name for m in find_norm_modules(model)])
-    plan = Plan(model, layers, [], batches, input_device(model))
+    base, extra = divmod(len(every), world)
+    first = rank * base + min(rank, extra)  # shard_batches' contiguous runs
+    plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
     plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
     return plan
 

@@ -39,12 +39,13 @@ def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tup
 
     est = torch.zeros((len(changes), len(plan.norms)), dtype=torch.float64, device=plan.device)
     tokens = torch.zeros((), dtype=torch.float64, device=plan.device)
-    gen = torch.Generator(device=plan.device).manual_seed(seed)
+    gen = torch.Generator(device=plan.device)
     groups: dict[str | None, list[int]] = {}
     for ci, c in enumerate(changes):
         groups.setdefault(None if c.attribute else c.base, []).append(ci)
-    for ids, mask in plan.batches:
+    for b, (ids, mask) in enumerate(plan.batches):
         for base, members in groups.items():
+            gen.manual_seed(seed * 1_000_003 + plan.first_batch + b)
             logits, outputs, deltas = _graph_forward(plan, changes, members, base, ids, mask)
             other = mask.to(plan.device).bool().clone()
             other[:, 0] = False
