@@ -293,6 +293,7 @@ def test_json_schema_is_shipped_and_exact(example: RatioReport) -> None:
         "parity",
         "config-diff",
         "merge",
+        "sensitivity",
     }
     for command in SCHEMA_COMMANDS:
         jsonschema.Draft202012Validator.check_schema(load_schema(command))

@@ -34,8 +34,9 @@ CASES: dict[str, tuple[str, ...]] = {
 }
 #: ``capture`` needs a model: tests/test_reports_capture.py runs it in all six formats;
 #: ``parity onnx`` needs an exported graph: tests/test_onnx_parity.py and
-#: tests/test_reports_formats.py render it in all six.
-ELSEWHERE = {"capture", "parity onnx"}
+#: tests/test_reports_formats.py render it in all six; ``sensitivity`` needs a model:
+#: tests/test_sensitivity.py runs it in all six.
+ELSEWHERE = {"capture", "parity onnx", "sensitivity"}
 
 
 def test_every_command_has_a_concrete_reporter() -> None:

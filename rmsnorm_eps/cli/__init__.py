@@ -18,6 +18,7 @@ from rmsnorm_eps.cli import (  # noqa: F401
     precision_cmd,
     probe_cmd,
     ratio_cmd,
+    sensitivity_cmd,
 )
 from rmsnorm_eps.cli._app import app
 

@@ -55,6 +55,7 @@ REPORTERS: Mapping[str, str] = {
     "config diff": "config_diff:ConfigDiffReporter",
     "defaults": "defaults:DefaultsReporter",
     "capture": "capture:CaptureReporter",
+    "sensitivity": "sensitivity:SensitivityReporter",
 }
 
 

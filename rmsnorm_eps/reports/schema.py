@@ -14,7 +14,16 @@ from typing import Any
 
 __all__ = ["SCHEMA_COMMANDS", "load_schema", "schema_text"]
 
-SCHEMA_COMMANDS = ("ratio", "bound", "compare", "precision", "parity", "config-diff", "merge")
+SCHEMA_COMMANDS = (
+    "ratio",
+    "bound",
+    "compare",
+    "precision",
+    "parity",
+    "config-diff",
+    "merge",
+    "sensitivity",
+)
 
 
 def schema_text(command: str) -> str:

@@ -1,0 +1,304 @@
+"""The passes of ``sensitivity``: the capture pass, the base pass that keeps each decoder
+layer's output, the variants that reuse it, and how they are counted.
+
+A change of norm k cannot change what the decoder layers before its first call compute, so a
+variant runs only from there: the earlier layers' ``forward`` is replaced, for that run, by a
+function returning the base pass's output of the last of them (bit for bit what they would
+compute: their inputs did not change). Units counted: a decoder layer that really runs is one,
+the rest of the model (embeddings, final norm, head) one more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.capture.records import ModuleRecord
+from rmsnorm_eps.sensitivity.result import Change
+
+__all__ = [
+    "Norm",
+    "Plan",
+    "Variant",
+    "capture_pass",
+    "counting",
+    "decoder_layers",
+    "min_ratios",
+    "padded",
+    "reduced",
+    "role_of",
+    "run_variants",
+]
+
+_QK = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
+_ROLES = (
+    ("pre_feedforward_layernorm", "pre-feedforward"),
+    ("post_feedforward_layernorm", "post-feedforward"),
+    ("post_attention_layernorm", "post-attention"),
+    ("input_layernorm", "input"),
+)
+
+
+def role_of(name: str, layer: int, layers: int) -> str:
+    """A norm's role from its name's last part: q/k (q_norm, k_norm, ...), input,
+    post-attention, pre-feedforward, post-feedforward (the Hugging Face names), final (a norm
+    outside the decoder layers that runs after all of them), else other."""
+    last = name.rsplit(".", 1)[-1].lower()
+    if last in _QK:
+        return "q/k"
+    for suffix, role in _ROLES:
+        if last == suffix:
+            return role
+    if layers and layer >= layers:
+        return "final"
+    return "other"
+
+
+def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any]]:
+    """The model's stack of decoder layers: the ``torch.nn.ModuleList`` holding the most norm
+    modules (``model.model.layers`` in Hugging Face causal models); ("", []) when none does."""
+    import torch
+
+    best: tuple[int, str, list[Any]] = (0, "", [])
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList) or not len(module):
+            continue
+        prefix = f"{name}." if name else ""
+        inside = sum(1 for n in norm_names if n.startswith(prefix))
+        if inside > best[0]:
+            best = (inside, name, list(module))
+    return best[1], best[2]
+
+
+@dataclass
+class Counter:
+    """Units evaluated: a decoder layer is one, the rest of the model (embeddings, final norm,
+    head) one more; a full pass is ``layers + 1`` units."""
+
+    forward: int = 0
+    backward: int = 0
+
+
+@dataclass
+class Variant:
+    key: tuple[int, str, str]  # (change index or -1 for a sweep, kind, name)
+    change: Change
+    targets: list[tuple[Any, ModuleRecord]]
+    skip: int
+    acc: Any = None
+
+
+@dataclass
+class Norm:
+    module: Any
+    record: ModuleRecord
+    layer: int
+    min_ratio: float | None = None
+
+
+@dataclass
+class Plan:
+    model: Any
+    layers: list[Any]
+    norms: list[Norm]
+    batches: list[tuple[Any, Any]]
+    device: Any
+    count: Counter = field(default_factory=Counter)
+    #: index of this rank's first batch in the whole job's batches (the screening's draws
+    #: are seeded per batch, so they do not depend on the number of ranks)
+    first_batch: int = 0
+
+
+def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:
+    import torch
+
+    rows = [ids[i] for i in samples]
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.int64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for j, r in enumerate(rows):
+        input_ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
+        mask[j, : len(r)] = 1
+    return input_ids, mask
+
+
+def logits_of(plan: Plan, ids: Any, mask: Any) -> Any:
+    out = plan.model(
+        input_ids=ids.to(plan.device), attention_mask=mask.to(plan.device), use_cache=False
+    )
+    plan.count.forward += 1  # the embeddings, final norm and head
+    return out.logits
+
+
+@contextmanager
+def counting(plan: Plan) -> Iterator[None]:
+    """Count every decoder layer that really runs (not one whose output is reused)."""
+    handles = []
+
+    def pre(module: Any, args: Any) -> None:
+        if "forward" not in module.__dict__:
+            plan.count.forward += 1
+
+    for layer in plan.layers:
+        handles.append(layer.register_forward_pre_hook(pre))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def reusing(layers: list[Any], cached: list[Any], skip: int) -> Iterator[None]:
+    """Layers 0..skip-1 return the base pass's output of layer skip-1 instead of running
+    (only the last one's output reaches layer ``skip``)."""
+    if skip <= 0:
+        yield
+        return
+    out = cached[skip - 1]
+
+    def reused(*args: Any, **kwargs: Any) -> Any:
+        return out
+
+    for layer in layers[:skip]:
+        layer.forward = reused
+    try:
+        yield
+    finally:
+        for layer in layers[:skip]:
+            del layer.forward
+
+
+def capture_pass(
+    model: Any, layers: list[Any], batches: list[tuple[Any, Any]], device: Any, plan_count: Any
+) -> list[Norm]:
+    """The capture pass: the norms, their records and the layers finished before each."""
+    import torch
+
+    from rmsnorm_eps.capture.hooks import QCapture
+
+    done = [0]
+    first: dict[str, int] = {}
+    handles = []
+
+    def after(module: Any, args: Any, out: Any) -> None:
+        done[0] += 1
+
+    for layer in layers:
+        handles.append(layer.register_forward_hook(after))
+    cap = QCapture(model)
+    named = dict(model.named_modules())
+    for st in cap._states:  # the capture's own module list, in model order
+        name = st.spec.name
+
+        def pre(module: Any, args: Any, name: str = name) -> None:
+            first.setdefault(name, done[0])
+
+        handles.append(named[name].register_forward_pre_hook(pre))
+    try:
+        with cap, torch.no_grad():
+            for ids, mask in batches:
+                done[0] = 0
+                model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+                plan_count.forward += len(layers) + 1
+    finally:
+        for h in handles:
+            h.remove()
+    result = cap.result()
+    norms = []
+    for rec in result.modules:
+        if rec.norm not in ("rms", "layer", "gated-rms", "l2") or not rec.count:
+            continue
+        norms.append(Norm(named[rec.name], rec, first.get(rec.name, 0)))
+    if not norms:
+        raise CaptureError("no norm module of a known kind ran: nothing to change")
+    return norms
+
+
+def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float]) -> None:
+    """min q/eps per norm over every real token (and rank)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    vals = []
+    for n in norms:
+        q = n.record.q
+        eps = base_eps(n)
+        finite = q[np.isfinite(q)] if q is not None else np.empty(0)
+        vals.append(float(finite.min()) / eps if finite.size and eps > 0 else math.inf)
+    if dist.is_available() and dist.is_initialized():
+        t = torch.tensor(vals, dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            t = t.cuda()
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        vals = t.cpu().tolist()
+    for n, v in zip(norms, vals, strict=True):
+        n.min_ratio = None if math.isinf(v) else v
+
+
+def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
+    """Every batch: per distinct base, a base pass keeping each layer's output, then each
+    variant from its first changeable layer, compared on the device."""
+    import torch
+
+    from rmsnorm_eps.sensitivity.metrics import Accumulator, nll_sums
+    from rmsnorm_eps.sensitivity.swap import applied
+
+    everyone = [(n.module, n.record) for n in plan.norms]
+    groups: dict[str | None, list[Variant]] = {}
+    for v in variants:
+        v.acc = Accumulator(plan.device)
+        groups.setdefault(None if v.change.attribute else v.change.base, []).append(v)
+    for ids, mask in plan.batches:
+        for base, members in groups.items():
+            cached: list[Any] = [None] * len(plan.layers)
+            handles = []
+            for i, layer in enumerate(plan.layers):
+
+                def keep(
+                    module: Any, args: Any, out: Any, i: int = i, cached: list[Any] = cached
+                ) -> None:
+                    cached[i] = out
+
+                handles.append(layer.register_forward_hook(keep))
+            lead = members[0].change
+            try:
+                with torch.no_grad(), ExitStack() as stack:
+                    if base is not None:
+                        stack.enter_context(applied(lead, "base", everyone))
+                    base_logits = logits_of(plan, ids, mask)
+            finally:
+                for h in handles:
+                    h.remove()
+            base_lp = torch.log_softmax(base_logits.double(), dim=-1)
+            if base is None and base_acc is not None:
+                nll, n = nll_sums(base_logits, ids, mask)
+                base_acc[0] += nll
+                base_acc[1] += n
+            for v in members:
+                changed = {id(m) for m, _ in v.targets}
+                rest = [(m, r) for m, r in everyone if id(m) not in changed]
+                with torch.no_grad(), ExitStack() as stack:
+                    if base is not None:
+                        stack.enter_context(applied(v.change, "base", rest))
+                    stack.enter_context(applied(v.change, "to", v.targets))
+                    stack.enter_context(reusing(plan.layers, cached, v.skip))
+                    new = logits_of(plan, ids, mask)
+                v.acc.add(base_logits, new, ids, mask, base_lp)
+
+
+def reduced(values: list[float], device: Any) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    out: list[float] = t.cpu().tolist()
+    return out

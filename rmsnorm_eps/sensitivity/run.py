@@ -1,0 +1,386 @@
+"""Measuring what an eps change does to a causal language model's outputs.
+
+Passes, per batch of texts (see :class:`~rmsnorm_eps.sensitivity.result.PassCount` for how
+they are counted):
+
+1. one capture pass (:class:`~rmsnorm_eps.capture.hooks.QCapture`): which modules are norms,
+   what they compute, their live eps, min q/eps, and for each norm how many decoder layers
+   have finished when it first runs (its ``layer``);
+2. with ``exact_top`` K: the screening (:mod:`rmsnorm_eps.sensitivity.screen`), one forward
+   with gradients and ``samples`` backward passes for every norm together;
+3. a base pass per distinct base (the model as it is, or every norm under a ``--from`` SPEC)
+   that keeps each decoder layer's output; then each variant (the change in every norm, in one
+   norm, in one role, at one sweep point) runs only from the first layer it can change: the
+   layers before return the base pass's output of the last of them (identical to what they
+   would compute: their inputs did not change). The logits of every variant are compared with
+   the base's on the device (:class:`~rmsnorm_eps.sensitivity.metrics.Accumulator`).
+
+Exact rows are exact: a reused layer output is bit for bit the output the layer would give.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.capture.records import ModuleRecord
+from rmsnorm_eps.sensitivity.plan import (
+    Norm,
+    Plan,
+    Variant,
+    capture_pass,
+    counting,
+    decoder_layers,
+    min_ratios,
+    padded,
+    reduced,
+    role_of,
+    run_variants,
+)
+from rmsnorm_eps.sensitivity.result import (
+    Change,
+    ChangeResult,
+    Metrics,
+    NormInfo,
+    NormRow,
+    PassCount,
+    SensitivityResult,
+    Suggestion,
+    kl_fails,
+    top1_fails,
+)
+
+__all__ = ["SWEEP_FACTORS", "measure"]
+
+#: ``--suggest`` sweeps eps0 * 10**(k/2), k = -6..6 (k != 0): decades and half-decades.
+SWEEP_FACTORS = tuple(10.0 ** (k / 2) for k in range(-6, 7) if k != 0)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What ``measure`` was asked for."""
+
+    changes: tuple[Change, ...]
+    per_norm: bool
+    per_role: bool
+    exact_top: int | None
+    suggest_max_kl: float | None
+    suggest_min_top1: float | None
+    samples: int
+    seed: int
+
+
+def _plan(
+    loaded: Any,
+    texts: Sequence[str],
+    max_tokens: int | None,
+    batch_size: int,
+    rank: int,
+    world: int,
+) -> Plan:
+    """Tokenize, batch this rank's share, find the decoder layers, run the capture pass."""
+    from rmsnorm_eps.capture.inputs import plan_batches, shard_batches, tokenize
+    from rmsnorm_eps.capture.loading import input_device
+    from rmsnorm_eps.capture.modules import find_norm_modules
+
+    if loaded.family != "causal":
+        raise CaptureError(
+            f"sensitivity compares next-token predictions: it needs a causal language model, "
+            f"not an {loaded.family} model"
+        )
+    if not texts:
+        raise CaptureError("no text to run")
+    model = loaded.model
+    ids = tokenize(loaded.tokenizer, texts, max_tokens)
+    vocab = getattr(model.config, "vocab_size", None)
+    top = max(max(r) for r in ids)
+    if vocab is not None and top >= vocab:
+        raise CaptureError(
+            f"the tokenizer produced token id {top} >= the model's vocab_size {vocab}: "
+            "tokenizer and model do not match"
+        )
+    every = plan_batches([len(r) for r in ids], batch_size, sort=False)
+    if len(every) < world:
+        raise CaptureError(f"{len(every)} batch(es) cannot be shared by {world} ranks")
+    pad = loaded.tokenizer.pad_token_id
+    pad_id = int(pad if pad is not None else 0)
+    batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, rank, world)]
+    _, layers = decoder_layers(model, [m.name for m in find_norm_modules(model)])
+    base, extra = divmod(len(every), world)
+    first = rank * base + min(rank, extra)  # shard_batches' contiguous runs
+    plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
+    plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
+    return plan
+
+
+def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
+    """Each norm's facts; min q/eps against the base's eps (a --from SPEC's when given)."""
+    from rmsnorm_eps.sensitivity.swap import spec_of
+
+    first = changes[0] if changes else None
+    from_eps = None
+    if first is not None and not first.attribute and first.base is not None:
+        from_eps = spec_of(first.base, "--from").eps
+
+    def base_eps(n: Norm) -> float:
+        return from_eps if from_eps is not None else float(n.record.eps or 0.0)
+
+    min_ratios(plan.norms, base_eps)
+    return tuple(
+        NormInfo(
+            name=n.record.name,
+            class_name=n.record.class_name,
+            norm=str(n.record.norm),
+            eps=float(n.record.eps or 0.0),
+            role=role_of(n.record.name, n.layer, len(plan.layers)),
+            min_q_over_eps=n.min_ratio,
+            layer=n.layer,
+        )
+        for n in plan.norms
+    )
+
+
+def _screened(
+    plan: Plan, infos: Sequence[NormInfo], ask: _Ask
+) -> tuple[dict[int, list[int]], dict[int, dict[str, float]]]:
+    """The norms to measure exactly per change (all, or the ``exact_top`` largest estimates)
+    and the estimates (mean KL at positions >= 1) when the screening ran."""
+    every = list(range(len(plan.norms)))
+    exact = {c: every for c in range(len(ask.changes))}
+    if not (ask.per_norm and ask.exact_top is not None and ask.exact_top < len(every)):
+        return exact, {}
+    from rmsnorm_eps.sensitivity.screen import screen
+
+    est, tokens_other = screen(plan, ask.changes, ask.samples, ask.seed)
+    estimates = {}
+    for ci in range(len(ask.changes)):
+        row: list[float] = est[ci]
+        estimates[ci] = {infos[i].name: row[i] / max(tokens_other, 1) for i in every}
+        exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: ask.exact_top])
+    return exact, estimates
+
+
+def _variants(
+    plan: Plan,
+    infos: Sequence[NormInfo],
+    ask: _Ask,
+    exact_norms: dict[int, list[int]],
+) -> tuple[list[Variant], dict[str, float]]:
+    """Every run to make: per change in every norm, each exact norm, each role; the sweep."""
+    by_role = _by_role(infos)
+
+    def variant(key: tuple[int, str, str], change: Change, idx: Sequence[int]) -> Variant:
+        targets: list[tuple[Any, ModuleRecord]] = [
+            (plan.norms[i].module, plan.norms[i].record) for i in idx
+        ]
+        skip = min(plan.norms[i].layer for i in idx) if idx else 0
+        return Variant(key, change, targets, skip)
+
+    every = list(range(len(plan.norms)))
+    out: list[Variant] = []
+    for ci, change in enumerate(ask.changes):
+        out.append(variant((ci, "all", ""), change, every))
+        if ask.per_norm:
+            out += [variant((ci, "norm", infos[i].name), change, [i]) for i in exact_norms[ci]]
+        if ask.per_role:
+            out += [variant((ci, "role", r), change, idx) for r, idx in by_role.items()]
+    sweep: dict[str, float] = {}
+    if ask.suggest_max_kl is not None:
+        for group, idx in {"model": every, **by_role}.items():
+            eps0 = _configured_eps([infos[i].eps for i in idx])
+            sweep[group] = eps0
+            for f in SWEEP_FACTORS:
+                value = eps0 * f
+                ch = Change(f"eps={value:.6g}", None, f"eps={value!r}", True)
+                out.append(variant((-1, group, repr(value)), ch, idx))
+    return out, sweep
+
+
+def _by_role(infos: Sequence[NormInfo]) -> dict[str, list[int]]:
+    by_role: dict[str, list[int]] = {}
+    for i, info in enumerate(infos):
+        by_role.setdefault(info.role, []).append(i)
+    return by_role
+
+
+def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple[PassCount, int]:
+    """The cost (all ranks) and the real tokens run."""
+    sums = reduced(
+        [
+            float(plan.count.forward),
+            float(plan.count.backward),
+            float(len(plan.batches)),
+            float(sum(int(m.sum()) for _, m in plan.batches)),
+        ],
+        plan.device,
+    )
+    unit = (len(plan.layers) + 1) * max(sums[2], 1.0)
+    fwd, bwd = sums[0] / unit, sums[1] / unit
+    bases = 1 + len({c.base for c in ask.changes if not c.attribute})
+    rows = len(plan.norms) * ask.per_norm + roles * ask.per_role
+    naive = float(bases + len(ask.changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
+    count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]))
+    return count, int(sums[3])
+
+
+def measure(
+    loaded: Any,
+    texts: Sequence[str],
+    changes: Sequence[Change],
+    *,
+    per_norm: bool = False,
+    per_role: bool = False,
+    exact_top: int | None = None,
+    suggest_max_kl: float | None = None,
+    suggest_min_top1: float | None = None,
+    max_tokens: int | None = None,
+    batch_size: int = 8,
+    samples: int = 8,
+    seed: int = 0,
+    rank: int = 0,
+    world: int = 1,
+) -> SensitivityResult:
+    """Run ``texts`` through ``loaded`` (:func:`rmsnorm_eps.capture.loading.load_model`) as it
+    is and under each change; see the module docstring. ``exact_top`` K: screen every norm
+    (``samples`` backward passes) and measure the K largest exactly; ``suggest_max_kl``: sweep
+    eps (:data:`SWEEP_FACTORS` times the configured eps) for the model and per role. Under
+    torch.distributed each rank runs its contiguous share of the batches (``rank``/``world``)
+    and the sums are all-reduced."""
+    import torch
+
+    if exact_top is not None and exact_top < 1:
+        raise CaptureError("exact_top must be >= 1")
+    ask = _Ask(
+        tuple(changes),
+        per_norm,
+        per_role,
+        exact_top,
+        suggest_max_kl,
+        suggest_min_top1,
+        samples,
+        seed,
+    )
+    plan = _plan(loaded, texts, max_tokens, batch_size, rank, world)
+    infos = _infos(plan, ask.changes)
+    with counting(plan):
+        exact_norms, estimates = _screened(plan, infos, ask)
+        variants, sweep = _variants(plan, infos, ask, exact_norms)
+        base_acc = [torch.zeros((), dtype=torch.float64, device=plan.device) for _ in "nc"]
+        run_variants(plan, variants, base_acc)
+    exact = {v.key: v.acc.metrics() for v in variants}
+    nll, n_nll = reduced([float(base_acc[0]), float(base_acc[1])], plan.device)
+    # a --from SPEC's base is not the model as it is
+    as_is = any(c.attribute for c in ask.changes)
+    by_role = _by_role(infos)
+    names = [(i.name, i.role, i.min_q_over_eps) for i in infos]
+    roles = [(r, r, _min(infos, idx)) for r, idx in by_role.items()]
+    results = tuple(
+        ChangeResult(
+            change=change,
+            all=exact[(ci, "all", "")],
+            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if per_norm else (),
+            per_role=_rows(ci, "role", roles, exact, None) if per_role else (),
+        )
+        for ci, change in enumerate(ask.changes)
+    )
+    passes, tokens = _passes(plan, ask, sweep, len(by_role))
+    return SensitivityResult(
+        model=loaded.name,
+        source=loaded.source,
+        texts=len(texts),
+        tokens=tokens,
+        tokens_first=results[0].all.tokens_first if results else 0,
+        norms=infos,
+        changes=results,
+        perplexity_base=math.exp(nll / n_nll) if n_nll and as_is else None,
+        passes=passes,
+        suggestions=tuple(
+            _suggest(group, eps0, exact, suggest_max_kl, suggest_min_top1)
+            for group, eps0 in sweep.items()
+        ),
+        screen_samples=samples if estimates else 0,
+        ranks=world,
+    )
+
+
+def _rows(
+    change_index: int,
+    kind: str,
+    names: Sequence[tuple[str, str, float | None]],
+    exact: dict[tuple[int, str, str], Metrics],
+    estimates: dict[str, float] | None,
+) -> tuple[NormRow, ...]:
+    """The rows of one change (exact first, by KL; then the estimates), with shares."""
+    rows: list[tuple[str, str, float | None, bool, float | None, Metrics | None]] = []
+    for name, role, ratio in names:
+        m = exact.get((change_index, kind, name))
+        if m is not None:
+            rows.append((name, role, m.kl, False, ratio, m))
+        elif estimates is not None:
+            rows.append((name, role, estimates.get(name), True, ratio, None))
+    total = sum(r[2] for r in rows if r[2] is not None and math.isfinite(r[2]))
+
+    def key(r: tuple[Any, ...]) -> tuple[int, float]:
+        kl = r[2] if r[2] is not None and not math.isnan(r[2]) else -math.inf
+        return (1 if r[3] else 0, -kl)
+
+    return tuple(
+        NormRow(
+            name=name,
+            role=role,
+            kl=kl,
+            estimated=est,
+            share=(kl / total if kl is not None and total > 0 else None),
+            min_q_over_eps=ratio,
+            metrics=m,
+        )
+        for name, role, kl, est, ratio, m in sorted(rows, key=key)
+    )
+
+
+def _min(infos: Sequence[NormInfo], idx: Sequence[int]) -> float | None:
+    vals = [infos[i].min_q_over_eps for i in idx if infos[i].min_q_over_eps is not None]
+    return min(vals) if vals else None  # type: ignore[type-var]
+
+
+def _configured_eps(values: Sequence[float]) -> float:
+    """The most common live eps of a group (the smallest of the most common)."""
+    counts: dict[float, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return min(counts, key=lambda v: (-counts[v], v))
+
+
+def _suggest(
+    group: str,
+    eps0: float,
+    exact: dict[tuple[int, str, str], Metrics],
+    max_kl: float | None,
+    min_top1: float | None,
+) -> Suggestion:
+    """Walk the sweep up and down from eps0 while every point passes."""
+    points = sorted((eps0 * f, exact[(-1, group, repr(eps0 * f))]) for f in SWEEP_FACTORS)
+
+    def ok(m: Metrics) -> bool:
+        return not kl_fails(m, max_kl) and not top1_fails(m, min_top1)
+
+    largest: float | None = eps0
+    for value, m in (p for p in points if p[0] > eps0):
+        if not ok(m):
+            break
+        largest = value
+    smallest: float | None = eps0
+    for value, m in (p for p in reversed(points) if p[0] < eps0):
+        if not ok(m):
+            break
+        smallest = value
+    return Suggestion(
+        group=group,
+        eps=eps0,
+        largest=largest,
+        smallest=smallest,
+        points=tuple((v, m.kl, m.kl_first) for v, m in points),
+    )
