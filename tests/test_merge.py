@@ -177,9 +177,12 @@ def test_cli_save_summary_and_merge(tmp_path: Path, cli: Callable[..., Any]) -> 
     assert both.exit_code == 2
 
 
-def _summary(tmp_path: Path, **change: Any) -> Path:
+def _summary(
+    tmp_path: Path, eps: float = 1e-5, min_ratio: float | None = None, **change: Any
+) -> Path:
+    """A summary of q = 1, 2, 3 (made at ``eps`` and ``min_ratio``), then ``change`` applied."""
     np.save(tmp_path / "q.npy", np.array([1.0, 2.0, 3.0]))
-    doc = summary_document(analyze_dump(tmp_path / "q.npy", 1e-5))
+    doc = summary_document(analyze_dump(tmp_path / "q.npy", eps, min_ratio=min_ratio))
     for key, value in change.items():
         if key.startswith("layer_"):
             doc["layers"][0][key[6:]] = value
@@ -215,7 +218,7 @@ def test_bad_summaries_exit_2(
 
 def test_incompatible_shards(tmp_path: Path, cli: Callable[..., Any]) -> None:
     good = _summary(tmp_path)
-    other_eps = _summary(tmp_path, layer_eps=1e-6)
+    other_eps = _summary(tmp_path, eps=1e-6)
     assert "differs" in cli("merge", str(good), str(other_eps)).stderr
     raw = _summary(tmp_path, raw=True)
     assert cli("merge", str(good), str(raw)).exit_code == 2

@@ -191,8 +191,9 @@ def capture(
     reduced on the model's device; only the per-vector values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
-    from rmsnorm_eps.capture.distributed import init_from_env, rank_device
+    from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
+    from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._paths import check_outputs
 
     out = data_output(save_data, out, "the dump or summary to write")
@@ -203,8 +204,14 @@ def capture(
     ]
     if model.is_dir():  # its config.json, tokenizer and weights are inputs too
         inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
+    world_size = job_from_env()[1]  # every rank's {rank} file is checked, before anything runs
     check_outputs(
-        inputs, [("--save-data", out), ("--config-out", config_out), ("-o/--output", output)]
+        inputs,
+        [
+            *rank_outputs("--save-data", out, world_size),
+            ("--config-out", config_out),
+            ("-o/--output", output),
+        ],
     )
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
@@ -304,7 +311,7 @@ def _report(
         reduce_summary,
         sum_across_ranks,
     )
-    from rmsnorm_eps.capture.output import write_config, write_dump
+    from rmsnorm_eps.capture.output import rank_path, write_config, write_dump
     from rmsnorm_eps.capture.report import (
         CaptureReport,
         capture_document,
@@ -327,7 +334,7 @@ def _report(
         target = str(out)
     else:
         result = _with_sample_indices(result, order)
-        path = Path(str(out).replace("{rank}", str(job.rank)))
+        path = rank_path(out, job.rank)
         if ran:
             write_dump(result, path)
         target = str(out)
