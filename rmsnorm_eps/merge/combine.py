@@ -299,7 +299,7 @@ def merge_summaries(
         s = p if isinstance(p, ShardSummary) else load_summary(p)
         _check_top_k(s, top_k)
         if first is None:
-            first = s
+            first = replace(s, layers=())  # its head only: its layers are folded, then released
             bound = _bound_of(s, delta, min_ratio)
             single = len(s.layers) == 1  # .npy shards: names are file stems
             names = sorted(ly.name for ly in s.layers)

@@ -143,3 +143,87 @@ def csv_wide(path: Path) -> None:
     """4,000 columns of 50 rows: parsed once (before: once per column, 75 s at 1,000 rows)."""
     row = ",".join(["1.0"] * 3999 + ["1e-9"]) + "\n"
     path.write_text(row * 50)
+
+
+# --------------------------------------------------------------------------- merge
+
+MERGE = ("merge", "{file}")
+
+
+def _violating_summary() -> dict[str, Any]:
+    """The summary of a dump whose q = 1e-9 violates the bound (the merge FAILs on it)."""
+    import tempfile
+
+    from rmsnorm_eps.analysis import analyze_dump
+    from rmsnorm_eps.merge import summary_document
+
+    with tempfile.TemporaryDirectory() as tmp:
+        q = Path(tmp) / "q.npy"
+        q.write_bytes(npy(np.array([1e-9, 1.0, 2.0], np.float32)))
+        doc = summary_document(analyze_dump(q, 1e-5))
+    doc["source"] = "q.npy"
+    return doc
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    import json
+
+    path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+
+
+@case("merge", "below_bound_zero.json", MERGE, 2, "[layers[0].below_bound]: below_bound 0")
+def merge_below_bound_zero(path: Path) -> None:
+    """below_bound edited to 0 (before: merge PASSed, exit 0)."""
+    doc = _violating_summary()
+    doc["layers"][0]["below_bound"] = 0
+    _write_json(path, doc)
+
+
+@case("merge", "min_ratio_edited.json", MERGE, 2, "[min_ratio]: min_ratio 1e-12 contradicts delta")
+def merge_min_ratio_edited(path: Path) -> None:
+    doc = _violating_summary()
+    doc["min_ratio"] = 1e-12
+    for layer in doc["layers"]:
+        layer["below_bound"] = 0
+    _write_json(path, doc)
+
+
+@case("merge", "duplicate_key.json", MERGE, 2, "duplicate key 'below_bound'")
+def merge_duplicate_key(path: Path) -> None:
+    import json
+
+    text = json.dumps(_violating_summary())
+    path.write_text(text.replace('"below_bound": 1', '"below_bound": 1, "below_bound": 0'))
+
+
+@case("merge", "long_worst.json", MERGE, 2, "[layers[0].worst]: 3 worst inputs listed; top_k 2")
+def merge_long_worst(path: Path) -> None:
+    """A worst list longer than top_k (merge held every shard's whole list)."""
+    doc = _violating_summary()
+    doc["top_k"] = 2
+    _write_json(path, doc)
+
+
+@case("merge", "digits_400.json", MERGE, 2, "expected a finite number, got an integer of 400")
+def merge_digits_400(path: Path) -> None:
+    doc = _violating_summary()
+    doc["layers"][0]["eps"] = 10**399
+    _write_json(path, doc)
+
+
+@case(
+    "merge",
+    "shape_2e62.json",
+    ("merge", "{file}", "{file}"),
+    2,
+    "the merged layer would hold more than 9223372036854775807 values",
+)
+def merge_shape_2e62(path: Path) -> None:
+    """Two shards of 2**62 zeros: their concatenation overflows int64 (before: internal error)."""
+    doc = _violating_summary()
+    big = 2**62
+    layer = doc["layers"][0]
+    layer.update(shape=[big], count=big, zero=big, decades=[], min_q=0.0, max_q=0.0)
+    layer.update(below_bound=big, worst=[{"index": [i], "q": 0.0} for i in range(5)])
+    layer.update(nan=0, inf=0, nonfinite_examples=[])
+    _write_json(path, doc)
