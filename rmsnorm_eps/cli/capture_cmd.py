@@ -193,6 +193,7 @@ def capture(
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
+    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
     from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._paths import check_outputs
 
@@ -222,7 +223,11 @@ def capture(
     if world > 1 and not summary_only and "{rank}" not in str(out):
         raise usage_error("under torchrun each rank writes its own dump: put {rank} in --save-data")
     try:
-        loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        check_model_config(model)
+        try:
+            loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
+            raise model_build_error(model, exc) from None
         job = _Job(rank, world, summary_only, ratio if summary_only else None)
         result, order = _capture(
             loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
