@@ -119,12 +119,15 @@ def test_a_symlink_to_a_device_is_not_replaced(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- capture: ranks
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A model directory whose config.json is all the capture reads before its inputs and
+    outputs are checked (nothing loads it: every case fails before)."""
     pytest.importorskip("transformers")
-    from tests.test_capture_inputs import make_model_dir
-
-    return make_model_dir(tmp_path_factory.mktemp("tiny model"))
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama", "num_attention_heads": 4}')
+    return d
 
 
 def _capture(cwd: Path, model: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -241,24 +244,26 @@ def test_zstd_parquet_is_refused_before_decoding(
     assert inputs.read_dataset(small, max_samples=2) == ("one", "two")
 
 
-def test_corrupt_dataset_is_one_line(tmp_path: Path, model_dir: Path) -> None:
-    """The datasets logger printed a second stderr line (with an absolute path)."""
+def test_corrupt_dataset_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The datasets logger printed a second stderr line (with an absolute path): the refusal
+    is the one error, and nothing else reaches stderr."""
     pytest.importorskip("datasets")
+    from rmsnorm_eps.capture.inputs import read_dataset
+
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\n{"text": \n')
     (tmp_path / "bad.parquet").write_bytes(b"PAR1" + b"\0" * 40 + b"PAR1")
     for name in ("bad.jsonl", "bad.parquet"):
-        res = _capture(tmp_path, model_dir, "--dataset", name, "--save-data", "q.npz")
-        _one_error(res, f"{name}: cannot read the dataset")
-    assert not (tmp_path / "q.npz").exists()
+        with pytest.raises(InputFileError, match="cannot read the dataset"):
+            read_dataset(tmp_path / name)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "bad.parquet"]
 
 
 def test_unbuildable_model_config_is_one_line(tmp_path: Path, model_dir: Path) -> None:
-    import shutil
-
     from rmsnorm_eps.capture.model_config import check_model_config
 
-    bad = tmp_path / "bad"
-    shutil.copytree(model_dir, bad)
+    bad = model_dir
     config: dict[str, Any] = json.loads((bad / "config.json").read_text())
     config["num_attention_heads"] = 0
     (bad / "config.json").write_text(json.dumps(config))
