@@ -23,6 +23,9 @@ import numpy as np
 from rmsnorm_eps import numerics
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
+    RAW_ROW_MAX,
+    RowMoments,
+    RowSquares,
     bf16_to_float32,
     mean_square_rows,
     mean_square_rows_bf16,
@@ -160,6 +163,15 @@ def iter_q_chunks(
         )
     d = shape[-1]
     q_shape = shape[:-1]
+    if d > RAW_ROW_MAX:
+        raise InputFileError(
+            source.path,
+            f"--raw rows of {d} values: over the {RAW_ROW_MAX} (2**34) a row may have",
+            key=source.key,
+        )
+    pieces = _pieces(source, chunk_bytes, quantity)
+    if pieces is not None:
+        return pieces
     if quantity == "v":
         return _raw_v(source, chunk_bytes, threads)
     if order == "F" and len(shape) > 1:
@@ -181,6 +193,109 @@ def iter_q_chunks(
 
     chunks = source.iter_mapped(rows * d, q_rows, threads)
     return q_shape, "C", d, ((start // d, q) for start, q in chunks)
+
+
+#: Rows of a Fortran-ordered ``--raw`` file accumulated at a time (float64 sums: 16 MiB per
+#: array); a file of more rows is read a block of rows at a time.
+F_BLOCK_ROWS = 1 << 21
+
+
+def _pieces(
+    source: ArraySource, chunk_bytes: int, quantity: Quantity
+) -> tuple[tuple[int, ...], str, int, Iterator[tuple[int, np.ndarray]]] | None:
+    """The ``--raw`` readers whose memory does not depend on the row length or the number of
+    rows: rows longer than a chunk (read in pieces, the sum of squares accumulated in float64
+    across them), and Fortran-ordered files of more than :data:`F_BLOCK_ROWS` rows (read a
+    block of rows at a time). None for the others (whole rows per chunk)."""
+    shape = source.shape
+    d = shape[-1]
+    n = source.size // d
+    if source.order == "F" and len(shape) > 1 and n > 1:
+        if n <= F_BLOCK_ROWS:
+            return None
+        return shape[:-1], "F", d, _fortran_blocks(source, chunk_bytes, quantity)
+    if d * source.dtype.itemsize <= chunk_bytes:
+        return None
+    return shape[:-1], "C", d, _long_rows(source, chunk_bytes, quantity)
+
+
+def _widened(values: np.ndarray, bf16: bool) -> np.ndarray:
+    return (bf16_to_float32(values) if bf16 else values).astype(np.float64)
+
+
+def _row_accumulator(source: ArraySource, n: int, quantity: Quantity) -> RowSquares | RowMoments:
+    if quantity == "v":
+        return RowMoments(n)
+    return RowSquares(n, scaled=source.dtype == np.float64 and source.stored_as is None)
+
+
+def _finished(acc: RowSquares | RowMoments, d: int) -> np.ndarray:
+    return acc.variance(d) if isinstance(acc, RowMoments) else acc.mean(d)
+
+
+def _long_rows(
+    source: ArraySource, chunk_bytes: int, quantity: Quantity
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Rows longer than a chunk: each chunk (at most ``chunk_bytes`` of stored values, and its
+    float64 copy) is split at the row ends and added to its row's running sums."""
+    d = source.shape[-1]
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    bf16 = source.stored_as == "bfloat16"
+    acc = _row_accumulator(source, 1, quantity)
+    row = filled = 0
+    for _, values in source.iter_elements(per):
+        pos = 0
+        while pos < values.size:
+            take = min(values.size - pos, d - filled)
+            acc.add_piece(0, _widened(values[pos : pos + take], bf16))
+            filled += take
+            pos += take
+            if filled == d:
+                yield row, _finished(acc, d)
+                acc = _row_accumulator(source, 1, quantity)
+                row += 1
+                filled = 0
+
+
+def _column_segments(
+    source: ArraySource, r0: int, r1: int, per: int
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """``(lo, hi, values)``: the elements of rows ``r0 <= i < r1`` of a Fortran-ordered file,
+    column by column (``values`` are rows ``r0 + lo`` to ``r0 + hi`` of one column). Read in
+    place, each byte once, when the source allows it; else from a pass over the stream."""
+    d = source.shape[-1]
+    n = source.size // d
+    iter_range = getattr(source, "iter_range", None)
+    if iter_range is not None and getattr(source, "data_offset", None) is not None:
+        for j in range(d):
+            for start, values in iter_range(j * n + r0, r1 - r0, per):
+                lo = start - j * n - r0
+                yield lo, lo + values.size, values
+        return
+    for start, values in source.iter_elements(per):
+        end = start + values.size
+        for j in range(start // n, (end - 1) // n + 1):
+            a = max(start, j * n + r0)
+            b = min(end, j * n + r1)
+            if a < b:
+                yield a - j * n - r0, b - j * n - r0, values[a - start : b - start]
+
+
+def _fortran_blocks(
+    source: ArraySource, chunk_bytes: int, quantity: Quantity
+) -> Iterator[tuple[int, np.ndarray]]:
+    """A Fortran-ordered file of many rows, :data:`F_BLOCK_ROWS` rows at a time: memory a few
+    float64 arrays of that length, whatever the number of rows."""
+    d = source.shape[-1]
+    n = source.size // d
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    bf16 = source.stored_as == "bfloat16"
+    for r0 in range(0, n, F_BLOCK_ROWS):
+        r1 = min(n, r0 + F_BLOCK_ROWS)
+        acc = _row_accumulator(source, r1 - r0, quantity)
+        for lo, hi, values in _column_segments(source, r0, r1, per):
+            acc.add(slice(lo, hi), _widened(values, bf16))
+        yield r0, _finished(acc, d)
 
 
 def _raw_v(

@@ -33,6 +33,9 @@ import numpy as np
 
 __all__ = [
     "BLOCK_ELEMS",
+    "RAW_ROW_MAX",
+    "RowMoments",
+    "RowSquares",
     "fast_error_bound",
     "mean_square_rows",
     "mean_square_rows_bf16",
@@ -333,3 +336,123 @@ def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = No
             finite_rows = np.all(np.isfinite(rows), axis=1)
             v[suspect[finite_rows]] = _rescaled_variance(rows[finite_rows])
     return v
+
+
+#: Longest row (``d``, elements) that ``--raw`` reads: rows longer than a chunk are read in
+#: pieces (memory independent of ``d``), so this only bounds the float64 summation error
+#: (below ``d * 2**-53`` relative: 2e-6 here).
+RAW_ROW_MAX = 1 << 34
+
+
+class RowSquares:
+    """Per-row running ``sum(x**2)`` (and count of values) fed by pieces of rows, in float64:
+    what ``--raw`` accumulates when a row does not fit in one chunk (a long row in C order, or
+    every row of a Fortran-ordered file, whose elements come column by column).
+
+    ``scaled`` (float64 inputs): the sum is kept as ``scale**2 * ssq`` with ``scale`` the
+    largest |x| so far (rescaled when it grows, as LAPACK's ``dnrm2`` does), so squares never
+    overflow or underflow. Narrower inputs are summed directly: their squares are exact in
+    float64. NaN gives NaN, inf gives inf (NaN wins), as :func:`mean_square_rows` gives.
+    """
+
+    def __init__(self, n: int, scaled: bool) -> None:
+        self.scaled = scaled
+        self.ssq = np.zeros(n, np.float64)
+        self.scale = np.zeros(n, np.float64) if scaled else None
+        self.nan = np.zeros(n, bool)
+        self.inf = np.zeros(n, bool)
+
+    def add(self, rows: slice | np.ndarray, w: np.ndarray) -> None:
+        """Add the float64 values ``w`` (one per row of ``rows``: a column of the block)."""
+        finite = np.isfinite(w)
+        if not finite.all():
+            self.nan[rows] |= np.isnan(w)
+            self.inf[rows] |= np.isinf(w)
+            w = np.where(finite, w, 0.0)
+        if self.scale is None:
+            self.ssq[rows] += w * w
+            return
+        a = np.abs(w)
+        old = self.scale[rows]
+        m = np.maximum(old, a)
+        safe = np.where(m > 0, m, 1.0)
+        self.ssq[rows] = self.ssq[rows] * (old / safe) ** 2 + (a / safe) ** 2
+        self.scale[rows] = m
+
+    def add_piece(self, row: int, w: np.ndarray) -> None:
+        """Add a piece of one row (float64 values ``w``)."""
+        finite = np.isfinite(w)
+        if not finite.all():
+            self.nan[row] |= bool(np.isnan(w).any())
+            self.inf[row] |= bool(np.isinf(w).any())
+            w = w[finite]
+        if self.scale is None:
+            self.ssq[row] += float(np.dot(w, w))
+            return
+        m_piece = float(np.max(np.abs(w))) if w.size else 0.0
+        old = float(self.scale[row])
+        m = max(old, m_piece)
+        if m == 0.0:
+            return
+        s = w / m
+        self.ssq[row] = float(self.ssq[row]) * (old / m) ** 2 + float(np.dot(s, s))
+        self.scale[row] = m
+
+    def mean(self, d: int, rows: slice | None = None) -> np.ndarray:
+        """``q = sum(x**2) / d`` of the rows (all, or ``rows``)."""
+        sel = slice(None) if rows is None else rows
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.scale is None:
+                q = self.ssq[sel] / d
+            else:
+                sc = self.scale[sel]
+                q = (self.ssq[sel] / d) * sc * sc
+                small = sc < 1e-140  # scale**2 underflows: divide first
+                if small.any():
+                    q[small] = self.ssq[sel][small] * sc[small] / d * sc[small]
+        q = np.array(q, np.float64)
+        q[self.inf[sel]] = np.inf
+        q[self.nan[sel]] = np.nan
+        return q
+
+
+class RowMoments:
+    """Per-row running mean and ``M2 = sum((x - mean)**2)`` (Welford's update, merged with
+    Chan et al.'s formula for pieces), fed by pieces of rows: LayerNorm's variance
+    ``v = M2 / d`` of rows that do not fit in one chunk, without a second pass."""
+
+    def __init__(self, n: int) -> None:
+        self.count = np.zeros(n, np.float64)
+        self.mean = np.zeros(n, np.float64)
+        self.m2 = np.zeros(n, np.float64)
+
+    def add(self, rows: slice | np.ndarray, w: np.ndarray) -> None:
+        """Add one value per row of ``rows`` (float64 ``w``)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.count[rows] += 1.0
+            delta = w - self.mean[rows]
+            self.mean[rows] += delta / self.count[rows]
+            self.m2[rows] += delta * (w - self.mean[rows])
+
+    def add_piece(self, row: int, w: np.ndarray) -> None:
+        """Add a piece of one row (float64 values ``w``)."""
+        n_b = float(w.size)
+        if not n_b:
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean_b = float(np.sum(w)) / n_b
+            e = w - mean_b
+            s1 = float(np.sum(e))
+            m2_b = max(float(np.dot(e, e)) - s1 * s1 / n_b, 0.0)
+            n_a = float(self.count[row])
+            n = n_a + n_b
+            delta = mean_b - float(self.mean[row])
+            self.mean[row] = float(self.mean[row]) + delta * n_b / n
+            self.m2[row] = float(self.m2[row]) + m2_b + delta * delta * n_a * n_b / n
+            self.count[row] = n
+
+    def variance(self, d: int, rows: slice | None = None) -> np.ndarray:
+        sel = slice(None) if rows is None else rows
+        with np.errstate(invalid="ignore"):
+            v = np.maximum(self.m2[sel] / d, 0.0)
+        return np.array(v, np.float64)

@@ -177,9 +177,12 @@ def test_cli_save_summary_and_merge(tmp_path: Path, cli: Callable[..., Any]) -> 
     assert both.exit_code == 2
 
 
-def _summary(tmp_path: Path, **change: Any) -> Path:
+def _summary(
+    tmp_path: Path, eps: float = 1e-5, min_ratio: float | None = None, **change: Any
+) -> Path:
+    """A summary of q = 1, 2, 3 (made at ``eps`` and ``min_ratio``), then ``change`` applied."""
     np.save(tmp_path / "q.npy", np.array([1.0, 2.0, 3.0]))
-    doc = summary_document(analyze_dump(tmp_path / "q.npy", 1e-5))
+    doc = summary_document(analyze_dump(tmp_path / "q.npy", eps, min_ratio=min_ratio))
     for key, value in change.items():
         if key.startswith("layer_"):
             doc["layers"][0][key[6:]] = value
@@ -215,7 +218,7 @@ def test_bad_summaries_exit_2(
 
 def test_incompatible_shards(tmp_path: Path, cli: Callable[..., Any]) -> None:
     good = _summary(tmp_path)
-    other_eps = _summary(tmp_path, layer_eps=1e-6)
+    other_eps = _summary(tmp_path, eps=1e-6)
     assert "differs" in cli("merge", str(good), str(other_eps)).stderr
     raw = _summary(tmp_path, raw=True)
     assert cli("merge", str(good), str(raw)).exit_code == 2
@@ -331,3 +334,110 @@ def test_split_fields_are_validated(tmp_path: Path) -> None:
     (tmp_path / "d.json").write_text(json.dumps(bad))
     with pytest.raises(InputFileError, match=r"layers\[0\]\.other_tokens\.worst\[0\]\.q"):
         load_summary(tmp_path / "d.json")
+
+
+# ---------------------------------------------------------------- issue 21: contradictions
+
+
+def _doc(tmp_path: Path, q: list[float], top_k: int = 5) -> dict[str, Any]:
+    np.save(tmp_path / "c.npy", np.array(q, np.float64))
+    return summary_document(analyze_dump(tmp_path / "c.npy", 1e-5, top_k=top_k))
+
+
+def _refused(tmp_path: Path, doc: Any, message: str, text: str | None = None) -> None:
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc) if text is None else text)
+    with pytest.raises(InputFileError, match=message):
+        load_summary(path)
+
+
+def test_below_bound_contradicting_the_figures_is_refused(tmp_path: Path) -> None:
+    """below_bound 0 while min_q, the worst list and the histogram lie below the bound:
+    merging it would PASS a violating shard."""
+    doc = _doc(tmp_path, [1e-9, 1.0, 2.0])
+    assert doc["layers"][0]["below_bound"] == 1
+    doc["layers"][0]["below_bound"] = 0
+    _refused(tmp_path, doc, r"below_bound 0 contradicts .* \(they give 1 to 1\)")
+    # also when the worst list is cut and only the histogram shows the violations
+    many = _doc(tmp_path, [1e-9] * 8 + [1.0] * 4, top_k=2)
+    many["layers"][0]["below_bound"] = 2
+    _refused(tmp_path, many, r"below_bound 2 contradicts .* \(they give 8 to 8\)")
+
+
+def test_worst_list_and_histogram_must_agree(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, [1e-9, 1.0, 2.0], top_k=2)
+    doc["layers"][0]["worst"].append({"index": [2], "q": 2.0})  # longer than top_k
+    _refused(tmp_path, doc, r"3 worst inputs listed; top_k 2 and 3 finite values give 2")
+    doc = _doc(tmp_path, [1.0, 2.0, 3.0])
+    doc["layers"][0]["decades"] = [[k + 1, c] for k, c in doc["layers"][0]["decades"]]
+    _refused(tmp_path, doc, "the decade histogram contradicts the layer's min_q or max_q")
+
+
+def test_min_ratio_is_recomputed_from_delta(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, [1e-3, 1.0])
+    doc["min_ratio"] = 1e-9  # would PASS q/eps = 100 against a bound of 49.25
+    _refused(tmp_path, doc, r"min_ratio 1e-09 contradicts delta 0.01 \(which gives 49.25")
+    np.save(tmp_path / "r.npy", np.array([1.0, 2.0]))
+    custom = summary_document(analyze_dump(tmp_path / "r.npy", 1e-5, min_ratio=3.0))
+    path = tmp_path / "custom.json"
+    path.write_text(json.dumps(custom))
+    assert load_summary(path).min_ratio == 3.0  # --min-ratio: delta computed from it
+
+
+def test_duplicate_keys_and_huge_numbers_are_refused(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, [1e-9, 1.0])
+    text = json.dumps(doc)
+    dup = text.replace('"below_bound": 1', '"below_bound": 1, "below_bound": 0')
+    assert dup != text
+    _refused(tmp_path, doc, "duplicate key 'below_bound'", dup)
+    doc["layers"][0]["eps"] = 10**400
+    _refused(tmp_path, doc, "expected a finite number, got an integer of 401 digits")
+
+
+def test_merged_shape_beyond_int64_is_one_line(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    np.save(tmp_path / "s.npy", np.zeros((1, 1), np.float32))
+    doc = summary_document(analyze_dump(tmp_path / "s.npy", 1e-5))
+    layer = doc["layers"][0]
+    big = 2**62
+    layer.update(shape=[big], count=big, zero=big, decades=[], min_q=0.0, max_q=0.0)
+    layer["worst"] = [{"index": [i], "q": 0.0} for i in range(5)]
+    layer["below_bound"] = big
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"s{i}.json")
+        paths[-1].write_text(json.dumps(doc))
+    load_summary(paths[0])
+    res = cli("merge", *map(str, paths))
+    assert res.exit_code == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "more than 9223372036854775807 values" in res.stderr
+
+
+def test_shards_are_folded_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard is released before the next is read (memory: one shard, whatever their
+    number), and the merge equals the merge of all of them at once."""
+    import gc
+    import weakref
+
+    from rmsnorm_eps.merge import combine
+
+    paths = []
+    for i in range(6):
+        np.save(tmp_path / f"p{i}.npy", np.array([1e-9 * (i + 1), 1.0, 2.0 + i]))
+        write_summary(analyze_dump(tmp_path / f"p{i}.npy", 1e-5), tmp_path / f"p{i}.json")
+        paths.append(tmp_path / f"p{i}.json")
+    alive: list[weakref.ref[Any]] = []
+    real = combine.load_summary
+
+    def tracked(p: Any) -> Any:
+        gc.collect()
+        assert all(r() is None for r in alive), "an earlier shard is still held"
+        shard = real(p)
+        alive.append(weakref.ref(shard))
+        return shard
+
+    monkeypatch.setattr(combine, "load_summary", tracked)
+    merged = merge_summaries(list(paths))
+    assert len(alive) == 6
+    (layer,) = merged.layers
+    assert layer.count == 18 and layer.below_bound == 6
+    assert [w.shard for w in layer.worst] == [0, 1, 2, 3, 4]

@@ -19,10 +19,12 @@ from typing import Any
 from rmsnorm_eps.analysis import RatioReport
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.merge import merge_summaries, summary_document, summary_from_document
+from rmsnorm_eps.merge.summary_format import parse_summary_json
 
 __all__ = [
     "all_gather_bytes",
     "init_from_env",
+    "job_from_env",
     "reduce_across_ranks",
     "reduce_capture_documents",
     "reduce_summary",
@@ -38,7 +40,7 @@ def init_from_env(device: str) -> tuple[int, int]:
     (rank, world size), (0, 1) outside a job."""
     import torch.distributed as dist
 
-    world = _env_int("WORLD_SIZE", 1)
+    world = job_from_env()[1]
     if world <= 1:
         return 0, 1
     if not dist.is_available():
@@ -53,14 +55,52 @@ def init_from_env(device: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+#: Largest WORLD_SIZE accepted (every rank's output path is checked before the run).
+WORLD_MAX = 1 << 16
+
+
+def job_from_env() -> tuple[int, int]:
+    """``(RANK, WORLD_SIZE)`` from the environment, checked before any process group is
+    joined (a rank outside the world would wait for its peers forever): integers,
+    ``WORLD_SIZE >= 1``, ``0 <= RANK < WORLD_SIZE``, RANK given when WORLD_SIZE > 1, and then
+    MASTER_ADDR and MASTER_PORT (``env://``). ``(0, 1)`` outside a job."""
+    world = _env_int("WORLD_SIZE", 1)
+    if not 1 <= world <= WORLD_MAX:
+        raise CaptureError(f"environment variable WORLD_SIZE={world} must be from 1 to {WORLD_MAX}")
+    if world > 1 and os.environ.get("RANK", "") == "":
+        raise CaptureError(
+            f"WORLD_SIZE={world} but RANK is not set: launch with torchrun, or set RANK "
+            f"(0 to {world - 1}) on every process"
+        )
+    rank = _env_int("RANK", 0)
+    if not 0 <= rank < world:
+        raise CaptureError(
+            f"environment variable RANK={rank} is outside 0 to {world - 1} (WORLD_SIZE={world})"
+        )
+    if world > 1:
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if os.environ.get(name, "") == "":
+                raise CaptureError(
+                    f"WORLD_SIZE={world} but {name} is not set: launch with torchrun, or set "
+                    "MASTER_ADDR and MASTER_PORT on every process"
+                )
+        port = _env_int("MASTER_PORT", 0)
+        if not 1 <= port <= 65535:
+            raise CaptureError(f"environment variable MASTER_PORT={port} is not a port")
+    local = _env_int("LOCAL_RANK", 0)
+    if local < 0:
+        raise CaptureError(f"environment variable LOCAL_RANK={local} is negative")
+    return rank, world
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise CaptureError(f"environment variable {name}={raw[:20]!r} is not an integer") from None
+    text = raw.strip()
+    if not (text.isascii() and text.lstrip("+-").isdecimal()) or len(text) > 18:
+        raise CaptureError(f"environment variable {name}={raw[:20]!r} is not an integer")
+    return int(text)
 
 
 def rank_device(device: str) -> str:
@@ -110,7 +150,7 @@ def reduce_across_ranks(report: RatioReport, group: Any = None) -> RatioReport:
         return report
     mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
     shards = [
-        summary_from_document(json.loads(b), f"rank{r}")
+        summary_from_document(parse_summary_json(b), f"rank{r}")
         for r, b in enumerate(all_gather_bytes(mine, group))
     ]
     return merge_summaries(shards)
@@ -155,7 +195,9 @@ def reduce_summary(report: RatioReport | None, source: str, group: Any = None) -
             mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
         payloads = all_gather_bytes(mine, group)
         shards = [
-            summary_from_document(json.loads(b), f"rank{r}") for r, b in enumerate(payloads) if b
+            summary_from_document(parse_summary_json(b), f"rank{r}")
+            for r, b in enumerate(payloads)
+            if b
         ]
         if not shards:
             raise CaptureError("no rank captured anything")

@@ -30,6 +30,9 @@ from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
 __all__ = [
     "JSONL_SUFFIXES",
+    "MAX_DATASET_BYTES",
+    "MAX_TEXT_CHARS",
+    "MAX_TOTAL_CHARS",
     "Batch",
     "plan_batches",
     "read_dataset",
@@ -50,30 +53,94 @@ _DATASET_BUILDERS = {
 }
 
 
+#: Longest text (characters) a capture runs: far beyond any model's context, and what the
+#: tokenizer holds of it stays well within the memory budget.
+MAX_TEXT_CHARS = 1 << 20
+#: Most text in all (characters over every sample; and bytes of a text file, read whole).
+MAX_TOTAL_CHARS = 32 << 20
+#: Most bytes of a dataset file (or directory of files) read through ``datasets``.
+MAX_DATASET_BYTES = 256 << 20
+
+
 def _shown(value: str, limit: int = 60) -> str:
     """A name from an input file, quoted and bounded for a one-line message."""
     return repr(value[:limit] + ("..." if len(value) > limit else ""))
 
 
+class _Texts:
+    """The texts read so far, each checked: at most :data:`MAX_TEXT_CHARS`, encodable as UTF-8
+    (a lone surrogate, which JSON's ``\\ud800`` escapes make, is not), and at most
+    :data:`MAX_TOTAL_CHARS` in all."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.items: list[str] = []
+        self.total = 0
+
+    def add(self, text: str, where: str) -> None:
+        if len(text) > MAX_TEXT_CHARS:
+            raise InputFileError(
+                self.path,
+                f"{where}: a text of {len(text)} characters, over the {MAX_TEXT_CHARS} a "
+                "capture runs",
+            )
+        self.total += len(text)
+        if self.total > MAX_TOTAL_CHARS:
+            raise InputFileError(
+                self.path,
+                f"{where}: over {MAX_TOTAL_CHARS} characters of text in all (use "
+                "--max-samples, or split the input)",
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputFileError(
+                self.path,
+                f"{where}: the text holds U+{ord(text[exc.start]):04X}, a lone surrogate, "
+                "which is not text (not encodable as UTF-8)",
+            ) from None
+        self.items.append(text)
+
+
+def _lines(content: str) -> list[str]:
+    """The lines of a text file: split at ``\\n`` only (``str.splitlines`` would also split
+    at U+2028, U+0085, form feeds... inside a text or a JSON string), a CR before it dropped."""
+    return [line.removesuffix("\r") for line in content.split("\n")]
+
+
 def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
     """The texts of ``path``: JSON Lines when its suffix is in :data:`JSONL_SUFFIXES` or
     ``field`` is given (the text is ``obj[field]``, default ``"text"``), else one text per
-    non-empty line."""
+    non-empty line. Lines end at ``\\n`` only. The file (at most :data:`MAX_TOTAL_CHARS`
+    bytes) and each text are checked by :class:`_Texts`."""
     from rmsnorm_eps.dumps import check_regular_file
 
-    check_regular_file(path)
+    size = check_regular_file(path)
+    if size > MAX_TOTAL_CHARS:
+        raise InputFileError(
+            path,
+            f"{size} bytes of text, over the {MAX_TOTAL_CHARS} a capture reads (use a smaller "
+            "file)",
+        )
     try:
-        content = path.read_bytes().decode("utf-8")
+        with open(path, "rb") as fh:
+            content = fh.read(MAX_TOTAL_CHARS + 1).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputFileError(path, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(content) > MAX_TOTAL_CHARS:
+        raise InputFileError(path, f"over the {MAX_TOTAL_CHARS} bytes of text a capture reads")
+    texts = _Texts(path)
     if field is None and path.suffix.lower() not in JSONL_SUFFIXES:
-        lines = tuple(line for line in content.splitlines() if line.strip())
-        if not lines:
+        for number, line in enumerate(_lines(content), start=1):
+            if line.strip():
+                texts.add(line, f"line {number}")
+        if not texts.items:
             raise InputFileError(path, "holds no text (one text per non-empty line)")
-        return lines
+        return tuple(texts.items)
     name = "text" if field is None else field
-    texts: list[str] = []
-    for number, line in enumerate(content.splitlines(), start=1):
+    for number, line in enumerate(_lines(content), start=1):
         if not line.strip():
             continue
         try:
@@ -90,14 +157,81 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
             raise InputFileError(
                 path, f"line {number}: field {_shown(name)} is {type(value).__name__}, not text"
             )
-        texts.append(value)
-    if not texts:
+        texts.add(value, f"line {number}")
+    if not texts.items:
         raise InputFileError(path, "holds no JSON line")
-    return tuple(texts)
+    return tuple(texts.items)
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _quiet_libraries() -> None:
+    """Third-party loggers write nothing on stderr (a failure is this tool's one line)."""
+    import logging
+
+    for name in ("datasets", "fsspec", "huggingface_hub", "filelock", "pyarrow"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
+    try:
+        import datasets
+
+        datasets.logging.set_verbosity(logging.CRITICAL + 1)
+        datasets.disable_progress_bars()
+    except (ImportError, AttributeError):
+        pass
+
+
+def _dataset_bytes(path: Path) -> int:
+    """Bytes of a dataset file, or of every file under a directory."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _parquet_texts(path: Path, field: str, max_samples: int | None, texts: _Texts) -> None:
+    """The ``field`` column of a parquet file, in bounded batches, after checking from the
+    file's own metadata that the column's decoded size (each row group's
+    ``total_uncompressed_size``) is within :data:`MAX_TOTAL_CHARS`: a few KB of zstd can
+    decode to gigabytes, and nothing is decoded before this check."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(str(path))
+    schema = pf.schema_arrow
+    if field not in schema.names:
+        raise InputFileError(
+            path, f"no field {_shown(field)} (columns: {', '.join(schema.names)[:200]})"
+        )
+    col = schema.names.index(field)
+    meta = pf.metadata
+    decoded = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        decoded += group.column(col).total_uncompressed_size
+        if decoded > MAX_TOTAL_CHARS + 16 * group.num_rows:
+            raise InputFileError(
+                path,
+                f"column {_shown(field)} decodes to over {decoded} bytes (row group {g}), over "
+                f"the {MAX_TOTAL_CHARS} characters of text a capture reads",
+            )
+        if (
+            max_samples is not None
+            and sum(meta.row_group(i).num_rows for i in range(g + 1)) >= max_samples
+        ):
+            break
+    number = 0
+    for batch in pf.iter_batches(batch_size=256, columns=[field]):
+        for value in batch.column(0).to_pylist():
+            if max_samples is not None and len(texts.items) >= max_samples:
+                return
+            if not isinstance(value, str):
+                raise InputFileError(
+                    path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
+                )
+            texts.add(value, f"row {number}")
+            number += 1
 
 
 def read_dataset(
@@ -105,64 +239,83 @@ def read_dataset(
 ) -> tuple[str, ...]:
     """The ``field`` column of a local dataset (see the module docstring), first
     ``max_samples`` rows of ``split``. A data file is its own split (``split`` only labels it);
-    a ``save_to_disk`` directory holding several splits needs the right ``split``."""
+    a ``save_to_disk`` directory holding several splits needs the right ``split``.
+
+    Sizes are checked before anything is decoded: a parquet file's column from its metadata
+    (:func:`_parquet_texts`), other files (and directories) by their bytes on disk, at most
+    :data:`MAX_DATASET_BYTES`; then each text and the total as :class:`_Texts` checks them."""
     import importlib.util
 
     if importlib.util.find_spec("datasets") is None:
         raise MissingExtraError("datasets", "datasets", "capture --dataset")
     if not path.exists():
         raise InputFileError(path, "no such file or directory")
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import datasets
-
-    datasets.disable_progress_bars()
+    texts = _Texts(path)
+    suffix = path.suffix.lower()
     try:
-        if path.is_dir():
-            data: Any = datasets.load_from_disk(str(path))
-            if isinstance(data, datasets.DatasetDict):
-                if split not in data:
-                    raise InputFileError(
-                        path,
-                        f"no split {_shown(split)} (it has {', '.join(sorted(data))[:200]})",
-                    )
-                data = data[split]
-            rows: Any = data
+        if not path.is_dir() and suffix == ".parquet":
+            _parquet_texts(path, field, max_samples, texts)
         else:
-            builder = _DATASET_BUILDERS.get(path.suffix.lower())
-            if builder is None:
+            size = _dataset_bytes(path)
+            if size > MAX_DATASET_BYTES:
                 raise InputFileError(
-                    path, "not a dataset file (.parquet, .arrow, .jsonl, .json, .csv)"
+                    path,
+                    f"{size} bytes, over the {MAX_DATASET_BYTES >> 20} MiB of dataset files a "
+                    "capture reads",
                 )
-            rows = datasets.load_dataset(
-                builder, data_files={"data": str(path)}, split="data", streaming=True
-            )
-        names = list(rows.column_names or [])
-        if names and field not in names:
-            raise InputFileError(
-                path, f"no field {_shown(field)} (columns: {', '.join(names)[:200]})"
-            )
-        texts: list[str] = []
-        for number, row in enumerate(rows):
-            if max_samples is not None and len(texts) >= max_samples:
-                break
-            if field not in row:
-                raise InputFileError(path, f"row {number}: no field {_shown(field)}")
-            value = row[field]
-            if not isinstance(value, str):
-                raise InputFileError(
-                    path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
-                )
-            texts.append(value)
+            _library_texts(path, split, field, max_samples, texts)
     except (InputFileError, MissingExtraError):
         raise
     except Exception as exc:  # datasets/pyarrow raise many types for a malformed file
         raise InputFileError(
             path, f"cannot read the dataset: {' '.join(str(exc).split())[:200]}"
         ) from None
-    if not texts:
+    if not texts.items:
         raise InputFileError(path, "holds no row")
-    return tuple(texts)
+    return tuple(texts.items)
+
+
+def _library_texts(
+    path: Path, split: str, field: str, max_samples: int | None, texts: _Texts
+) -> None:
+    """The texts of a dataset read through ``datasets`` (offline, its loggers silenced)."""
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    _quiet_libraries()
+    import datasets
+
+    _quiet_libraries()
+    if path.is_dir():
+        data: Any = datasets.load_from_disk(str(path))
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise InputFileError(
+                    path,
+                    f"no split {_shown(split)} (it has {', '.join(sorted(data))[:200]})",
+                )
+            data = data[split]
+        rows: Any = data
+    else:
+        builder = _DATASET_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise InputFileError(path, "not a dataset file (.parquet, .arrow, .jsonl, .json, .csv)")
+        rows = datasets.load_dataset(
+            builder, data_files={"data": str(path)}, split="data", streaming=True
+        )
+    names = list(rows.column_names or [])
+    if names and field not in names:
+        raise InputFileError(path, f"no field {_shown(field)} (columns: {', '.join(names)[:200]})")
+    for number, row in enumerate(rows):
+        if max_samples is not None and len(texts.items) >= max_samples:
+            break
+        if field not in row:
+            raise InputFileError(path, f"row {number}: no field {_shown(field)}")
+        value = row[field]
+        if not isinstance(value, str):
+            raise InputFileError(
+                path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
+            )
+        texts.add(value, f"row {number}")
 
 
 @dataclass(frozen=True)

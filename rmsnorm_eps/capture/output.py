@@ -19,6 +19,7 @@ import io
 import os
 import zipfile
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,34 @@ from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.dumps import npy_bytes
 
+#: What ``--save-data`` replaces by the rank's number under torchrun (``q-rank{rank}.npz``).
+RANK_FIELD = "{rank}"
+
+
+def rank_path(path: os.PathLike[str] | str, rank: int) -> Path:
+    """``path`` with every ``{rank}`` replaced by ``rank``: the file that rank writes."""
+    return Path(str(path).replace(RANK_FIELD, str(rank)))
+
+
+def rank_outputs(
+    label: str, path: os.PathLike[str] | str | None, world: int
+) -> list[tuple[str, Path | None]]:
+    """``(label, path)`` of every file the ranks of a ``world``-process job write for an output
+    holding ``{rank}`` (one per rank: each is checked against the inputs and the other outputs
+    before anything runs), else ``path`` itself."""
+    if path is None or RANK_FIELD not in str(path):
+        return [(label, None if path is None else Path(path))]
+    return [(label, rank_path(path, r)) for r in range(max(1, world))]
+
+
 __all__ = [
     "NORM_CODES",
+    "RANK_FIELD",
     "config_document",
     "dump_bytes",
     "module_facts",
+    "rank_outputs",
+    "rank_path",
     "write_config",
     "write_dump",
 ]

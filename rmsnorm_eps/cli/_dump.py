@@ -66,7 +66,9 @@ ColumnOpt = Annotated[
     typer.Option(
         "--column",
         metavar="NAME|INDEX",
-        help="CSV/TSV dumps: analyse only this column (header name, or 0-based index).",
+        help="CSV/TSV dumps: analyse only this column: digits are its 0-based index, "
+        "name:NAME its header name (needed for a name made of digits), other text a header "
+        "name.",
         show_default="every column",
     ),
 ]

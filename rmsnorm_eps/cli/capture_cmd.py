@@ -191,8 +191,10 @@ def capture(
     reduced on the model's device; only the per-vector values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
-    from rmsnorm_eps.capture.distributed import init_from_env, rank_device
+    from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
+    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+    from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._paths import check_outputs
 
     out = data_output(save_data, out, "the dump or summary to write")
@@ -203,8 +205,14 @@ def capture(
     ]
     if model.is_dir():  # its config.json, tokenizer and weights are inputs too
         inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
+    world_size = job_from_env()[1]  # every rank's {rank} file is checked, before anything runs
     check_outputs(
-        inputs, [("--save-data", out), ("--config-out", config_out), ("-o/--output", output)]
+        inputs,
+        [
+            *rank_outputs("--save-data", out, world_size),
+            ("--config-out", config_out),
+            ("-o/--output", output),
+        ],
     )
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
@@ -215,7 +223,11 @@ def capture(
     if world > 1 and not summary_only and "{rank}" not in str(out):
         raise usage_error("under torchrun each rank writes its own dump: put {rank} in --save-data")
     try:
-        loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        check_model_config(model)
+        try:
+            loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
+            raise model_build_error(model, exc) from None
         job = _Job(rank, world, summary_only, ratio if summary_only else None)
         result, order = _capture(
             loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
@@ -304,7 +316,7 @@ def _report(
         reduce_summary,
         sum_across_ranks,
     )
-    from rmsnorm_eps.capture.output import write_config, write_dump
+    from rmsnorm_eps.capture.output import rank_path, write_config, write_dump
     from rmsnorm_eps.capture.report import (
         CaptureReport,
         capture_document,
@@ -327,7 +339,7 @@ def _report(
         target = str(out)
     else:
         result = _with_sample_indices(result, order)
-        path = Path(str(out).replace("{rank}", str(job.rank)))
+        path = rank_path(out, job.rank)
         if ran:
             write_dump(result, path)
         target = str(out)

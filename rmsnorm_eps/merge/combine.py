@@ -44,6 +44,7 @@ import json
 import math
 import os
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -62,6 +63,7 @@ from rmsnorm_eps.merge.summary_format import (
     ShardLayer,
     ShardSummary,
     load_summary,
+    parse_summary_json,
     summary_document,
     summary_from_document,
 )
@@ -94,74 +96,174 @@ def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | No
     return None
 
 
-def _concat_shape(
-    name: str, shards: list[ShardSummary], layers: list[ShardLayer]
-) -> tuple[tuple[int, ...], list[int]]:
-    """Shape of the concatenation along axis 0 and each shard's row offset."""
-    shapes = [(1,) if not ly.shape else ly.shape for ly in layers]
-    rest = shapes[0][1:]
-    for s, shape in zip(shards, shapes, strict=True):
-        if shape[1:] != rest:
-            raise InputFileError(
-                s.path,
-                f"layer {name!r} has q shape {list(shape)}; the shards must agree on "
-                f"every axis but the first ({list(rest)})",
-                key=name,
-            )
-    offsets = []
-    total = 0
-    for shape in shapes:
-        offsets.append(total)
-        total += shape[0]
-    return (total, *rest), offsets
+_MAX_INT = 2**63 - 1
 
 
-def _merge_bound(
-    shards: list[ShardSummary], delta: float | None, min_ratio: float | None
+def _bound_of(
+    shard: ShardSummary, delta: float | None, min_ratio: float | None
 ) -> tuple[float, float]:
-    """``(delta, min_ratio)`` of the merged report: the shards' common bound, or the one given."""
+    """``(delta, min_ratio)`` of the merged report: the first shard's, or the one given."""
     if delta is not None or min_ratio is not None:
         return resolve_bound(delta, min_ratio)
-    ratios = {s.min_ratio for s in shards}
-    if len(ratios) != 1:
-        raise InvalidParameterError(
-            "the summaries were made with different bounds "
-            f"(q/eps >= {', '.join(repr(r) for r in sorted(ratios))}); give --delta or "
-            "--min-ratio for the merged report"
-        )
-    return shards[0].delta, shards[0].min_ratio
+    return shard.delta, shard.min_ratio
 
 
-def _merge_top_k(shards: list[ShardSummary], top_k: int | None) -> int:
-    """The merged report's top_k: at most what every shard kept (default: that)."""
-    shard_k = min(s.top_k for s in shards)
+def _check_top_k(shard: ShardSummary, top_k: int | None) -> None:
     if top_k is None:
-        return shard_k
+        return
     if top_k < 0:
         raise InvalidParameterError(f"top must be >= 0, got {top_k}")
-    if top_k > shard_k:
+    if top_k > shard.top_k:
         raise InvalidParameterError(
-            f"top {top_k} exceeds what the summaries kept ({shard_k} worst inputs per layer)"
+            f"top {top_k} exceeds what the summaries kept ({shard.top_k} worst inputs per layer"
+            f" in {shard.path})"
         )
-    return top_k
 
 
-def _check_raw_agrees(shards: list[ShardSummary]) -> None:
-    first = shards[0]
-    for s in shards[1:]:
-        if s.raw != first.raw:
+class _Fold:
+    """One merged layer, folded a shard at a time: the accumulators of the whole layer and of
+    its position split, the shards' row offsets along axis 0, and what the shards must agree
+    on (eps, dtype, raw dimension, every axis but the first)."""
+
+    def __init__(self, name: str, first: ShardSummary, layer: ShardLayer) -> None:
+        self.name = name
+        self.first_path = first.path
+        self.eps = layer.eps
+        self.dtype = layer.dtype
+        self.raw_dim = layer.raw_dim
+        self.zero_d = not layer.shape
+        shape = (1,) if not layer.shape else layer.shape
+        self.rest = shape[1:]
+        self.stride = math.prod(self.rest)
+        self.offsets: list[int] = []
+        self.rows = 0
+        self.parts: list[LayerAccumulator | None] = [None, None, None]  # whole, first, other
+        self.split = True
+
+    def add(self, s: ShardSummary, ly: ShardLayer, ratio: float, k: int) -> None:
+        self._agree(s, ly)
+        shape = (1,) if not ly.shape else ly.shape
+        if (self.rows + shape[0]) * self.stride > _MAX_INT:
             raise InputFileError(
-                s.path, f"raw is {s.raw} but {first.path} has {first.raw}", key="raw"
+                s.path,
+                f"the merged layer would hold more than {_MAX_INT} values (int64)",
+                key=self.name,
+            )
+        off = self.rows
+        self.offsets.append(off)
+        self.rows += shape[0]
+        self.split = self.split and ly.first_token is not None and ly.other_tokens is not None
+        pieces = (ly, ly.first_token, ly.other_tokens) if self.split else (ly,)
+        for i, piece in enumerate(pieces):
+            assert piece is not None
+            acc = self._accumulator(s, piece, off, ratio, k)
+            total = self.parts[i]
+            if total is None:
+                self.parts[i] = acc
+            else:
+                total.merge(acc)
+
+    def _agree(self, s: ShardSummary, ly: ShardLayer) -> None:
+        if ly.eps != self.eps:
+            raise InputFileError(
+                s.path,
+                f"eps {ly.eps!r} differs from {self.eps!r} in {self.first_path}",
+                key=self.name,
+            )
+        if ly.raw_dim != self.raw_dim or ly.dtype != self.dtype:
+            raise InputFileError(
+                s.path,
+                f"dtype/raw dimension ({ly.dtype}, {ly.raw_dim}) differ from "
+                f"({self.dtype}, {self.raw_dim}) in {self.first_path}",
+                key=self.name,
+            )
+        shape = (1,) if not ly.shape else ly.shape
+        if shape[1:] != self.rest:
+            raise InputFileError(
+                s.path,
+                f"layer {self.name!r} has q shape {list(shape)}; the shards must agree on "
+                f"every axis but the first ({list(self.rest)})",
+                key=self.name,
             )
 
+    def _flat(self, index: tuple[int, ...], offset: int) -> int:
+        """The C-order flat index over the merged shape of ``index`` in a shard at ``offset``
+        rows (independent of the rows still to come)."""
+        if not index:
+            return offset
+        flat = index[0] + offset
+        for i, n in zip(index[1:], self.rest, strict=True):
+            flat = flat * n + i
+        return flat
 
-def _check_names_agree(shards: list[ShardSummary]) -> None:
-    first = shards[0]
-    names = sorted(ly.name for ly in first.layers)
-    for s in shards[1:]:
-        other = sorted(ly.name for ly in s.layers)
-        if other != names:
-            raise InputFileError(s.path, f"layers {other} differ from {first.path}'s {names}")
+    def _accumulator(
+        self, s: ShardSummary, ly: ShardLayer, off: int, ratio: float, k: int
+    ) -> LayerAccumulator:
+        below = _below_for(ly, s, ratio)
+        if below is None:
+            raise InvalidParameterError(
+                f"cannot merge layer {self.name!r} of {s.path} at q/eps >= {ratio!r}: the "
+                f"summary was made at q/eps >= {s.min_ratio!r} and neither its worst-{s.top_k} "
+                "list nor its decade histogram determines the count below the new bound; rerun "
+                "`rmsnorm-eps ratio --save-summary` on that shard with the new bound"
+            )
+        acc = LayerAccumulator(self.eps, ratio, k)
+        acc.count = ly.count
+        acc.nan_count = ly.nan
+        acc.inf_count = ly.inf
+        acc.zero_count = ly.zero
+        acc.below = below
+        if ly.min_q is not None:
+            acc.min_q = ly.min_q
+            acc.min_index = self._flat(ly.worst[0][0], off) if ly.worst else off
+        if ly.max_q is not None:
+            acc.max_q = ly.max_q
+        worst = ly.worst[:k]
+        acc.worst_q = np.array([q for _, q in worst], np.float64)
+        acc.worst_index = np.array([self._flat(i, off) for i, _ in worst], np.int64)
+        nonf = ly.nonfinite[:k]
+        acc.nonfinite_index = [self._flat(i, off) for i, _ in nonf]
+        acc.nonfinite_value = [v for _, v in nonf]
+        acc.decades = dict(ly.decades)
+        return acc
+
+    def result(self, k: int) -> LayerResult:
+        shape = (self.rows, *self.rest)
+        whole, first, other = self.parts
+        assert whole is not None
+        result = self._result(self.name, whole, shape, k)
+        if self.split and first is not None and other is not None:
+            # the split survives only when every shard has it (a shard without positions has none)
+            result = replace(
+                result,
+                first_token=self._result(f"{self.name} (first token)", first, shape, k),
+                other_tokens=self._result(f"{self.name} (other tokens)", other, shape, k),
+            )
+        return result
+
+    def _result(
+        self, name: str, total: LayerAccumulator, shape: tuple[int, ...], k: int
+    ) -> LayerResult:
+        total.top_k = min(total.top_k, k)
+        result = layer_result(
+            total, name=name, shape=shape, order="C", dtype=self.dtype, raw_dim=self.raw_dim
+        )
+        offsets = self.offsets
+
+        def locate(index: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+            pos = bisect_right(offsets, index[0]) - 1
+            local = () if self.zero_d else (index[0] - offsets[pos], *index[1:])
+            return pos, local
+
+        worst_out: list[WorstInput] = []
+        for w in result.worst[:k]:
+            pos, local = locate(w.index)
+            worst_out.append(replace(w, shard=pos, shard_index=local))
+        nonf_out: list[NonfiniteInput] = []
+        for n in result.nonfinite_examples[:k]:
+            pos, local = locate(n.index)
+            nonf_out.append(replace(n, shard=pos, shard_index=local))
+        return replace(result, worst=tuple(worst_out), nonfinite_examples=tuple(nonf_out))
 
 
 def merge_summaries(
@@ -177,33 +279,79 @@ def merge_summaries(
     the counts below the new bound are derived where a summary determines them exactly (see the
     module docstring), else :class:`InvalidParameterError` is raised. ``top_k`` defaults to the
     smallest ``top_k`` of the shards and cannot exceed it.
+
+    The summaries are read and folded one at a time (memory: one summary and one accumulator
+    per layer, whatever the number of shards).
     """
-    shards = [p if isinstance(p, ShardSummary) else load_summary(p) for p in paths]
-    if not shards:
+    if not paths:
         raise InvalidParameterError("give at least one summary to merge")
-    first = shards[0]
-    _check_raw_agrees(shards)
-    d_value, ratio = _merge_bound(shards, delta, min_ratio)
-    k = _merge_top_k(shards, top_k)
-    single = all(len(s.layers) == 1 for s in shards)  # .npy shards: names are file stems
-    if not single:
-        _check_names_agree(shards)
-    results: list[LayerResult] = []
-    for name in [ly.name for ly in first.layers]:
-        layers = [
-            s.layers[0] if single else next(ly for ly in s.layers if ly.name == name)
-            for s in shards
-        ]
-        results.append(_merge_layer(name, shards, layers, ratio, k))
+    folds: dict[str, _Fold] = {}
+    first: ShardSummary | None = None
+    bound = (0.0, 0.0)
+    k = 0
+    single = False
+    names: list[str] = []
+    labels: list[str] = []
+    sources: list[str] = []
+    for p in paths:
+        s = p if isinstance(p, ShardSummary) else load_summary(p)
+        _check_top_k(s, top_k)
+        if first is None:
+            first = replace(s, layers=())  # its head only: its layers are folded, then released
+            bound = _bound_of(s, delta, min_ratio)
+            single = len(s.layers) == 1  # .npy shards: names are file stems
+            names = sorted(ly.name for ly in s.layers)
+            k = s.top_k if top_k is None else top_k
+            # the first of a repeated name, as a search in order finds
+            for ly in s.layers:
+                folds.setdefault(ly.name, _Fold(ly.name, s, ly))
+        else:
+            _check_agrees(first, s, single, names, delta is None and min_ratio is None)
+            k = min(k, s.top_k)
+        by_name = {s.layers[0].name: s.layers[0]} if single else _first_by_name(s.layers)
+        for name, fold in folds.items():
+            fold.add(s, by_name[name] if not single else s.layers[0], bound[1], k)
+        labels.append(str(s.path))
+        sources.append(s.source)
+        del s, by_name
+    assert first is not None
+    results = [fold.result(k) for fold in folds.values()]
     return RatioReport(
-        source=" + ".join(str(s.path) for s in shards),
+        source=" + ".join(labels),
         raw=first.raw,
-        delta=d_value,
-        min_ratio=ratio,
+        delta=bound[0],
+        min_ratio=bound[1],
         top_k=k,
         layers=tuple(results),
-        shards=tuple(s.source for s in shards),
+        shards=tuple(sources),
     )
+
+
+def _check_agrees(
+    first: ShardSummary, s: ShardSummary, single: bool, names: list[str], same_bound: bool
+) -> None:
+    """A later shard against the first: raw, the bound (unless one is given), layer names."""
+    if s.raw != first.raw:
+        raise InputFileError(s.path, f"raw is {s.raw} but {first.path} has {first.raw}", key="raw")
+    if same_bound and s.min_ratio != first.min_ratio:
+        raise InvalidParameterError(
+            "the summaries were made with different bounds "
+            f"(q/eps >= {', '.join(repr(r) for r in sorted({first.min_ratio, s.min_ratio}))}); "
+            "give --delta or --min-ratio for the merged report"
+        )
+    if single and len(s.layers) == 1:
+        return
+    other = sorted(ly.name for ly in s.layers)
+    if other != names:
+        raise InputFileError(s.path, f"layers {other} differ from {first.path}'s {names}")
+
+
+def _first_by_name(layers: Iterable[ShardLayer]) -> dict[str, ShardLayer]:
+    """Layer name -> the first layer of that name."""
+    out: dict[str, ShardLayer] = {}
+    for ly in layers:
+        out.setdefault(ly.name, ly)
+    return out
 
 
 def merge_reports(
@@ -216,114 +364,9 @@ def merge_reports(
     if len(names) != len(reports):
         raise InvalidParameterError("give one label per report")
     shards = [
-        summary_from_document(json.loads(json.dumps(summary_document(r), allow_nan=False)), n)
+        summary_from_document(
+            parse_summary_json(json.dumps(summary_document(r), allow_nan=False)), n
+        )
         for r, n in zip(reports, names, strict=True)
     ]
     return merge_summaries(shards, **kw)
-
-
-def _merge_layer(
-    name: str, shards: list[ShardSummary], layers: list[ShardLayer], ratio: float, k: int
-) -> LayerResult:
-    eps = layers[0].eps
-    for s, ly in zip(shards, layers, strict=True):
-        if ly.eps != eps:
-            raise InputFileError(
-                s.path,
-                f"eps {ly.eps!r} differs from {layers[0].eps!r} in {shards[0].path}",
-                key=name,
-            )
-        if ly.raw_dim != layers[0].raw_dim or ly.dtype != layers[0].dtype:
-            raise InputFileError(
-                s.path,
-                f"dtype/raw dimension ({ly.dtype}, {ly.raw_dim}) differ from "
-                f"({layers[0].dtype}, {layers[0].raw_dim}) in {shards[0].path}",
-                key=name,
-            )
-    shape, offsets = _concat_shape(name, shards, layers)
-    result = _merge_parts(name, shards, layers, ratio, k, shape, offsets)
-    firsts = [ly.first_token for ly in layers if ly.first_token is not None]
-    others = [ly.other_tokens for ly in layers if ly.other_tokens is not None]
-    if len(firsts) == len(others) == len(layers):
-        # the split survives only when every shard has it (a shard without positions has none)
-        first, other = (
-            _merge_parts(f"{name} ({label})", shards, parts, ratio, k, shape, offsets)
-            for parts, label in ((firsts, "first token"), (others, "other tokens"))
-        )
-        result = replace(result, first_token=first, other_tokens=other)
-    return result
-
-
-def _merge_parts(
-    name: str,
-    shards: list[ShardSummary],
-    layers: list[ShardLayer],
-    ratio: float,
-    k: int,
-    shape: tuple[int, ...],
-    offsets: list[int],
-) -> LayerResult:
-    """Merge one set of figures (a whole layer, or its first-token or other-token part)."""
-    eps = layers[0].eps
-
-    def flat(index: tuple[int, ...], offset: int) -> int:
-        idx = (index[0] + offset, *index[1:]) if index else (offset,)
-        return int(np.ravel_multi_index(idx, shape))
-
-    total: LayerAccumulator | None = None
-    for s, ly, off in zip(shards, layers, offsets, strict=True):
-        below = _below_for(ly, s, ratio)
-        if below is None:
-            raise InvalidParameterError(
-                f"cannot merge layer {name!r} of {s.path} at q/eps >= {ratio!r}: the summary "
-                f"was made at q/eps >= {s.min_ratio!r} and neither its worst-{s.top_k} list nor "
-                "its decade histogram determines the count below the new bound; rerun "
-                "`rmsnorm-eps ratio --save-summary` on that shard with the new bound"
-            )
-        acc = LayerAccumulator(eps, ratio, k)
-        acc.count = ly.count
-        acc.nan_count = ly.nan
-        acc.inf_count = ly.inf
-        acc.zero_count = ly.zero
-        acc.below = below
-        if ly.min_q is not None:
-            acc.min_q = ly.min_q
-            acc.min_index = flat(ly.worst[0][0], off) if ly.worst else off
-        if ly.max_q is not None:
-            acc.max_q = ly.max_q
-        worst = ly.worst[:k]
-        acc.worst_q = np.array([q for _, q in worst], np.float64)
-        acc.worst_index = np.array([flat(i, off) for i, _ in worst], np.int64)
-        nonf = ly.nonfinite[:k]
-        acc.nonfinite_index = [flat(i, off) for i, _ in nonf]
-        acc.nonfinite_value = [v for _, v in nonf]
-        acc.decades = dict(ly.decades)
-        if total is None:
-            total = acc
-        else:
-            total.merge(acc)
-    assert total is not None
-    result = layer_result(
-        total,
-        name=name,
-        shape=shape,
-        order="C",
-        dtype=layers[0].dtype,
-        raw_dim=layers[0].raw_dim,
-    )
-    q_shape_0d = not layers[0].shape
-
-    def locate(index: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-        pos = bisect_right(offsets, index[0]) - 1
-        local = () if q_shape_0d else (index[0] - offsets[pos], *index[1:])
-        return pos, local
-
-    worst_out: list[WorstInput] = []
-    for w in result.worst:
-        pos, local = locate(w.index)
-        worst_out.append(replace(w, shard=pos, shard_index=local))
-    nonf_out: list[NonfiniteInput] = []
-    for n in result.nonfinite_examples:
-        pos, local = locate(n.index)
-        nonf_out.append(replace(n, shard=pos, shard_index=local))
-    return replace(result, worst=tuple(worst_out), nonfinite_examples=tuple(nonf_out))

@@ -10,8 +10,12 @@ Reading validates it in two steps:
   parsed, or raises :class:`~rmsnorm_eps.errors.InputFileError` naming the file and the key path
   (``layers[3].worst[0].index``). Adding a field is adding a row;
 * **consistency** (:func:`check_figures`): counts that add up, a histogram covering every finite
-  value once, a sorted worst list. A summary that breaks these was edited or corrupted; merging
-  it would report wrong counts, so it is refused.
+  value once and agreeing with min_q and max_q, a sorted worst list of exactly
+  ``min(top_k, finite)`` values, and ``below_bound`` agreeing with min_q, the worst list and the
+  histogram at the bound; ``min_ratio`` must be the one ``delta`` gives (recomputed, not
+  trusted). A summary that breaks these was edited or corrupted; merging it would report wrong
+  counts (a false PASS), so it is refused. Duplicate JSON keys are refused (a reader taking the
+  last one and a reader taking the first would merge different figures).
 
 Memory: a file over :data:`MAX_SUMMARY_BYTES` (4 MiB) is refused before it is read. The parsed
 JSON costs up to about 35 bytes per byte of text on hostile inputs (small containers such as
@@ -35,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps import __version__
 from rmsnorm_eps.errors import InputFileError
-from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN
+from rmsnorm_eps.numerics import q_threshold
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
 
 if TYPE_CHECKING:
     from rmsnorm_eps.analysis import LayerResult, RatioReport
@@ -46,8 +51,10 @@ __all__ = [
     "SUMMARY_VERSION",
     "ShardLayer",
     "ShardSummary",
+    "check_bound",
     "check_figures",
     "load_summary",
+    "parse_summary_json",
     "summary_document",
     "summary_from_document",
     "write_summary",
@@ -59,6 +66,7 @@ SUMMARY_VERSION = 1
 MAX_SUMMARY_BYTES = 4 << 20
 #: Counts, sizes and indices must fit in int64 (numpy's index arithmetic).
 _MAX_INT = 2**63 - 1
+_MAX_FLOAT = 1.7976931348623157e308  # the largest finite double
 
 
 # --------------------------------------------------------------------------- writing
@@ -187,6 +195,10 @@ class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.shape: tuple[int, ...] = ()
+        #: the summary's bound (``min_ratio``, checked against ``delta``) and ``top_k``, read
+        #: before the layers: their figures are checked against them
+        self.min_ratio = 0.0
+        self.top_k = 0
 
     def fail(self, key: str, problem: str) -> InputFileError:
         return InputFileError(self.path, problem, key=key)
@@ -202,6 +214,12 @@ Check = Callable[[_Reader, Any, str], Any]
 Table = tuple[tuple[str, Check], ...]
 
 
+def _shown(v: Any) -> str:
+    """``repr(v)``, cut to 60 characters (a value may be a 400-digit integer or a long list)."""
+    text = repr(v) if not _is_int(v) or abs(v) < 10**60 else f"an integer of {len(str(v))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -209,15 +227,15 @@ def _is_int(v: Any) -> bool:
 def _int(minimum: int = 0) -> Check:
     def check(r: _Reader, v: Any, key: str) -> int:
         if not _is_int(v) or not minimum <= v <= _MAX_INT:
-            raise r.fail(key, f"expected an integer >= {minimum} (int64), got {v!r}")
+            raise r.fail(key, f"expected an integer >= {minimum} (int64), got {_shown(v)}")
         return int(v)
 
     return check
 
 
 def _number(r: _Reader, v: Any, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise r.fail(key, f"expected a finite number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= _MAX_FLOAT:
+        raise r.fail(key, f"expected a finite number, got {_shown(v)}")
     return float(v)
 
 
@@ -233,7 +251,7 @@ def _bounded(check: Check, ok: Callable[[float], bool], expected: str) -> Check:
     def bounded(r: _Reader, v: Any, key: str) -> Any:
         x = check(r, v, key)
         if not ok(x):
-            raise r.fail(key, f"{expected}, got {x!r}")
+            raise r.fail(key, f"{expected}, got {_shown(x)}")
         return x
 
     return bounded
@@ -241,13 +259,13 @@ def _bounded(check: Check, ok: Callable[[float], bool], expected: str) -> Check:
 
 def _bool(r: _Reader, v: Any, key: str) -> bool:
     if not isinstance(v, bool):
-        raise r.fail(key, f"expected true or false, got {v!r}")
+        raise r.fail(key, f"expected true or false, got {_shown(v)}")
     return v
 
 
 def _string(r: _Reader, v: Any, key: str) -> str:
     if not isinstance(v, str):
-        raise r.fail(key, f"expected a string, got {v!r}")
+        raise r.fail(key, f"expected a string, got {_shown(v)}")
     return v
 
 
@@ -258,14 +276,14 @@ def _shape(r: _Reader, v: Any, key: str) -> tuple[int, ...]:
         or not all(_is_int(n) and n >= 0 for n in v)
         or math.prod(v) > _MAX_INT
     ):
-        raise r.fail(key, f"expected a list of sizes (int64), got {v!r}")
+        raise r.fail(key, f"expected a list of sizes (int64), got {_shown(v)}")
     r.shape = tuple(v)
     return r.shape
 
 
 def _raw_dim(r: _Reader, v: Any, key: str) -> int | None:
     if v is not None and (not _is_int(v) or not 1 <= v <= _MAX_INT):
-        raise r.fail(key, f"expected an integer >= 1 or null, got {v!r}")
+        raise r.fail(key, f"expected an integer >= 1 or null, got {_shown(v)}")
     return v
 
 
@@ -280,7 +298,7 @@ def _index(r: _Reader, v: Any, key: str) -> tuple[int, ...]:
         raise r.fail(
             key,
             f"expected an index of {len(shape)} non-negative integers within shape "
-            f"{list(shape)}, got {v!r}",
+            f"{list(shape)}, got {_shown(v)}",
         )
     return tuple(v)
 
@@ -293,7 +311,7 @@ def _decade(r: _Reader, v: Any, key: str) -> tuple[int, int]:
         or not DECADE_MIN <= v[0] <= DECADE_MAX
         or not 0 <= v[1] <= _MAX_INT
     ):
-        raise r.fail(key, f"expected [decade, count], got {v!r}")
+        raise r.fail(key, f"expected [decade, count], got {_shown(v)}")
     return v[0], v[1]
 
 
@@ -422,6 +440,55 @@ def check_figures(r: _Reader, layer: ShardLayer, w: str) -> None:
         )
 
 
+def _decade_span(eps: float, k: int) -> tuple[float, float]:
+    """The q range ``[lo, hi)`` of decade ``k`` (``floor(log10(q/eps)) == k``)."""
+    lo = q_threshold(eps, decade_edge(k)) if k > DECADE_MIN else 0.0
+    hi = q_threshold(eps, decade_edge(k + 1)) if k < DECADE_MAX else math.inf
+    return lo, hi
+
+
+def check_bound(r: _Reader, layer: ShardLayer, w: str) -> None:
+    """``below_bound`` (finite q with ``q/eps < min_ratio``) against what else the figures
+    say: the worst list (the smallest finite q, ascending, exactly ``min(top_k, finite)`` of
+    them), min_q, and the decade histogram (zeros are below; a decade wholly below the bound
+    counts whole, one wholly above not at all); and the histogram against min_q and max_q."""
+    finite = layer.count - layer.nan - layer.inf
+    if len(layer.worst) != min(r.top_k, finite):
+        raise r.fail(
+            f"{w}worst",
+            f"{len(layer.worst)} worst inputs listed; top_k {r.top_k} and {finite} finite "
+            f"values give {min(r.top_k, finite)}",
+        )
+    if len(layer.nonfinite) > r.top_k:
+        raise r.fail(f"{w}nonfinite_examples", f"more than top_k {r.top_k} examples")
+    t = q_threshold(layer.eps, r.min_ratio)
+    below = layer.below_bound
+    listed = sum(1 for _, q in layer.worst if q < t)
+    at_least, at_most = listed, listed if listed < len(layer.worst) else finite
+    if layer.min_q is not None:
+        at_least = max(at_least, int(layer.min_q < t))
+        if layer.min_q >= t:
+            at_most = 0
+    spans = {k: _decade_span(layer.eps, k) for k, c in layer.decades if c}
+    whole = layer.zero + sum(c for k, c in layer.decades if c and spans[k][1] <= t)
+    partial = layer.zero + sum(c for k, c in layer.decades if c and spans[k][0] < t)
+    at_least, at_most = max(at_least, whole), min(at_most, partial)
+    if not at_least <= below <= at_most:
+        raise r.fail(
+            f"{w}below_bound",
+            f"below_bound {below} contradicts the layer's min_q, worst list and histogram at "
+            f"q/eps < {r.min_ratio!r} (they give {at_least} to {at_most})",
+        )
+    if spans and layer.min_q is not None and layer.max_q is not None:
+        lo_k, hi_k = min(spans), max(spans)
+        min_ok = layer.min_q == 0.0 or spans[lo_k][0] <= layer.min_q < spans[lo_k][1]
+        max_ok = layer.max_q == 0.0 or spans[hi_k][0] <= layer.max_q < spans[hi_k][1]
+        if not (min_ok and max_ok and (layer.min_q > 0.0 or layer.zero > 0)):
+            raise r.fail(
+                f"{w}decades", "the decade histogram contradicts the layer's min_q or max_q"
+            )
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -443,6 +510,7 @@ def _split(r: _Reader, ld: dict[str, Any], layer: ShardLayer, w: str) -> ShardLa
         )
     for part, key in ((first, "first_token"), (other, "other_tokens")):
         check_figures(r, part, f"{w}{key}.")
+        check_bound(r, part, f"{w}{key}.")
     return replace(layer, first_token=first, other_tokens=other)
 
 
@@ -456,6 +524,7 @@ def _layer(r: _Reader, ld: Any, w: str, seen: set[str]) -> ShardLayer:
     if layer.count != math.prod(layer.shape):
         raise r.fail(f"{w}count", f"count {layer.count} does not match shape {list(layer.shape)}")
     check_figures(r, layer, w)
+    check_bound(r, layer, w)
     return _split(r, ld, layer, w)
 
 
@@ -481,10 +550,43 @@ def summary_from_document(doc: Any, path: str | os.PathLike[str]) -> ShardSummar
     layers_doc = r.get(doc, "layers", "")
     if not isinstance(layers_doc, list) or not layers_doc:
         raise r.fail("layers", "expected a non-empty list")
+    tail = _read(r, doc, TAIL_FIELDS, "")
+    _check_bound_agrees(r, tail["delta"], tail["min_ratio"])
+    r.min_ratio, r.top_k = tail["min_ratio"], tail["top_k"]
     seen: set[str] = set()
     layers = tuple(_layer(r, ld, f"layers[{i}].", seen) for i, ld in enumerate(layers_doc))
-    tail = _read(r, doc, TAIL_FIELDS, "")
     return ShardSummary(path=p, **head, **tail, layers=layers)
+
+
+def _check_bound_agrees(r: _Reader, delta: float, ratio: float) -> None:
+    """``min_ratio`` must be the ratio ``delta`` gives, or the one ``delta`` was computed from
+    (``--min-ratio``): a summary claiming a bound its ``delta`` contradicts is refused."""
+    from rmsnorm_eps import numerics
+
+    if (
+        float(numerics.min_ratio(delta)) != ratio
+        and float(numerics.delta_for_ratio(ratio)) != delta
+    ):
+        raise r.fail(
+            "min_ratio",
+            f"min_ratio {ratio!r} contradicts delta {delta!r} (which gives "
+            f"{float(numerics.min_ratio(delta))!r})",
+        )
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a JSON object whose keys repeat is refused."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {_shown(key)}")
+    return out
+
+
+def parse_summary_json(text: str | bytes) -> Any:
+    """The JSON of a summary: NaN/Infinity constants and duplicate keys refused (ValueError)."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
 
 
 def _no_constant(name: str) -> Any:
@@ -510,7 +612,7 @@ def load_summary(path: str | os.PathLike[str]) -> ShardSummary:
             data = fh.read(MAX_SUMMARY_BYTES + 1)
         if len(data) > MAX_SUMMARY_BYTES:  # grew since it was measured
             raise InputFileError(p, f"summary too large (over {MAX_SUMMARY_BYTES >> 20} MiB)")
-        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        doc = parse_summary_json(data.decode("utf-8"))
     except RecursionError:
         raise InputFileError(p, "not a JSON summary (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:

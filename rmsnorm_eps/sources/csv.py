@@ -3,15 +3,23 @@
 The first row is a header when any of its cells is not a number: its cells name the columns
 (names must be unique and non-empty). Without a header the columns are named ``column0``,
 ``column1``, ... (a single column takes the file's stem). ``column=`` (``--column``) selects
-one column by header name or 0-based index; by default every column is a layer.
+one column: digits are always its 0-based index (``1`` is the second column, even when a
+column is named ``1``), ``name:TEXT`` the column whose header is ``TEXT`` (``name:1``), other
+text a header name. By default every column is a layer.
 
 Values are parsed strictly, as decimal numbers (``1``, ``-2.5``, ``3e-7``) or ``nan``/``inf``/
 ``-inf``/``infinity`` in any case (nonfinite values are counted by the analysis): an empty cell,
 any other text, a row with another number of cells or a line that is not UTF-8 is an error
-naming the file, the line and the column. Fields are split by :mod:`csv` (quotes allowed).
-Files over :data:`MAX_BYTES` are refused. The file is read twice in bounded chunks of rows:
-once when opened (every cell checked, rows counted), then per layer when analysed; values are
-float64 (the exact nearest double of the decimal text).
+naming the file, the line and the column. Text is UTF-8, with or without a byte-order mark
+(``utf-8-sig``: what Excel's "CSV UTF-8" writes), decoded line by line so that an error names
+the line holding the bad bytes. Fields are split by :mod:`csv` (quotes allowed). Files over
+:data:`MAX_BYTES` or :data:`MAX_COLUMNS` columns are refused.
+
+The file is parsed once when opened, all columns together (time linear in the file): every
+cell is checked and, up to :data:`MAX_CELLS` cells, kept as float64 (the exact nearest double
+of the decimal text), from which each column is then read. A bigger file of at most
+:data:`REPARSE_COLUMNS` columns is parsed again per column when analysed (at most that many
+passes); a bigger one with more columns is refused (save it with ``numpy.save``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -28,7 +36,15 @@ import numpy as np
 from rmsnorm_eps.errors import InputFileError, brief
 from rmsnorm_eps.sources.interface import Opened
 
-__all__ = ["MAX_BYTES", "CsvColumnSource", "open_csv", "open_tsv"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_CELLS",
+    "MAX_COLUMNS",
+    "REPARSE_COLUMNS",
+    "CsvColumnSource",
+    "open_csv",
+    "open_tsv",
+]
 
 T = TypeVar("T")
 
@@ -37,6 +53,14 @@ MAX_BYTES = 256 << 20
 #: Longest cell accepted (the csv module's own limit, made explicit).
 _MAX_FIELD = 1 << 16
 _ROWS_PER_CHUNK = 1 << 14
+#: Most columns (each is a layer).
+MAX_COLUMNS = 1 << 16
+#: Most cells kept in memory as float64 (64 MiB) after the one parse at opening.
+MAX_CELLS = 1 << 23
+#: Most columns of a file over :data:`MAX_CELLS` cells (each parsed again when analysed).
+REPARSE_COLUMNS = 8
+#: What ``--column`` prefixes a header name with when the name is made of digits.
+NAME_PREFIX = "name:"
 
 _NUMBER = re.compile(
     r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*", re.IGNORECASE
@@ -53,19 +77,36 @@ class _Layout:
     names: tuple[str, ...]  # one per column of the file
     header: bool
     rows: int  # data rows
+    #: every value, shape (rows, columns), when the file holds at most MAX_CELLS cells
+    values: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
-def _open_text(path: Path) -> IO[str]:
+def _open_bytes(path: Path) -> IO[bytes]:
     try:
-        return open(path, encoding="utf-8", newline="")
+        return open(path, "rb")
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _rows(path: Path, fh: IO[str], delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def _lines(path: Path, fh: IO[bytes]) -> Iterator[str]:
+    """The file's lines, each decoded from UTF-8 on its own (a byte-order mark before the
+    first is dropped), so a decoding error names its own line. A line ending in a lone CR
+    (old Mac text) is split there as :func:`open` with ``newline=""`` splits it."""
+    number = 0
+    for raw in fh:
+        parts = raw.splitlines(keepends=True) if b"\r" in raw[:-2] else (raw,)
+        for part in parts:
+            number += 1
+            try:
+                text = part.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise InputFileError(path, f"line {number}: not UTF-8 text") from None
+            yield text
+
+
+def _rows(path: Path, fh: IO[bytes], delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """``(line number, cells)`` of every non-blank row; errors name the line."""
-    reader = csv.reader(fh, delimiter=delimiter, strict=True)
-    line = 0
+    reader = csv.reader(_lines(path, fh), delimiter=delimiter, strict=True)
     while True:
         try:
             cells = next(reader)
@@ -73,8 +114,6 @@ def _rows(path: Path, fh: IO[str], delimiter: str) -> Iterator[tuple[int, list[s
             return
         except csv.Error as exc:
             raise InputFileError(path, f"line {reader.line_num}: {exc}") from None
-        except UnicodeDecodeError:
-            raise InputFileError(path, f"line {line + 1}: not UTF-8 text") from None
         line = reader.line_num
         if cells and any(cells):
             yield line, cells
@@ -90,14 +129,18 @@ def _cell_error(
 
 
 def _layout(path: Path, delimiter: str) -> _Layout:
-    """Read the whole file once: header, column names, every cell checked, rows counted."""
+    """Read the whole file once: header, column names, every cell checked, rows counted, and
+    the values kept while they fit :data:`MAX_CELLS`."""
     csv.field_size_limit(_MAX_FIELD)
     names: tuple[str, ...] = ()
     header = False
     rows = 0
-    with _open_text(path) as fh:
+    blocks: list[np.ndarray] | None = []
+    block: list[list[float]] = []
+    with _open_bytes(path) as fh:
         for line, cells in _rows(path, fh, delimiter):
             if not names:
+                _check_width(path, len(cells))
                 header = not all(_is_number(c) for c in cells)
                 if header:
                     names = tuple(c.strip() for c in cells)
@@ -116,9 +159,40 @@ def _layout(path: Path, delimiter: str) -> _Layout:
                 if not _is_number(cell):
                     raise _cell_error(path, line, col, names, cell)
             rows += 1
+            if blocks is None:
+                continue
+            if rows * len(names) > MAX_CELLS:
+                blocks = None  # too many to keep: each column is parsed again
+                block = []
+                if len(names) > REPARSE_COLUMNS:
+                    raise InputFileError(
+                        path,
+                        f"more than {MAX_CELLS} cells in {len(names)} columns: a CSV/TSV dump "
+                        f"of that size may have {REPARSE_COLUMNS} columns at most; save it with "
+                        "numpy.save('q.npz', ...)",
+                    )
+                continue
+            block.append([float(c) for c in cells])
+            if len(block) == _ROWS_PER_CHUNK:
+                blocks.append(np.array(block, np.float64))
+                block = []
     if not names:
         raise InputFileError(path, "no rows")
-    return _Layout(delimiter, names, header, rows)
+    values = None
+    if blocks is not None:
+        if block:
+            blocks.append(np.array(block, np.float64))
+        values = np.concatenate(blocks) if blocks else np.empty((0, len(names)), np.float64)
+    return _Layout(delimiter, names, header, rows, values)
+
+
+def _check_width(path: Path, n: int) -> None:
+    if n > MAX_COLUMNS:
+        raise InputFileError(
+            path,
+            f"line 1: {n} columns, over the {MAX_COLUMNS} a CSV/TSV dump may have; save it with "
+            "numpy.save('q.npz', ...)",
+        )
 
 
 def _check_names(path: Path, names: tuple[str, ...]) -> None:
@@ -182,10 +256,14 @@ class CsvColumnSource:
         (and :data:`_ROWS_PER_CHUNK`) at a time."""
         per = max(1, min(elems_per_chunk, _ROWS_PER_CHUNK))
         layout = self.layout
+        if layout.values is not None:
+            for start in range(0, layout.rows, per):
+                yield start, np.ascontiguousarray(layout.values[start : start + per, self.column])
+            return
         names = layout.names
         buf: list[float] = []
         start = 0
-        with _open_text(self.path) as fh:
+        with _open_bytes(self.path) as fh:
             rows = _rows(self.path, fh, layout.delimiter)
             if layout.header:
                 next(rows, None)
@@ -221,14 +299,21 @@ class CsvColumnSource:
 
 
 def _select(path: Path, names: tuple[str, ...], column: str) -> int:
-    if column in names:
-        return names.index(column)
+    """The index ``column`` names: digits are the 0-based index, ``name:TEXT`` the column
+    headed ``TEXT``, other text a header name."""
     text = column.strip()
-    if text.isdecimal() and int(text) < len(names):
-        return int(text)
+    if text.isascii() and text.isdecimal():
+        if int(text) < len(names):
+            return int(text)
+    else:
+        name = column[len(NAME_PREFIX) :] if column.startswith(NAME_PREFIX) else column
+        if name in names:
+            return names.index(name)
     shown = ", ".join(brief(n) for n in names[:10]) + (", ..." if len(names) > 10 else "")
     raise InputFileError(
-        path, f"no column {brief(column)}: columns are {shown} (or an index 0-{len(names) - 1})"
+        path,
+        f"no column {brief(column)}: columns are {shown} (an index 0-{len(names) - 1}, or "
+        f"{NAME_PREFIX}NAME for a header name made of digits)",
     )
 
 

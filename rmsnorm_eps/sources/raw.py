@@ -320,6 +320,52 @@ class RawArraySource:
         finally:
             stream.close()
 
+    def iter_range(
+        self, first: int, count: int, elems_per_chunk: int
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, values)`` for the stored elements ``first`` to ``first + count`` only,
+        read in place (positioned reads: a source with ``data_offset``), at most
+        ``elems_per_chunk`` at a time; ``values`` is valid until the next iteration. What a
+        Fortran-ordered ``--raw`` file is read with, a block of rows at a time, column by
+        column, so that each byte is read once. (The CRC-32 of a stored zip member is checked
+        by :meth:`iter_elements` only.)"""
+        if self.data_offset is None:
+            raise ValueError("iter_range needs a source read in place")
+        dtype = self._read_dtype
+        per = max(1, min(elems_per_chunk, count))
+        buf = np.empty(per, dtype=dtype)
+        raw = buf.data.cast("B")
+        native = dtype.newbyteorder("=") if not dtype.isnative else None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise InputFileError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        try:
+            start = first
+            while start < first + count:
+                n = min(per, first + count - start)
+                view = raw[: n * dtype.itemsize]
+                got = 0
+                while got < len(view):
+                    try:
+                        k = os.preadv(
+                            fd, [view[got:]], self.data_offset + start * dtype.itemsize + got
+                        )
+                    except OSError as exc:
+                        raise InputFileError(
+                            self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
+                        ) from None
+                    if k <= 0:
+                        raise self._truncated(start, got)
+                    got += k
+                chunk = buf[:n]
+                if native is not None:
+                    chunk = chunk.byteswap().view(native)
+                yield start, chunk
+                start += n
+        finally:
+            os.close(fd)
+
     def iter_mapped(
         self,
         elems_per_chunk: int,

@@ -25,13 +25,17 @@ extra.
 
 from __future__ import annotations
 
+import bisect
+import io
 import math
 import re
+import threading
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,13 +44,18 @@ from rmsnorm_eps.sources.interface import Opened, Unreadable
 from rmsnorm_eps.sources.npz import COMPANION_SEP, _attach_companions, _local_extents
 from rmsnorm_eps.sources.raw import ZIP_ERRORS, RawArraySource, check_float_dtype
 
-__all__ = ["PICKLE_MAX", "open_torchsave"]
+__all__ = ["PICKLE_MAX", "SHARED_MAX", "open_torchsave"]
 
 #: Largest ``data.pkl`` loaded: a dump of a few thousand tensors takes well under 256 KiB (about
 #: 70 bytes per tensor), and what is unpickled from it stays within the 256 MiB memory budget
 #: (importing torch alone takes about 240 MiB of it).
 PICKLE_MAX = 256 << 10
 _BYTEORDER_MAX = 16
+#: Bytes of storage records read once and kept in memory for the tensors whose bytes overlap
+#: (views of one storage: ``x`` and ``x.t()``, or one tensor under many names).
+SHARED_MAX = 64 << 20
+
+T = TypeVar("T")
 
 #: torch dtype name -> (numpy dtype of the stored bytes, little-endian; stored_as it implies).
 _DTYPES: dict[str, tuple[str, str | None]] = {
@@ -65,13 +74,35 @@ _DTYPES: dict[str, tuple[str, str | None]] = {
 }
 
 
+#: The records torch.save writes besides the pickle and the storages (``data/<key>``): they
+#: hold no array data and are not referenced by the pickle.
+_METADATA = frozenset(
+    {
+        "byteorder",
+        "version",
+        ".format_version",
+        ".storage_alignment",
+        ".data/version",
+        ".data/serialization_id",
+    }
+)
+
+
 class _Archive:
-    """The zip directory of a torch.save file: its record prefix, data offsets, byte order."""
+    """The zip directory of a torch.save file: its record prefix, data offsets, byte order.
+
+    Refused here, before torch reads anything: an archive whose entry names repeat (torch's
+    reader and :mod:`zipfile` would disagree on which of two ``data.pkl`` is the pickle: the
+    size cap must apply to the one torch loads), a ``data.pkl`` over :data:`PICKLE_MAX`, and
+    a file written on a big-endian machine (``byteorder`` record ``big``: torch's own loader
+    crashes on it with ``map_location="meta"``).
+    """
 
     def __init__(self, path: Path) -> None:
         try:
             with zipfile.ZipFile(path) as zf:
                 infos = zf.infolist()
+                _refuse_duplicates(path, infos)
                 starts, problems = _local_extents(zf.fp, infos, zf.start_dir)
                 pkl = infos[0] if infos else None
                 if pkl is None or not pkl.filename.endswith("/data.pkl"):
@@ -83,13 +114,27 @@ class _Archive:
                         f"data.pkl of {pkl.file_size} bytes is over the {PICKLE_MAX >> 10} KiB "
                         "this reader loads",
                     )
-                self.big_endian = self._byteorder(zf, path)
+                if self._byteorder(zf, path):
+                    raise InputFileError(
+                        path,
+                        "written on a big-endian machine (byteorder record 'big'), which this "
+                        "reader does not read: load it there and numpy.save each tensor",
+                    )
         except ZIP_ERRORS as exc:
             raise InputFileError(path, f"not a readable torch.save archive ({exc})") from None
+        self.big_endian = False
         #: absolute data offset -> (member, problem or None)
         self.records: dict[int, tuple[zipfile.ZipInfo, str | None]] = {}
+        #: members that are neither the pickle, a metadata record nor a storage record
+        self.foreign: list[str] = []
         for i, (info, start) in enumerate(zip(infos, starts, strict=True)):
-            if start is None:
+            rel = (
+                info.filename[len(self.prefix) :] if info.filename.startswith(self.prefix) else None
+            )
+            if i == 0 or rel in _METADATA:
+                continue
+            if rel is None or not rel.startswith("data/") or start is None:
+                self.foreign.append(info.filename)
                 continue
             problem = problems.get(i)
             if problem is None and info.compress_type != zipfile.ZIP_STORED:
@@ -110,6 +155,19 @@ class _Archive:
         if order not in (b"little", b"big"):
             raise InputFileError(path, f"invalid byteorder record {brief(order)}")
         return order == b"big"
+
+
+def _refuse_duplicates(path: Path, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse an archive in which two entries have one name (as stored, or as :mod:`zipfile`
+    reads it): which of them a reader takes is up to the reader."""
+    seen: set[str] = set()
+    for info in infos:
+        for name in {info.filename, info.orig_filename}:
+            if name in seen:
+                raise InputFileError(
+                    path, f"two zip entries named {brief(name)}: refusing an ambiguous archive"
+                )
+        seen.update((info.filename, info.orig_filename))
 
 
 def _import_torch() -> Any:
@@ -302,15 +360,112 @@ def _source(
     )
 
 
-def open_torchsave(path: Path, size: int, stored_as: str | None, lenient: bool) -> Opened:
-    """Open every tensor of a ``torch.save`` file; see the module docstring."""
-    del size
-    archive = _Archive(path)
-    obj = _load(path)
-    torch = _import_torch()
-    layers: list[RawArraySource] = []
-    companions: list[RawArraySource] = []
+_FOREIGN = "a zip member that is not part of torch.save's format (not analysed)"
+
+
+def _overlaps(sources: list[tuple[str, RawArraySource]]) -> set[int]:
+    """Indices of the sources whose bytes overlap another one's (by file offset)."""
+    spans = sorted(
+        (src.data_offset or 0, src.nbytes, i) for i, (_, src) in enumerate(sources) if src.nbytes
+    )
+    out: set[int] = set()
+    reach, owner = -1, -1
+    for start, nbytes, i in spans:
+        if start < reach:
+            out.update((i, owner))
+        if start + nbytes > reach:
+            reach, owner = start + nbytes, i
+    return out
+
+
+class _StorageCache:
+    """The bytes of one storage record, read from the file once (on first use) and shared by
+    every tensor that refers to it: a storage referenced N times by overlapping tensors is read
+    once, not N times. Quacks like :class:`~rmsnorm_eps.sources.ziparchive.ZipArchive` for
+    :meth:`RawArraySource._open` (``stream_at`` an absolute file offset)."""
+
+    def __init__(self, path: Path, start: int, size: int) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self._data: bytes | None = None
+        self._lock = threading.Lock()
+
+    def stream_at(self, offset: int) -> io.BytesIO:
+        with self._lock:
+            if self._data is None:
+                try:
+                    with open(self.path, "rb") as fh:
+                        fh.seek(self.start)
+                        self._data = fh.read(self.size)
+                except OSError as exc:
+                    raise InputFileError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        stream = io.BytesIO(self._data)
+        stream.seek(offset - self.start)
+        return stream
+
+
+@dataclass(frozen=True, slots=True)
+class _SharedSource(RawArraySource):
+    """A tensor whose bytes overlap another tensor's: read from its :class:`_StorageCache`
+    (one thread: the parallel reader would read the file again)."""
+
+    def iter_mapped(
+        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
+    ) -> Iterator[tuple[int, T]]:
+        for start, values in self.iter_elements(elems_per_chunk):
+            yield start, fn(start, values)
+
+
+def _share(
+    path: Path, archive: _Archive, made: list[tuple[str, RawArraySource]]
+) -> tuple[list[tuple[str, RawArraySource]], list[tuple[str, str]]]:
+    """Sources whose bytes overlap read their storage from one :class:`_StorageCache` per
+    record, up to :data:`SHARED_MAX` bytes of such records in all; beyond, they are refused
+    (each ``(name, problem)``)."""
+    overlapping = _overlaps(made)
+    if not overlapping:
+        return made, []
+    by_offset = sorted(archive.records)
+    caches: dict[int, _StorageCache] = {}
+    cached = 0
+    out: list[tuple[str, RawArraySource]] = []
+    refused: list[tuple[str, str]] = []
+    for i, (key, src) in enumerate(made):
+        if i not in overlapping:
+            out.append((key, src))
+            continue
+        at = src.data_offset or 0
+        base = by_offset[bisect.bisect_right(by_offset, at) - 1]
+        info = archive.records[base][0]
+        cache = caches.get(base)
+        if cache is None and cached + info.file_size > SHARED_MAX:
+            refused.append(
+                (
+                    key,
+                    f"its bytes overlap another tensor's, and the storages shared so are over "
+                    f"the {SHARED_MAX >> 20} MiB read once and kept (save each tensor's "
+                    ".clone())",
+                )
+            )
+            continue
+        if cache is None:
+            cache = caches[base] = _StorageCache(path, base, info.file_size)
+            cached += info.file_size
+        fields = {f: getattr(src, f) for f in RawArraySource.__dataclass_fields__}
+        fields["archive"] = cache
+        out.append((key, _SharedSource(**fields)))
+    return out, refused
+
+
+def _walk(
+    path: Path, obj: Any, archive: _Archive, stored_as: str | None, lenient: bool, torch: Any
+) -> tuple[list[tuple[str, RawArraySource]], list[Unreadable], int, set[int]]:
+    """The tensors of the pickle as sources (and the entries refused, with ``lenient``), the
+    number of entries, and the storage records referenced."""
+    made: list[tuple[str, RawArraySource]] = []
     unreadable: list[Unreadable] = []
+    referenced: set[int] = set()
     seen: set[str] = set()
     total = 0
     for name, leaf in _leaves(obj, torch):
@@ -326,12 +481,50 @@ def open_torchsave(path: Path, size: int, stored_as: str | None, lenient: bool) 
                 raise InputFileError(
                     path, f"not a tensor ({type(leaf).__name__}): expected tensors only", key=key
                 )
-            src = _source(path, name, key, leaf, archive, stored_as, torch)
+            if leaf.device.type == "meta":
+                base = _record_offset(leaf.untyped_storage())
+                if base is not None:
+                    referenced.add(base)
+            made.append((key, _source(path, name, key, leaf, archive, stored_as, torch)))
         except InputFileError as exc:
             if not lenient:
                 raise
             unreadable.append(Unreadable(key, exc.problem))
-            continue
+    return made, unreadable, total, referenced
+
+
+def open_torchsave(path: Path, size: int, stored_as: str | None, lenient: bool) -> Opened:
+    """Open every tensor of a ``torch.save`` file; see the module docstring.
+
+    Every member of the archive is accounted for: a member that is not torch's (another
+    file zipped in, such as an ``.npy`` that makes the file a valid ``.npz`` too) or a storage
+    record no tensor refers to is refused (with ``lenient``, listed as unreadable). Tensors
+    whose bytes overlap (views of one storage) read it from one cache: each stored byte is
+    read from the file once, however often the pickle refers to it.
+    """
+    del size
+    archive = _Archive(path)
+    if archive.foreign and not lenient:  # before torch reads anything
+        raise InputFileError(path, _FOREIGN, key=archive.foreign[0])
+    obj = _load(path)
+    torch = _import_torch()
+    made, unreadable, total, referenced = _walk(path, obj, archive, stored_as, lenient, torch)
+    problems = [(name, _FOREIGN) for name in archive.foreign]
+    problems += [
+        (info.filename, "a storage record no tensor of the pickle refers to (not analysed)")
+        for start, (info, _) in archive.records.items()
+        if start not in referenced
+    ]
+    made, refused = _share(path, archive, made)
+    problems += refused
+    if problems and not lenient:
+        name, problem = problems[0]
+        raise InputFileError(path, problem, key=name)
+    unreadable += [Unreadable(name, problem) for name, problem in problems]
+    total += len(problems) - len(refused)  # the refused tensors are counted already
+    layers: list[RawArraySource] = []
+    companions: list[RawArraySource] = []
+    for key, src in made:
         (companions if COMPANION_SEP in key else layers).append(src)
     layers = _attach_companions(path, layers, companions, unreadable if lenient else None)
     if not layers and not unreadable:

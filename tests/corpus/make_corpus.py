@@ -990,6 +990,7 @@ if __name__ != "__main__":  # as a script, main() imports this module properly f
         issue12_cases,
         parity_merge_cases,
         readers_cases,  # safetensors, torch.save, CSV dumps
+        trust3_cases,  # issue 21: hidden members, BOMs, contradicting summaries
     )
 
 # --------------------------------------------------------------------------- build

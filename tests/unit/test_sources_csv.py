@@ -68,7 +68,8 @@ def test_column_selects_by_name_or_index(tmp_path: Path, column: str, name: str)
 def test_column_errors(tmp_path: Path) -> None:
     path = _write(tmp_path / "q.csv", "a,b\n1,2\n")
     with pytest.raises(
-        InputFileError, match=r"no column 'zz': columns are 'a', 'b' \(or an index 0-1\)"
+        InputFileError,
+        match=r"no column 'zz': columns are 'a', 'b' \(an index 0-1, or name:NAME for a header",
     ):
         open_sources(path, column="zz")
     with pytest.raises(InputFileError, match=r"no column '5'"):
@@ -119,9 +120,90 @@ def test_file_over_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
         open_sources(path)
 
 
-def test_file_changed_after_opening_is_an_error(tmp_path: Path) -> None:
+def test_file_changed_after_opening_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file too big to keep is parsed again per column: a change since it was opened is an
+    error (a small file is kept in memory: read once)."""
+    from rmsnorm_eps.sources import csv as csv_source
+
+    monkeypatch.setattr(csv_source, "MAX_CELLS", 1)
     path = _write(tmp_path / "q.csv", "a\n1\n2\n")
     (src,) = open_sources(path).sources
     _write(path, "a\n1\n2\n3\n")
     with pytest.raises(InputFileError, match=r"holds 3 rows now, 2 when opened"):
         _values(src)
+
+
+def _column(src: Any) -> np.ndarray:
+    return np.concatenate([v.copy() for _, v in src.iter_elements(1 << 20)])
+
+
+def test_byte_order_mark_is_not_a_header(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM: the first row stays a row of data."""
+    path = tmp_path / "q.csv"
+    path.write_bytes(b"\xef\xbb\xbf1e-9\n1.0\n")
+    (src,) = open_sources(path).sources
+    np.testing.assert_array_equal(_column(src), [1e-9, 1.0])
+    path.write_bytes(b"\xef\xbb\xbfa,b\n1,2\n")
+    assert [s.name for s in open_sources(path).sources] == ["a", "b"]
+
+
+def test_digits_always_select_the_index(tmp_path: Path) -> None:
+    """A header named like an index (``1,x``): ``--column 1`` is the second column, the one
+    named ``1`` is ``--column name:1``."""
+    path = _write(tmp_path / "q.csv", "1,x\n1e-9,2\n")
+    (src,) = open_sources(path, column="1").sources
+    assert src.name == "x"
+    np.testing.assert_array_equal(_column(src), [2.0])
+    (src,) = open_sources(path, column="name:1").sources
+    assert src.name == "1"
+    np.testing.assert_array_equal(_column(src), [1e-9])
+    with pytest.raises(InputFileError, match="no column 'name:zz'"):
+        open_sources(path, column="name:zz")
+
+
+def test_non_utf8_error_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_bytes(b"a\n" + b"1\n" * 5000 + b"caf\xe9\n")
+    with pytest.raises(InputFileError, match="line 5002: not UTF-8"):
+        open_sources(path)
+
+
+def test_all_columns_parsed_in_one_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4,000 columns: the file is parsed once, not once per column."""
+    from rmsnorm_eps.sources import csv as csv_source
+
+    rng = np.random.default_rng(4)
+    values = rng.random((30, 4000))
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(",".join(repr(float(v)) for v in row) for row in values) + "\n")
+    parses: list[int] = []
+    real = csv_source._rows
+
+    def counting(*args: Any) -> Any:
+        parses.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(csv_source, "_rows", counting)
+    opened = open_sources(path)
+    got = np.stack([_column(src) for src in opened.sources], axis=1)
+    np.testing.assert_array_equal(got, values)
+    assert len(parses) == 1
+
+
+def test_big_files_parse_again_per_column_or_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmsnorm_eps.sources import csv as csv_source
+
+    monkeypatch.setattr(csv_source, "MAX_CELLS", 10)
+    path = _write(tmp_path / "q.csv", "a,b\n" + "".join(f"{i},{2 * i}\n" for i in range(20)))
+    _, b = open_sources(path).sources
+    np.testing.assert_array_equal(_column(b), 2.0 * np.arange(20))
+    wide = ",".join(f"c{i}" for i in range(9)) + "\n" + ("1," * 8 + "1\n") * 2
+    with pytest.raises(InputFileError, match="more than 10 cells in 9 columns"):
+        open_sources(_write(tmp_path / "w.csv", wide))
+    monkeypatch.setattr(csv_source, "MAX_COLUMNS", 4)
+    with pytest.raises(InputFileError, match="line 1: 9 columns, over the 4"):
+        open_sources(_write(tmp_path / "w.csv", wide))

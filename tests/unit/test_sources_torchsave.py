@@ -201,3 +201,79 @@ def test_torch_without_record_offsets_is_a_clear_error(
     path = _save(tmp_path / "d.pt", {"q": _rand(2)})
     with pytest.raises(InputFileError, match=r"\[q\]: this torch \(.*\) does not report where"):
         open_sources(path)
+
+
+def _rezip(src: Path, dest: Path, extra: list[tuple[str, bytes]], change: Any = None) -> Path:
+    """``src``'s records (``change(name, data)`` applied) and ``extra`` members, stored."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info.filename, change(info.filename, data) if change else data)
+        for name, data in extra:
+            zout.writestr(name, data)
+    return dest
+
+
+def test_members_the_pickle_does_not_reference_are_refused(tmp_path: Path) -> None:
+    """An extra .npy member (a valid .npz too: numpy.load sees it) and an orphan storage
+    record are refused, or with lenient listed: never silently ignored."""
+    import io
+    import warnings
+
+    base = _save(tmp_path / "archive.pt", {"q": _rand(3)})
+    npy = io.BytesIO()
+    np.save(npy, np.array([1e-12], np.float32))
+    poly = _rezip(base, tmp_path / "poly.pt", [("archive/hidden.npy", npy.getvalue())])
+    assert "archive/hidden" in np.load(poly).files
+    with pytest.raises(InputFileError, match=r"\[archive/hidden.npy\]: a zip member that is not"):
+        open_sources(poly)
+    opened = open_sources(poly, lenient=True)
+    assert [u.name for u in opened.unreadable] == ["archive/hidden.npy"]
+    assert opened.members_total == 2 and [s.name for s in opened.sources] == ["q"]
+    orphan = _rezip(base, tmp_path / "orphan.pt", [("archive/data/9", b"\0" * 4)])
+    with pytest.raises(InputFileError, match=r"\[archive/data/9\]: a storage record no tensor"):
+        open_sources(orphan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile: "Duplicate name"
+        dup = _rezip(base, tmp_path / "dup.pt", [("archive/data.pkl", b"N.")])
+    with pytest.raises(InputFileError, match=r"two zip entries named 'archive/data\.pkl'"):
+        open_sources(dup, lenient=True)
+
+
+def test_big_endian_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    """torch's meta loader segfaults on byteorder "big": refused before torch reads it."""
+    base = _save(tmp_path / "archive.pt", {"q": _rand(3)})
+    big = _rezip(
+        base,
+        tmp_path / "big.pt",
+        [],
+        lambda name, data: b"big" if name.endswith("/byteorder") else data,
+    )
+    with pytest.raises(InputFileError, match="written on a big-endian machine"):
+        open_sources(big)
+
+
+def test_a_storage_is_read_once_however_often_referenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmsnorm_eps.sources import torchsave
+
+    t = _rand(64)
+    obj = {f"t{i}": t for i in range(200)}
+    obj["view"] = t.reshape(8, 8).t()
+    path = _save(tmp_path / "alias.pt", obj)
+    opened = open_sources(path)
+    assert len(opened.sources) == 201
+    reads: list[str] = []
+    real_open = open
+
+    def counting_open(file: Any, *args: Any, **kw: Any) -> Any:
+        reads.append(str(file))
+        return real_open(file, *args, **kw)
+
+    monkeypatch.setattr(torchsave, "open", counting_open, raising=False)
+    for src in opened.sources[:200]:
+        got = np.concatenate([v.copy() for _, v in src.iter_mapped(7, lambda s, v: v, 2)])
+        np.testing.assert_array_equal(got, t.numpy())
+    np.testing.assert_array_equal(_values(opened.sources[200]), t.numpy())
+    assert reads == [str(path)]  # one read of the storage, for 201 tensors

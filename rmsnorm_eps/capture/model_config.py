@@ -1,0 +1,98 @@
+"""What a capture checks in a model's ``config.json`` before transformers builds the model: the
+sizes it divides by or allocates with must be positive integers. (transformers would otherwise
+fail deep inside the model's constructor, e.g. with ``ZeroDivisionError`` for
+``num_attention_heads: 0``.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.errors import InputFileError
+
+__all__ = ["SIZE_KEYS", "check_model_config", "model_build_error"]
+
+#: Keys of a transformers config (at its top level or in a nested ``text_config``,
+#: ``vision_config``, ``encoder``/``decoder``...) that must be integers >= 1 when present.
+SIZE_KEYS = frozenset(
+    {
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "head_dim",
+        "n_head",
+        "n_embd",
+        "n_layer",
+        "d_model",
+        "num_heads",
+        "num_layers",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+        "encoder_layers",
+        "decoder_layers",
+    }
+)
+#: Largest config.json read (a real one is a few KB).
+_MAX_BYTES = 1 << 20
+_MAX_DEPTH = 4
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:60]!r}")
+            seen.add(key)
+    return out
+
+
+def check_model_config(directory: Path) -> None:
+    """Refuse, with one line naming the key, a ``config.json`` in ``directory`` whose sizes
+    (:data:`SIZE_KEYS`, at any depth up to 4) are not integers >= 1, or that repeats a key.
+    A directory without config.json (a GGUF model) is left to the loader."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_BYTES + 1)
+        if len(data) > _MAX_BYTES:
+            raise InputFileError(path, f"over {_MAX_BYTES >> 20} MiB: not a model config")
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_unique)
+    except InputFileError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputFileError(path, f"not a JSON model config ({exc})") from None
+    _check(path, doc, "", 0)
+
+
+def _check(path: Path, obj: Any, where: str, depth: int) -> None:
+    if not isinstance(obj, dict) or depth > _MAX_DEPTH:
+        return
+    for key, value in obj.items():
+        name = f"{where}{key}"
+        if key in SIZE_KEYS and value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputFileError(
+                    path, f"{str(value)[:40]!r} is not a size: expected an integer >= 1", key=name
+                )
+        elif isinstance(value, dict):
+            _check(path, value, f"{name}.", depth + 1)
+
+
+def model_build_error(directory: Path, exc: BaseException) -> CaptureError:
+    """The one line for an error raised while transformers builds a model from its config
+    (any such error is the config's: a bad size, an inconsistent combination)."""
+    text = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return CaptureError(
+        f"{directory}: the model cannot be built from its config.json "
+        f"({type(exc).__name__}: {text})"
+    )
