@@ -107,7 +107,9 @@ def plan(
         return _plan_2d(lead, groups, b, t, known, padded, where)
     if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
         h = lead[0] // (b * t)
-        return ("tokens [B*T, D]" if h == 1 else "heads [B*T*H, D]"), True
+        if h > 1:
+            return "heads [B*T*H, D]", True
+        return ("tokens [B*T, D]" if groups == 1 else "groups [B*T, G, D]"), True
     if len(lead) == 3 and lead[0] == b:
         layout = head_layout(lead, strides, t, known, spec, forced)
         if layout is not None:
