@@ -105,16 +105,7 @@ def read_call(
     import torch
 
     named = bind(module, args, kwargs)
-    ids = named.get("input_ids")
-    first = named.get("#first")
-    if ids is None and isinstance(first, torch.Tensor) and first.ndim == 2:
-        ids = first
-    embeds = named.get("inputs_embeds")
-    shape: tuple[int, int] | None = None
-    if isinstance(ids, torch.Tensor) and ids.ndim == 2:
-        shape = (int(ids.shape[0]), int(ids.shape[1]))
-    elif isinstance(embeds, torch.Tensor) and embeds.ndim == 3:
-        shape = (int(embeds.shape[0]), int(embeds.shape[1]))
+    ids, shape = _ids_and_shape(named)
     if role == "model":
         mask = named.get("attention_mask")
         if isinstance(mask, torch.Tensor) and mask.ndim == 2:
@@ -123,23 +114,44 @@ def read_call(
                 raise CaptureError(f"attention_mask shape {got} does not match the input {shape}")
             return Call(got, _mask_of(mask, None), ids)
         return Call(shape, None, ids)
+    found = _stack_mask(named, shape, role, root)
+    if shape is None and found is not None:
+        shape = (int(found.shape[0]), int(found.shape[1]))
+    return Call(shape, found, ids)
+
+
+def _ids_and_shape(named: dict[str, Any]) -> tuple[Any, tuple[int, int] | None]:
+    """The call's ids (or None) and (B, T) from them or from ``inputs_embeds``."""
+    import torch
+
+    ids = named.get("input_ids")
+    first = named.get("#first")
+    if ids is None and isinstance(first, torch.Tensor) and first.ndim == 2:
+        ids = first
+    embeds = named.get("inputs_embeds")
+    if isinstance(ids, torch.Tensor) and ids.ndim == 2:
+        return ids, (int(ids.shape[0]), int(ids.shape[1]))
+    if isinstance(embeds, torch.Tensor) and embeds.ndim == 3:
+        return ids, (int(embeds.shape[0]), int(embeds.shape[1]))
+    return ids, None
+
+
+def _stack_mask(
+    named: dict[str, Any], shape: tuple[int, int] | None, role: str, root: dict[str, Any] | None
+) -> Any:
+    """A stack's padding mask, in the order of the module docstring (None: none found)."""
     found = None
     if root is not None:
         key = "decoder_attention_mask" if role == "decoder" else "attention_mask"
         found = _mask_of(root.get(key), shape)
     if found is None:
         found = _mask_of(named.get("attention_mask"), shape)
-    if found is None:
-        for name, value in named.items():
-            if name.endswith("padding_mask") and not (
-                role == "decoder" and name.startswith("encoder")
-            ):
-                found = _mask_of(value, shape, inverted=True)
-                if found is not None:
-                    break
-    if shape is None and found is not None:
-        shape = (int(found.shape[0]), int(found.shape[1]))
-    return Call(shape, found, ids)
+    for name, value in named.items():
+        if found is not None:
+            break
+        if name.endswith("padding_mask") and not (role == "decoder" and name.startswith("encoder")):
+            found = _mask_of(value, shape, inverted=True)
+    return found
 
 
 def probe_inputs(

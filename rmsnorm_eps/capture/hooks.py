@@ -31,7 +31,7 @@ tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real toke
 count sequences over all forward calls. A module called k times in one forward pass records
 call indices 0..k-1.
 
-This module stays one piece (about 500 lines) on purpose: :class:`QCapture`'s hooks share one
+This module stays one piece (about 700 lines) on purpose: :class:`QCapture`'s hooks share one
 state (the call context stack, the pending device results, the per-module records) that is
 simpler to follow in one class than spread over modules; the pure parts live beside it
 (``layout``, ``reduce``, ``classify``, ``records``).
@@ -133,8 +133,8 @@ class QCapture:
     summaries (bounded memory); it needs the bound, ``min_ratio`` (q/eps), which the summaries
     count against. ``q_dtype``: 'float64' (default) or 'float32', the dtype q is kept in on the
     host. ``top_k``: worst inputs kept per summary. ``head_layout``: 'bthd' or 'bhtd' forces
-    the layout of a 4-D input whose layout neither its sizes nor its strides determine (None:
-    such an input stops the capture).
+    the layout of a 4-D input whose layout neither its sizes, an earlier call nor its strides
+    determine (None: a probe rerun decides, else the module is listed, not analysed).
     """
 
     def __init__(
@@ -346,6 +346,8 @@ class QCapture:
             return
         if not isinstance(x, torch.Tensor) or x.ndim <= st.inner_ndim:
             return
+        if st.kind.channels_first:
+            x = x.movedim(1, -1)
         ctx = self._stack[-1] if self._stack else _Context(None, None)
         k = st.inner_ndim
         width = math.prod(int(n) for n in x.shape[x.ndim - k :])
@@ -381,7 +383,18 @@ class QCapture:
         st.inner_ndim = self._inner_ndim(st, x)
         inner = tuple(int(n) for n in x.shape[x.ndim - st.inner_ndim :])
         gate_pos = gate is not None and gate_kw is None
-        return classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+        nk = classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+        if nk.norm == "unknown" and x.ndim == 3 and st.inner_ndim == 1 and int(x.shape[1]) > 1:
+            cf = classify_module(
+                st.module,
+                (int(x.shape[1]),),
+                gate_kw=gate_kw,
+                gate_pos=gate_pos,
+                channels_first=True,
+            )
+            if cf.norm != "unknown":  # a [B, C, T] input normalized over its channels
+                return cf
+        return nk
 
     def _live_eps(self, st: _State, nk: NormKind, dtype_name: str) -> tuple[float, str]:
         """The eps this call uses: the attribute's current value when the probe matched it."""
@@ -411,14 +424,16 @@ class QCapture:
         if not _is_tensor(x) or x.ndim <= spec.norm_ndim:
             raise CaptureError(f"module {spec.name!r}: input is not a tensor with token axes")
         ctx = self._stack[-1] if self._stack else _Context(None, None)
-        call = self._calls.get(id(st), 0)
-        self._calls[id(st)] = call + 1
-        st.max_calls = max(st.max_calls, call + 1)
         st.calls += 1
         nk = self._settings(st, x, gate, gate_kw)
-        if nk is None:  # unknown kind: listed, never analysed
-            return
-        self._pending.append(self._quantity(st, nk, x, gate, ctx, call))
+        # q and k normalized in one call: one call index each
+        tensors = [(x, None), (gate, None)] if nk is not None and nk.inputs == 2 else [(x, gate)]
+        for t, g in tensors:
+            call = self._calls.get(id(st), 0)
+            self._calls[id(st)] = call + 1
+            st.max_calls = max(st.max_calls, call + 1)
+            if nk is not None:  # else unknown kind: listed, never analysed
+                self._pending.append(self._quantity(st, nk, t, g, ctx, call))
         if not self._stack:  # not inside a model call: nothing to wait for
             self._flush()
 
@@ -435,7 +450,7 @@ class QCapture:
             raise CaptureError(
                 f"module {spec.name!r} ({spec.class_name}): a gated norm called without its gate"
             )
-        if gate is not None and tuple(gate.shape) != tuple(x.shape):
+        if nk.inputs == 1 and gate is not None and tuple(gate.shape) != tuple(x.shape):
             raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
         dtype_name = str(x.dtype).removeprefix("torch.")
         eps, source = self._live_eps(st, nk, dtype_name)
@@ -451,8 +466,17 @@ class QCapture:
     ) -> _Pending:
         """What the module divides by, per vector, on x's device, arranged [B, T, H] (or
         waiting for a probe when its layout is ambiguous)."""
+        import torch
+
         k = st.inner_ndim
+        if nk.channels_first:  # [B, C, T]: the normalized axis 1 goes last
+            x = x.movedim(1, -1)
+            gate = gate.movedim(1, -1) if gate is not None else None
         st.dim = nk.group_size or math.prod(int(n) for n in x.shape[x.ndim - k :])
+        scale = None
+        if nk.input_scale is not None:
+            w = st.module.weight.detach().to(device=x.device, dtype=torch.float64)
+            scale = (1.0 + w if nk.input_scale == "1+w" else w).reshape(x.shape[x.ndim - k :])
         q = reduce_rows(
             x,
             nk.norm,
@@ -460,6 +484,8 @@ class QCapture:
             group_size=nk.group_size,
             gate=gate,
             gate_before=bool(nk.gate_before),
+            gate_fn=nk.gate_fn,
+            scale=scale,
         )
         strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
         try:
@@ -592,11 +618,6 @@ class QCapture:
             wdt = str(w.dtype).removeprefix("torch.") if w is not None else None
             full = not self.summary_only
             nk = st.kind
-            norm = nk.norm if nk is not None else None
-            reason = nk.reason if nk is not None else None
-            if st.skipped is not None:
-                found = f" ({norm} norm)" if norm not in (None, "unknown") else ""
-                norm, reason = "unknown", f"not analysed{found}: {st.skipped}"
             records.append(
                 ModuleRecord(
                     name=st.spec.name,
@@ -618,13 +639,9 @@ class QCapture:
                     batch=_cat(st.batch, np.int64) if full else None,
                     head=_cat(st.head, np.int64) if full else None,
                     summaries=_summaries(st),
-                    norm=norm,
-                    reason=reason,
-                    bias=nk.bias if nk is not None else False,
-                    group_size=nk.group_size if nk is not None else None,
-                    gate_before=nk.gate_before if nk is not None else None,
                     max_calls=st.max_calls,
                     call=_cat(st.call, np.int64) if full else None,
+                    **_kind_fields(st),
                 )
             )
         return CaptureResult(
@@ -636,6 +653,36 @@ class QCapture:
             min_ratio=self.min_ratio,
             top_k=self.top_k,
         )
+
+
+def _kind_fields(st: _State) -> dict[str, Any]:
+    """A record's fields from the module's kind; a skipped module is 'unknown' with why."""
+    nk = st.kind
+    if nk is None:
+        skipped = st.skipped is not None
+        return {"norm": "unknown" if skipped else None, "reason": _why(st) if skipped else None}
+    fields: dict[str, Any] = {
+        "norm": nk.norm,
+        "reason": nk.reason,
+        "bias": nk.bias,
+        "group_size": nk.group_size,
+        "gate_before": nk.gate_before,
+        "gate_fn": nk.gate_fn if nk.norm == "gated-rms" else None,
+        "input_scale": nk.input_scale,
+        "eps_rule": nk.eps_rule,
+        "inputs": nk.inputs,
+        "channels_first": nk.channels_first,
+    }
+    if st.skipped is not None:
+        fields |= {"norm": "unknown", "reason": _why(st)}
+    return fields
+
+
+def _why(st: _State) -> str:
+    """Why a skipped module is not analysed (with the kind it was found to be)."""
+    norm = st.kind.norm if st.kind is not None else "unknown"
+    found = f" ({norm} norm)" if norm != "unknown" else ""
+    return f"not analysed{found}: {st.skipped}"
 
 
 def _is_tensor(x: Any) -> bool:
