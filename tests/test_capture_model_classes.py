@@ -49,6 +49,7 @@ def _chameleon_config(**kw: Any) -> Any:
     )
 
 
+@pytest.mark.slow  # importing transformers' chameleon modeling takes ~10 s
 def test_the_model_class_follows_the_auto_mapping_or_the_models_own_class() -> None:
     from transformers import AutoModel, AutoModelForCausalLM, BertConfig, LlamaConfig
     from transformers.models.chameleon import ChameleonForConditionalGeneration

@@ -340,3 +340,15 @@ def test_layout_without_evidence_is_listed_not_guessed() -> None:
     assert flat.layout == "tokens [B*T, D]" and flat.count == 9
     x = model.emb(ids).detach().double()
     np.testing.assert_allclose(flat.q, (x * x).mean(-1).reshape(-1).numpy(), rtol=1e-12)
+
+
+def test_without_probes_an_ambiguous_layout_is_listed() -> None:
+    """``probe=False`` never reruns the model: B == T on a first call is then not guessed."""
+    torch.manual_seed(0)
+    model = _xlnet().eval()
+    ids = torch.randint(3, 64, (3, 3))
+    with QCapture(model, probe=False) as cap, torch.no_grad():
+        model(input_ids=ids, attention_mask=torch.ones(3, 3, dtype=torch.long))
+        model(input_ids=ids[:2], attention_mask=torch.ones(2, 3, dtype=torch.long))
+    for m in cap.result().modules:
+        assert m.norm == "unknown" and m.count == 0 and "[B, T] from [T, B]" in str(m.reason)

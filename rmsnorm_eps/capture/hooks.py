@@ -135,6 +135,8 @@ class QCapture:
     host. ``top_k``: worst inputs kept per summary. ``head_layout``: 'bthd' or 'bhtd' forces
     the layout of a 4-D input whose layout neither its sizes, an earlier call nor its strides
     determine (None: a probe rerun decides, else the module is listed, not analysed).
+    ``probe``: False never reruns the model (a module whose layout is ambiguous and not known
+    from an earlier call is then listed, not analysed).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class QCapture:
         top_k: int = 5,
         q_dtype: str = "float64",
         head_layout: str | None = None,
+        probe: bool = True,
     ) -> None:
         if q_dtype not in ("float32", "float64"):
             raise CaptureError(f"q_dtype must be float32 or float64, got {q_dtype!r}")
@@ -160,6 +163,7 @@ class QCapture:
         self.top_k = top_k
         self.q_dtype = q_dtype
         self.head_layout = head_layout
+        self.probe = probe
         specs = find_norm_modules(model, names)
         if not specs:
             raise CaptureError(
@@ -491,7 +495,7 @@ class QCapture:
         try:
             return self._placed(st, q, strides, ctx, call)
         except LayoutAmbiguous as exc:
-            if self._stack and self._root_args is not None:
+            if self.probe and self._stack and self._root_args is not None:
                 return _Pending(st, q, None, self._sequences, call, exc.probe, ctx, strides)
             raise
 
