@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rmsnorm_eps.capture.classify import classify_module  # noqa: E402
-from rmsnorm_eps.capture.errors import CaptureError  # noqa: E402
 from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
 from rmsnorm_eps.capture.reduce import reduce_rows  # noqa: E402
 
@@ -100,28 +99,39 @@ def test_classify_hard_coded_eps_and_unknown() -> None:
 
 class _Heads(torch.nn.Module):
     """A per-head norm fed [B, T, H, D] with an expanded (stride 0) head axis: T == H cannot be
-    told from the sizes nor from the strides."""
+    told from the sizes nor from the strides (``tied``: H is always T, so no probe tells)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tied: bool = False) -> None:
         super().__init__()
+        self.tied = tied
         self.emb = torch.nn.Embedding(16, 8)
         self.q_norm = torch.nn.RMSNorm(8, eps=1e-6)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: object = None) -> torch.Tensor:
         x = self.emb(input_ids)
         b, t, d = x.shape
-        return self.q_norm(x[:, :, None, :].expand(b, t, 3, d))  # H = 3 heads
+        h = t if self.tied else 3
+        return self.q_norm(x[:, :, None, :].expand(b, t, h, d))  # H = 3 heads (or T)
 
 
-def test_undeterminable_layout_is_refused_naming_the_module() -> None:
-    model = _Heads()
+def test_undeterminable_layout_is_listed_naming_the_module() -> None:
     ids = torch.randint(0, 16, (2, 3))  # T == H == 3
-    with (
-        pytest.raises(CaptureError, match=r"'q_norm' \(RMSNorm\).*T == H == 3"),
-        QCapture(model),
-        torch.no_grad(),
-    ):
+    # H follows T: neither sizes, strides nor a probe one token shorter tell: listed, no q
+    tied = _Heads(tied=True)
+    with QCapture(tied) as cap, torch.no_grad():
+        tied(input_ids=ids)
+    m = cap.result().modules[0]
+    assert m.norm == "unknown" and m.count == 0 and m.calls == 1
+    assert m.reason is not None and "layout unknown" in m.reason and "T == H == 3" in m.reason
+    assert "'q_norm' (RMSNorm)" in m.reason
+    # a fixed H: the probe one token shorter (T = 2 != H) tells [B, T, H, D]
+    model = _Heads()
+    with QCapture(model) as cap, torch.no_grad():
         model(input_ids=ids)
+    m = cap.result().modules[0]
+    x = model.emb(ids).detach().double()
+    assert m.layout == "heads [B, T, H, D]" and m.count == 2 * 3 * 3
+    np.testing.assert_allclose(m.q, np.repeat((x**2).mean(-1).reshape(-1).numpy(), 3), rtol=1e-12)
     # with T != H the sizes decide; then a later T == H call keeps the module's layout
     with QCapture(model) as cap, torch.no_grad():
         model(input_ids=ids[:, :2].contiguous())  # T = 2, H = 3

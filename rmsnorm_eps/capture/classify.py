@@ -14,6 +14,13 @@ G the gain (w, 1 + w or 1), beta the bias (or 0), s = 1/sqrt(q + eps) per vector
   gate after: y = G * x * s * silu(g), q = mean(x**2) per group (every divisor of the width is
   tried as the group size).
 
+Besides: the gate may go through silu, sigmoid, gelu (erf or tanh), relu or tanh (``gate_fn``);
+an RMSNorm may scale its input by the gain before normalizing, y = a * s with a = G * x and
+q = mean(a**2) (``input_scale``); each formula may clamp instead of adding,
+s = 1/sqrt(max(q, eps)) (``eps_rule`` 'clamp'); a module called with two tensors (q and k) that
+returns two is matched on each (``inputs`` 2); a ``[B, C, T]`` input whose normalized axis is
+the channel axis 1 is probed as such (``channels_first``).
+
 For the first formula that fits every row (relative residual below 1e-3), s is solved per vector
 by least squares and eps = 1/s**2 - q; the row with the smallest q (1e-24, far below any eps)
 fixes eps to float32 precision, and every other row must agree with it. When the module has an
@@ -32,13 +39,16 @@ from typing import Any
 
 import numpy as np
 
+from rmsnorm_eps.capture.formulas import Fit, match
+
 __all__ = ["EPS_ATTRS", "NormKind", "classify_module", "eps_attribute"]
 
 #: Attributes a norm keeps its epsilon in.
 EPS_ATTRS = ("eps", "variance_epsilon", "epsilon")
 
-_SCALES = np.array([1e-12, 1e-8, 1e-5, 1e-3, 1e-2, 0.1, 1.0, 3.0, 10.0], dtype=np.float64)
-_FIT_TOL = 1e-3
+_SCALES = np.array(
+    [1e-12, 1e-10, 1e-8, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0, 3.0, 10.0], dtype=np.float64
+)
 _EPS_TOL = 1e-5
 
 
@@ -49,6 +59,11 @@ class NormKind:
     ``gain``: 'w', '1+w' or 'none'; ``bias``: LayerNorm adds beta; ``group_size``: elements per
     q (None: the whole normalized width); ``gate_before``: a gated norm multiplies by silu(gate)
     before normalizing (else after); ``eps`` with ``eps_source``; ``reason`` why unknown.
+    ``gate_fn``: the gate's function ('silu', 'sigmoid', 'gelu', 'gelu_tanh', 'relu', 'tanh');
+    ``input_scale``: 'w' or '1+w' when the gain scales the input before it is normalized (q
+    is then mean((G*x)**2)); ``eps_rule``: 'add' (sqrt(q + eps)) or 'clamp' (sqrt(max(q, eps)));
+    ``inputs``: tensors normalized per call (2: q and k in one call); ``channels_first``: the
+    normalized axis is axis 1 of a [B, C, T] input.
     """
 
     norm: str
@@ -59,6 +74,11 @@ class NormKind:
     eps: float | None = None
     eps_source: str | None = None
     reason: str | None = None
+    gate_fn: str = "silu"
+    input_scale: str | None = None
+    eps_rule: str = "add"
+    inputs: int = 1
+    channels_first: bool = False
 
 
 def eps_attribute(module: Any) -> tuple[str, float] | None:
@@ -94,10 +114,6 @@ def _probe_copy(module: Any) -> Any:
     return dup, True
 
 
-def _silu(g: np.ndarray) -> np.ndarray:
-    return g / (1.0 + np.exp(-g))
-
-
 def _snap(eps: float) -> float:
     if eps <= 0:
         return 0.0
@@ -109,62 +125,21 @@ def _snap(eps: float) -> float:
     return eps
 
 
-def _solve(y: np.ndarray, num: np.ndarray, q: np.ndarray, beta: np.ndarray) -> float | None:
-    """eps for y = num * s + beta with s = 1/sqrt(q + eps) per vector (rows, then groups, then
-    the vector's elements on the last axis), or None when the rows do not fit.
-
-    Vectors whose ``num * s`` is lost in the rounding of a bias (below 1% of |y|) cannot be
-    checked and are left out; at least three must remain.
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        target = y - beta
-        if not np.all(np.isfinite(target)):
-            return None
-        scale = np.abs(target).max(axis=-1)
-        usable = scale >= 1e-2 * np.abs(y).max(axis=-1)
-        if int(usable.sum()) < 3:
-            return None
-        target, num, q, scale = target[usable], num[usable], q[usable], scale[usable]
-        den = np.sum(num * num, axis=-1)
-        if np.any(den <= 0):
-            return None
-        s = np.sum(target * num, axis=-1) / den
-        resid = np.abs(target - s[..., None] * num).max(axis=-1)
-        if not np.all(resid <= _FIT_TOL * np.maximum(scale, 1e-300)) or np.any(s <= 0):
-            return None
-        inv = 1.0 / (s * s)
-        k = int(np.argmin(q))
-        eps = float(inv[k] - q[k])
-        if eps < 0:
-            if eps < -1e-5 * float(q[k]) - 1e-30:
-                return None
-            eps = 0.0
-        pred = 1.0 / np.sqrt(q + eps)
-        if not np.all(np.abs(pred - s) <= 1e-4 * pred):
-            return None
-        return eps
-
-
-def _gains(weight: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
-    if weight is None:
-        return [("none", np.ones(1))]
-    return [("w", weight), ("1+w", 1.0 + weight), ("none", np.ones(1))]
-
-
-def _divisors(n: int) -> list[int]:
-    return sorted((d for d in range(1, n + 1) if n % d == 0), reverse=True)
-
-
 def classify_module(
-    module: Any, inner: tuple[int, ...], *, gate_kw: str | None = None, gate_pos: bool = False
+    module: Any,
+    inner: tuple[int, ...],
+    *,
+    gate_kw: str | None = None,
+    gate_pos: bool = False,
+    channels_first: bool = False,
 ) -> NormKind:
     """Run a copy of ``module`` on a probe whose trailing shape is ``inner`` (the real input's
     normalized axes) and name what it computes (see the module docstring).
 
-    ``gate_pos``: the real call passes a gate as the second positional argument; ``gate_kw``:
-    as this keyword argument.
+    ``gate_pos``: the real call passes a second tensor positionally (a gate, or k beside q);
+    ``gate_kw``: a gate as this keyword argument; ``channels_first``: probe a [1, C, n] input
+    normalized over axis 1 (``inner`` is (C,)).
     """
-    import torch
 
     dup, _ = _probe_copy(module)
     width = int(np.prod(inner)) if inner else 1
@@ -172,43 +147,121 @@ def classify_module(
         return NormKind("unknown", reason=f"normalized width {width} is too small to probe")
     rng = np.random.default_rng(20240611)
     rows = len(_SCALES)
-    z = rng.standard_normal((rows, width)) + 0.75
-    x64 = z * _SCALES[:, None]
+    x64 = (rng.standard_normal((rows, width)) + 0.75) * _SCALES[:, None]
     g64 = rng.standard_normal((rows, width)) * 2.0
-    device = _device_of(dup)
-    px = torch.tensor(x64.reshape((1, rows, *inner)), dtype=torch.float32, device=device)
-    pg = torch.tensor(g64.reshape((1, rows, *inner)), dtype=torch.float32, device=device)
+    probe = _Probe(dup, inner, rows, channels_first)
+    px, pg = probe.tensor(x64), probe.tensor(g64)
     gated = gate_pos or gate_kw is not None
     try:
-        with torch.no_grad():
-            if gate_kw is not None:
-                out = dup.forward(px, **{gate_kw: pg})
-            elif gate_pos:
-                out = dup.forward(px, pg)
-            else:
-                out = dup.forward(px)
+        outs = probe.run(px, pg if gated else None, gate_kw)
     except Exception as exc:  # any failure makes the kind unknown
         msg = " ".join(str(exc).split())[:120]
         return NormKind("unknown", reason=f"the probe call failed ({type(exc).__name__}: {msg})")
-    if isinstance(out, tuple | list):
-        out = out[0] if out else None
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(px.shape):
+    if not outs or tuple(getattr(outs[0], "shape", ())) != tuple(px.shape):
         return NormKind("unknown", reason="its output does not have its input's shape")
-    # What the probe really held (float32-rounded), in float64.
-    x = px.detach().to("cpu", torch.float64).numpy().reshape(rows, width)
-    g = pg.detach().to("cpu", torch.float64).numpy().reshape(rows, width)
-    y = out.detach().to("cpu", torch.float64).numpy().reshape(rows, width)
+    x, g, y = probe.host(px), probe.host(pg), probe.host(outs[0])
     w = _param(dup, "weight", width)
     b = _param(dup, "bias", width)
     sizes = [width] + ([int(inner[-1])] if len(inner) > 1 and inner[-1] > 1 else [])
-    found = _match(x, g, y, w, b, gated, sizes)
+    found, inputs = None, 1
+    if gate_pos and len(outs) > 1 and tuple(getattr(outs[1], "shape", ())) == tuple(px.shape):
+        # two tensors in, two out: q and k? probed again with a second input of the same scales
+        pk = probe.tensor((rng.standard_normal((rows, width)) + 0.75) * _SCALES[:, None])
+        found = _pair_fit(probe, px, pk, w, b, sizes)
+        inputs = 2 if found is not None else 1
+    if found is None:
+        found = match(x, g, y, w, b, gated, sizes)
     if found is None:
         what = "gated " if gated else ""
         return NormKind(
             "unknown",
             reason=f"its output on a probe matches no {what}RMSNorm, LayerNorm or L2 norm formula",
         )
-    norm, gain, bias, group, before, solved = found
+    eps, source = _eps_of(module, found)
+    return NormKind(
+        found.norm,
+        found.gain,
+        found.bias,
+        found.group,
+        found.before,
+        eps,
+        source,
+        gate_fn=found.gate_fn,
+        input_scale=found.input_scale,
+        eps_rule=found.rule,
+        inputs=inputs,
+        channels_first=channels_first,
+    )
+
+
+class _Probe:
+    """Runs the probe copy on [1, rows, *inner] tensors (``channels_first``: fed as
+    [1, C, rows] and read back) and reads outputs back as (rows, width) float64 arrays."""
+
+    def __init__(self, dup: Any, inner: tuple[int, ...], rows: int, channels_first: bool) -> None:
+        self.dup, self.inner, self.rows, self.cf = dup, inner, rows, channels_first
+        self.device = _device_of(dup)
+
+    def tensor(self, values: np.ndarray) -> Any:
+        import torch
+
+        shape = (1, self.rows, *self.inner)
+        return torch.tensor(values.reshape(shape), dtype=torch.float32, device=self.device)
+
+    def _feed(self, t: Any) -> Any:
+        return t.transpose(1, 2).contiguous() if self.cf else t
+
+    def run(self, px: Any, second: Any = None, keyword: str | None = None) -> list[Any]:
+        """The module's outputs (a tuple's tensors), in the probe's own layout."""
+        import torch
+
+        with torch.no_grad():
+            if second is None:
+                out = self.dup.forward(self._feed(px))
+            elif keyword is not None:
+                out = self.dup.forward(self._feed(px), **{keyword: self._feed(second)})
+            else:
+                out = self.dup.forward(self._feed(px), self._feed(second))
+        outs = list(out) if isinstance(out, tuple | list) else [out]
+        return [
+            self._feed(o) if isinstance(o, torch.Tensor) and o.ndim == px.ndim else o for o in outs
+        ]
+
+    def host(self, t: Any) -> np.ndarray:
+        """What the probe really held (float32-rounded), in float64, as (rows, width)."""
+        import torch
+
+        return np.asarray(t.detach().to("cpu", torch.float64).numpy().reshape(self.rows, -1))
+
+
+def _pair_fit(
+    probe: _Probe, px: Any, pk: Any, w: np.ndarray | None, b: np.ndarray | None, sizes: list[int]
+) -> Fit | None:
+    """q and k normalized alike in one call (each with a gain of its own), or None."""
+    try:
+        y1, y2 = (probe.host(o) for o in probe.run(px, pk)[:2])
+    except Exception:  # not a pair after all: matched as a gated norm
+        return None
+    x, k = probe.host(px), probe.host(pk)
+    width = x.shape[1]
+    gains = (
+        [w, *_width_params(probe.dup, width)] if w is not None else _width_params(probe.dup, width)
+    )
+
+    def fit(a: np.ndarray, other: np.ndarray, y: np.ndarray) -> Fit | None:
+        return next(
+            (f for c in gains or [None] if (f := match(a, other, y, c, b, False, sizes))), None
+        )
+
+    first, second = fit(x, k, y1), fit(k, x, y2)
+    if first is not None and second is not None and first.same_rule(second):
+        return first
+    return None
+
+
+def _eps_of(module: Any, found: Fit) -> tuple[float, str]:
+    """The live eps: the module's attribute when it agrees with the solved value."""
+    solved = found.eps
     attr = eps_attribute(module)
     if attr is not None and abs(attr[1] - solved) <= _EPS_TOL * max(attr[1], 1e-30):
         eps, source = attr[1], f"attribute {attr[0]}"
@@ -216,7 +269,9 @@ def classify_module(
         eps, source = 0.0, f"attribute {attr[0]}"
     else:
         eps, source = _snap(solved), "solved from the module's output on a probe"
-    return NormKind(norm, gain, bias, group, before, eps, source)
+    if found.rule == "clamp":
+        source += " (a clamp: it divides by sqrt(max(q, eps)))"
+    return eps, source
 
 
 def _device_of(module: Any) -> Any:
@@ -237,50 +292,11 @@ def _param(module: Any, name: str, width: int) -> np.ndarray | None:
     return p.detach().to("cpu", torch.float64).numpy().reshape(width)
 
 
-def _match(
-    x: np.ndarray,
-    g: np.ndarray,
-    y: np.ndarray,
-    w: np.ndarray | None,
-    b: np.ndarray | None,
-    gated: bool,
-    sizes: list[int],
-) -> tuple[str, str, bool, int | None, bool | None, float] | None:
-    rows, width = x.shape
-    zero = np.zeros(1)
-    if not gated:
-        for size in sizes:
-            groups = width // size
-            group = None if groups == 1 else size
-            xg = x.reshape(rows, groups, size)
-            yg = y.reshape(rows, groups, size)
-            q_rms = np.mean(xg * xg, axis=-1)
-            xc = xg - xg.mean(axis=-1, keepdims=True)
-            q_var = np.mean(xc * xc, axis=-1)
-            for gain, G in _gains(w):
-                Gg = np.broadcast_to(G, (width,)).reshape(groups, size)
-                if (eps := _solve(yg, Gg * xg, q_rms, zero)) is not None:
-                    return "rms", gain, False, group, None, eps
-                for beta, has_bias in ((b, True), (None, False)):
-                    if has_bias and beta is None:
-                        continue
-                    bg = zero if beta is None else beta.reshape(groups, size)
-                    if (eps := _solve(yg, Gg * xc, q_var, bg)) is not None:
-                        return "layer", gain, has_bias, group, None, eps
-                q_sum = np.sum(xg * xg, axis=-1)
-                if (eps := _solve(yg, Gg * xg, q_sum, zero)) is not None:
-                    return "l2", gain, False, group, None, eps
-        return None
-    sg = _silu(g)
-    for before in (True, False):
-        a = x * sg if before else x
-        post = np.ones_like(x) if before else sg
-        for size in _divisors(width):
-            groups = width // size
-            ag = a.reshape(rows, groups, size)
-            q = np.mean(ag * ag, axis=-1)
-            for gain, G in _gains(w):
-                num = (np.broadcast_to(G, (width,)) * a * post).reshape(rows, groups, size)
-                if (eps := _solve(y.reshape(rows, groups, size), num, q, zero)) is not None:
-                    return "gated-rms", gain, False, (size if groups > 1 else None), before, eps
-    return None
+def _width_params(module: Any, width: int) -> list[np.ndarray | None]:
+    """Every floating parameter of ``width`` elements other than ``weight`` and ``bias`` (a q/k
+    norm's separate gains: ``q_weight``, ``k_weight``)."""
+    found: list[np.ndarray | None] = []
+    for name, p in module.named_parameters(recurse=False):
+        if name not in ("weight", "bias") and p.is_floating_point() and p.numel() == width:
+            found.append(p.detach().to("cpu").double().numpy().reshape(width))
+    return found

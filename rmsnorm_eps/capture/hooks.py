@@ -16,23 +16,22 @@ q = sum(x**2) (L2). Only these numbers are copied to the host, once per forward 
 unknown module is listed with the reason and never analysed.
 
 A pre-hook on the model (and on the encoder and decoder stacks of an encoder-decoder model)
-reads ``input_ids`` (or ``inputs_embeds``) and a 2-D ``attention_mask`` from each call, so every
-norm knows the batch size B, the sequence length T and which tokens are padding. Inputs may be:
-
-* ``[B, T, D]`` (a token norm), or ``[B*T, D]``;
-* ``[B, T, H, D]`` or ``[B, H, T, D]`` (per-head q/k norms over head_dim D), ``[B*T, H, D]``,
-  or ``[B*T*H, D]``. The axis whose size is T is the token axis. When T == H, the module's
-  layout from an earlier call decides; else the strides do: the token axis of a tensor made
-  by a projection has stride H*D, whether it is seen as ``[B, T, H, D]`` or as the transposed
-  view ``[B, H, T, D]``. When neither decides, the capture stops with a message naming the
-  module.
+reads, by keyword or positionally, the ids (or ``inputs_embeds``) and the padding mask of each
+call (:mod:`rmsnorm_eps.capture.calls`), so every norm knows the batch size B, the sequence
+length T and which tokens are padding; a pre-hook on the input embeddings sees the length the
+model pads its ids to. The layout of each module's input is read from evidence
+(:mod:`rmsnorm_eps.capture.layout`): the sizes, an earlier call, the strides, or a probe, a
+rerun of the forward pass with one sequence fewer (B == T) or one token shorter (T == H) made
+at the end of a pass in which a module's layout was ambiguous. A module whose layout nothing
+tells, or that fails in any other way, is listed with the reason and not analysed; the capture
+goes on.
 
 Padding tokens (attention mask 0) are dropped. A token's position is its rank among the real
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
 count sequences over all forward calls. A module called k times in one forward pass records
 call indices 0..k-1.
 
-This module stays one piece (about 500 lines) on purpose: :class:`QCapture`'s hooks share one
+This module stays one piece (about 700 lines) on purpose: :class:`QCapture`'s hooks share one
 state (the call context stack, the pending device results, the per-module records) that is
 simpler to follow in one class than spread over modules; the pure parts live beside it
 (``layout``, ``reduce``, ``classify``, ``records``).
@@ -48,9 +47,16 @@ from typing import Any
 import numpy as np
 
 from rmsnorm_eps.analysis import PositionSplit, ratio_position_split
+from rmsnorm_eps.capture.calls import bind, probe_inputs, read_call
 from rmsnorm_eps.capture.classify import NormKind, classify_module
 from rmsnorm_eps.capture.errors import CaptureError
-from rmsnorm_eps.capture.layout import arrange
+from rmsnorm_eps.capture.layout import (
+    LayoutAmbiguous,
+    LayoutUnknown,
+    orientation,
+    place,
+    plan,
+)
 from rmsnorm_eps.capture.modules import (
     NormModule,
     find_norm_modules,
@@ -87,25 +93,36 @@ class _State:
     kind: NormKind | None = None
     inner_ndim: int = 1
     max_calls: int = 0
+    skipped: str | None = None  # why the module is listed, not analysed (layout unknown, ...)
 
 
 @dataclass(frozen=True)
 class _Context:
-    """What the innermost hooked stack (the model, or its encoder or decoder) was called with."""
+    """What the innermost hooked stack (the model, or its encoder or decoder) was called with.
+
+    ``ids``: its input ids (on their device) when it got them; ``evidence`` holds what the
+    input embeddings saw in this call (``padded``: the length the model padded the ids to).
+    """
 
     bt: tuple[int, int] | None
     mask: Any  # bool [B, T] on the host, or None
+    ids: Any = None
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class _Pending:
-    """One module call's q, still on the device, arranged [B, T, H]."""
+    """One module call's q, still on the device, arranged [B, T, H] (or, while ``probe`` names
+    the probe that may tell its layout, as the module computed it: lead axes + groups)."""
 
     state: _State
     q: Any
     mask: Any
     offset: int
     call: int
+    probe: str | None = None
+    ctx: _Context | None = None
+    strides: tuple[int, ...] = ()
 
 
 class QCapture:
@@ -116,8 +133,10 @@ class QCapture:
     summaries (bounded memory); it needs the bound, ``min_ratio`` (q/eps), which the summaries
     count against. ``q_dtype``: 'float64' (default) or 'float32', the dtype q is kept in on the
     host. ``top_k``: worst inputs kept per summary. ``head_layout``: 'bthd' or 'bhtd' forces
-    the layout of a 4-D input whose layout neither its sizes nor its strides determine (None:
-    such an input stops the capture).
+    the layout of a 4-D input whose layout neither its sizes, an earlier call nor its strides
+    determine (None: a probe rerun decides, else the module is listed, not analysed).
+    ``probe``: False never reruns the model (a module whose layout is ambiguous and not known
+    from an earlier call is then listed, not analysed).
     """
 
     def __init__(
@@ -130,6 +149,7 @@ class QCapture:
         top_k: int = 5,
         q_dtype: str = "float64",
         head_layout: str | None = None,
+        probe: bool = True,
     ) -> None:
         if q_dtype not in ("float32", "float64"):
             raise CaptureError(f"q_dtype must be float32 or float64, got {q_dtype!r}")
@@ -143,6 +163,7 @@ class QCapture:
         self.top_k = top_k
         self.q_dtype = q_dtype
         self.head_layout = head_layout
+        self.probe = probe
         specs = find_norm_modules(model, names)
         if not specs:
             raise CaptureError(
@@ -156,27 +177,38 @@ class QCapture:
         self._calls: dict[int, int] = {}
         self._sequences = 0
         self._tokens = 0
+        self._root_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._root_named: dict[str, Any] = {}
+        self._probing: str | None = None  # the probe rerun in progress ('batch', 'length')
 
     # ------------------------------------------------------------------ context
-    def _stacks(self) -> list[Any]:
+    def _stacks(self) -> list[tuple[str, Any]]:
         """The encoder and decoder of an encoder-decoder model (they see different inputs)."""
         config = getattr(self.model, "config", None)
         if not getattr(config, "is_encoder_decoder", False):
             return []
-        found: list[Any] = []
-        for getter in ("get_encoder", "get_decoder"):
+        found: list[tuple[str, Any]] = []
+        for role, getter in (("encoder", "get_encoder"), ("decoder", "get_decoder")):
             fn = getattr(self.model, getter, None)
-            sub = fn() if callable(fn) else None
-            if sub is not None and sub is not self.model and all(sub is not f for f in found):
-                found.append(sub)
+            try:
+                sub = fn() if callable(fn) else None
+            except (AttributeError, NotImplementedError):
+                sub = None
+            if sub is not None and sub is not self.model and all(sub is not f for _, f in found):
+                found.append((role, sub))
         return found
 
     def __enter__(self) -> QCapture:
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         self._handles.append(self.model.register_forward_hook(self._root_post))
-        for sub in self._stacks():
-            self._handles.append(sub.register_forward_pre_hook(self._stack_pre, with_kwargs=True))
+        for role, sub in self._stacks():
+            self._handles.append(
+                sub.register_forward_pre_hook(self._make_stack_pre(role), with_kwargs=True)
+            )
             self._handles.append(sub.register_forward_hook(self._stack_post))
+        embed = _input_embeddings(self.model)
+        if embed is not None:
+            self._handles.append(embed.register_forward_pre_hook(self._embed_pre))
         for st in self._states:
             self._handles.append(
                 st.module.register_forward_pre_hook(self._make_hook(st), with_kwargs=True)
@@ -191,54 +223,91 @@ class QCapture:
         self._flush()
 
     # ------------------------------------------------------------------ root hooks
-    @staticmethod
-    def _read_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Context:
-        """B, T and the padding mask of a model (or stack) call."""
+    def _read(self, module: Any, args: Any, kwargs: dict[str, Any], role: str) -> _Context:
+        """B, T, the padding mask and the ids of a model (or stack) call (capture.calls)."""
         import torch
 
-        ids = kwargs.get("input_ids")
-        if ids is None and args and isinstance(args[0], torch.Tensor):
-            ids = args[0]
-        embeds = kwargs.get("inputs_embeds")
-        shape = None
-        if isinstance(ids, torch.Tensor) and ids.ndim == 2:
-            shape = (int(ids.shape[0]), int(ids.shape[1]))
-        elif isinstance(embeds, torch.Tensor) and embeds.ndim == 3:
-            shape = (int(embeds.shape[0]), int(embeds.shape[1]))
-        mask = kwargs.get("attention_mask")
-        if isinstance(mask, torch.Tensor) and mask.ndim == 2:
-            if shape is not None and tuple(mask.shape) != shape:
-                raise CaptureError(
-                    f"attention_mask shape {tuple(mask.shape)} does not match the input {shape}"
-                )
-            shape = (int(mask.shape[0]), int(mask.shape[1]))
-            return _Context(shape, mask.detach().to("cpu").bool())
-        if shape is not None:
-            return _Context(shape, torch.ones(shape, dtype=torch.bool))
-        return _Context(None, None)
+        root = self._root_named if role != "model" else None
+        call = read_call(module, args, kwargs, role=role, root=root)
+        mask = call.mask
+        if mask is None and call.bt is not None:
+            mask = torch.ones(call.bt, dtype=torch.bool)
+        return _Context(call.bt, mask, call.ids)
 
     def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._stack = [self._read_call(args, kwargs)]
+        if self._probing is not None:  # a layout probe: only the shapes are looked at
+            self._stack = [self._read(module, args, kwargs, "model")]
+            return
+        self._root_args = (args, kwargs)
+        self._root_named = bind(module, args, kwargs)
+        self._stack = [self._read(module, args, kwargs, "model")]
         self._calls = {}
         self._pending = []  # left by a forward pass that raised: not recorded
 
     def _root_post(self, module: Any, args: Any, output: Any) -> None:
-        self._flush()
+        if self._probing is not None:
+            self._stack = []
+            return
         ctx = self._stack[0] if self._stack else _Context(None, None)
+        self._probe_layouts(ctx)
+        self._flush()
         if ctx.mask is not None:
             self._sequences += int(ctx.mask.shape[0])
             self._tokens += int(ctx.mask.sum())
         self._stack = []
+        self._root_args, self._root_named = None, {}
 
-    def _stack_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        ctx = self._read_call(args, kwargs)
-        if ctx.bt is None and self._stack:
-            ctx = self._stack[-1]
-        self._stack.append(ctx)
+    def _make_stack_pre(self, role: str) -> Any:
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            ctx = self._read(module, args, kwargs, role)
+            if ctx.bt is None and self._stack:
+                ctx = self._stack[-1]
+            self._stack.append(ctx)
+
+        return hook
 
     def _stack_post(self, module: Any, args: Any, output: Any) -> None:
         if len(self._stack) > 1:
             self._stack.pop()
+
+    def _embed_pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        """Evidence from the input embeddings: the length the model padded its ids to."""
+        import torch
+
+        if not self._stack or not args or not isinstance(args[0], torch.Tensor):
+            return
+        ctx, emb = self._stack[-1], args[0]
+        ids = ctx.ids
+        if ctx.bt is None or not isinstance(ids, torch.Tensor) or emb.ndim != 2:
+            return
+        b, t = ctx.bt
+        n = int(emb.shape[1])
+        same = int(emb.shape[0]) == b and n > t and tuple(ids.shape) == (b, t)
+        if same and emb.device == ids.device and torch.equal(emb[:, :t], ids):
+            ctx.evidence["padded"] = n
+
+    def _probe_layouts(self, ctx: _Context) -> None:
+        """Rerun the forward pass with one sequence fewer (or one token shorter) when a module's
+        layout was ambiguous in this one and no earlier call told it (capture.layout)."""
+        import torch
+
+        for probe in ("batch", "length"):
+            waiting = [p for p in self._pending if p.probe == probe and p.state.layout is None]
+            if not waiting or self._root_args is None or ctx.bt is None:
+                continue
+            cut = probe_inputs(*self._root_args, ctx.bt, probe)
+            if cut is None:
+                continue
+            saved = self._stack
+            self._probing = probe
+            try:
+                with torch.no_grad():
+                    self.model(*cut[0], **cut[1])
+            except Exception:  # a probe that fails tells nothing: the modules stay unknown
+                pass
+            finally:
+                self._probing = None
+                self._stack = saved
 
     # ------------------------------------------------------------------ norm hooks
     def _make_hook(self, st: _State) -> Any:
@@ -253,9 +322,50 @@ class QCapture:
                 gate = args[1]
             elif isinstance(kwargs.get("gate"), torch.Tensor):
                 gate, gate_kw = kwargs["gate"], "gate"
-            self._record(st, x, gate, gate_kw)
+            if self._probing is not None:
+                self._probe_record(st, x)
+                return
+            if st.skipped is not None:
+                st.calls += 1
+                return
+            try:
+                self._record(st, x, gate, gate_kw)
+            except CaptureError as exc:  # this module is listed, not analysed; the rest go on
+                self._skip(st, str(exc))
 
         return hook
+
+    def _skip(self, st: _State, reason: str) -> None:
+        """List the module with ``reason``, never analysed: what it recorded is dropped."""
+        st.skipped = reason
+        st.q, st.position, st.batch, st.head, st.call = [], [], [], [], []
+        st.count, st.summary, st.split = 0, None, None
+        self._pending = [p for p in self._pending if p.state is not st]
+
+    def _probe_record(self, st: _State, x: Any) -> None:
+        """In a probe rerun: the layout this call's shape tells, when it tells one."""
+        import torch
+
+        if st.layout is not None or st.skipped is not None or st.kind is None:
+            return
+        if not isinstance(x, torch.Tensor) or x.ndim <= st.inner_ndim:
+            return
+        if st.kind.channels_first:
+            x = x.movedim(1, -1)
+        ctx = self._stack[-1] if self._stack else _Context(None, None)
+        k = st.inner_ndim
+        width = math.prod(int(n) for n in x.shape[x.ndim - k :])
+        groups = width // st.kind.group_size if st.kind.group_size else 1
+        lead = tuple(int(n) for n in x.shape[: x.ndim - k])
+        strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
+        try:
+            layout, evidence = plan(
+                lead, groups, strides, ctx.bt, st.spec, None, None, ctx.evidence.get("padded")
+            )
+        except LayoutUnknown:
+            return
+        if evidence:
+            st.layout = layout
 
     def _inner_ndim(self, st: _State, x: Any) -> int:
         """Trailing axes of x a probe must keep: the normalized shape, or the weight's shape."""
@@ -277,7 +387,18 @@ class QCapture:
         st.inner_ndim = self._inner_ndim(st, x)
         inner = tuple(int(n) for n in x.shape[x.ndim - st.inner_ndim :])
         gate_pos = gate is not None and gate_kw is None
-        return classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+        nk = classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+        if nk.norm == "unknown" and x.ndim == 3 and st.inner_ndim == 1 and int(x.shape[1]) > 1:
+            cf = classify_module(
+                st.module,
+                (int(x.shape[1]),),
+                gate_kw=gate_kw,
+                gate_pos=gate_pos,
+                channels_first=True,
+            )
+            if cf.norm != "unknown":  # a [B, C, T] input normalized over its channels
+                return cf
+        return nk
 
     def _live_eps(self, st: _State, nk: NormKind, dtype_name: str) -> tuple[float, str]:
         """The eps this call uses: the attribute's current value when the probe matched it."""
@@ -303,24 +424,20 @@ class QCapture:
     def _record(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> None:
         """One call of a norm module: its settings, then its q, pending until the forward
         pass ends."""
-        import torch
-
         spec = st.spec
-        if not isinstance(x, torch.Tensor) or x.ndim <= spec.norm_ndim:
+        if not _is_tensor(x) or x.ndim <= spec.norm_ndim:
             raise CaptureError(f"module {spec.name!r}: input is not a tensor with token axes")
         ctx = self._stack[-1] if self._stack else _Context(None, None)
-        call = self._calls.get(id(st), 0)
-        self._calls[id(st)] = call + 1
-        st.max_calls = max(st.max_calls, call + 1)
         st.calls += 1
         nk = self._settings(st, x, gate, gate_kw)
-        if nk is None:  # unknown kind: listed, never analysed
-            return
-        q_bth = self._quantity(st, nk, x, gate, ctx)
-        mask = ctx.mask
-        if mask is None:
-            mask = torch.ones(tuple(int(n) for n in q_bth.shape[:2]), dtype=torch.bool)
-        self._pending.append(_Pending(st, q_bth, mask, self._sequences, call))
+        # q and k normalized in one call: one call index each
+        tensors = [(x, None), (gate, None)] if nk is not None and nk.inputs == 2 else [(x, gate)]
+        for t, g in tensors:
+            call = self._calls.get(id(st), 0)
+            self._calls[id(st)] = call + 1
+            st.max_calls = max(st.max_calls, call + 1)
+            if nk is not None:  # else unknown kind: listed, never analysed
+                self._pending.append(self._quantity(st, nk, t, g, ctx, call))
         if not self._stack:  # not inside a model call: nothing to wait for
             self._flush()
 
@@ -337,7 +454,7 @@ class QCapture:
             raise CaptureError(
                 f"module {spec.name!r} ({spec.class_name}): a gated norm called without its gate"
             )
-        if gate is not None and tuple(gate.shape) != tuple(x.shape):
+        if nk.inputs == 1 and gate is not None and tuple(gate.shape) != tuple(x.shape):
             raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
         dtype_name = str(x.dtype).removeprefix("torch.")
         eps, source = self._live_eps(st, nk, dtype_name)
@@ -348,10 +465,22 @@ class QCapture:
         st.eps, st.eps_source, st.input_dtype = eps, source, dtype_name
         return nk
 
-    def _quantity(self, st: _State, nk: NormKind, x: Any, gate: Any, ctx: _Context) -> Any:
-        """What the module divides by, per vector, on x's device, arranged [B, T, H]."""
+    def _quantity(
+        self, st: _State, nk: NormKind, x: Any, gate: Any, ctx: _Context, call: int
+    ) -> _Pending:
+        """What the module divides by, per vector, on x's device, arranged [B, T, H] (or
+        waiting for a probe when its layout is ambiguous)."""
+        import torch
+
         k = st.inner_ndim
+        if nk.channels_first:  # [B, C, T]: the normalized axis 1 goes last
+            x = x.movedim(1, -1)
+            gate = gate.movedim(1, -1) if gate is not None else None
         st.dim = nk.group_size or math.prod(int(n) for n in x.shape[x.ndim - k :])
+        scale = None
+        if nk.input_scale is not None:
+            w = st.module.weight.detach().to(device=x.device, dtype=torch.float64)
+            scale = (1.0 + w if nk.input_scale == "1+w" else w).reshape(x.shape[x.ndim - k :])
         q = reduce_rows(
             x,
             nk.norm,
@@ -359,15 +488,54 @@ class QCapture:
             group_size=nk.group_size,
             gate=gate,
             gate_before=bool(nk.gate_before),
+            gate_fn=nk.gate_fn,
+            scale=scale,
         )
-        lead_strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
-        q_bth, layout = arrange(q, lead_strides, ctx.bt, st.spec, st.layout, self.head_layout)
-        if st.layout is not None and st.layout != layout:
-            raise CaptureError(
-                f"module {st.spec.name!r}: input layout changed ({st.layout} -> {layout})"
+        strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
+        try:
+            return self._placed(st, q, strides, ctx, call)
+        except LayoutAmbiguous as exc:
+            if self.probe and self._stack and self._root_args is not None:
+                return _Pending(st, q, None, self._sequences, call, exc.probe, ctx, strides)
+            raise
+
+    def _placed(
+        self, st: _State, q: Any, strides: tuple[int, ...], ctx: _Context, call: int
+    ) -> _Pending:
+        """The pending record of a q whose layout the evidence tells (capture.layout)."""
+        import torch
+
+        lead = tuple(int(n) for n in q.shape[:-1])
+        padded = ctx.evidence.get("padded")
+        layout, evidence = plan(
+            lead, int(q.shape[-1]), strides, ctx.bt, st.spec, st.layout, self.head_layout, padded
+        )
+        if st.layout is not None and orientation(st.layout) != orientation(layout):
+            raise LayoutUnknown(
+                f"layout unknown: module {st.spec.name!r}: input layout changed "
+                f"({st.layout} -> {layout})"
             )
-        st.layout, st.heads = layout, max(st.heads, int(q_bth.shape[2]))
-        return q_bth
+        if evidence and st.layout is None:
+            st.layout = layout
+        q_bth = place(q, layout, ctx.bt)
+        st.heads = max(st.heads, int(q_bth.shape[2]))
+        b_n, l_n = int(q_bth.shape[0]), int(q_bth.shape[1])
+        mask = ctx.mask
+        if mask is None or "[B, L" in layout:
+            mask = torch.ones((b_n, l_n), dtype=torch.bool)
+        elif l_n > int(mask.shape[1]):  # the model's own padding after the call's tokens
+            tail = torch.zeros((b_n, l_n - int(mask.shape[1])), dtype=torch.bool)
+            mask = torch.cat([mask, tail], dim=1)
+        return _Pending(st, q_bth, mask, self._sequences, call)
+
+    def _resolve(self, p: _Pending) -> _Pending | None:
+        """A pending q whose layout waited for a probe: placed, or its module skipped."""
+        assert p.ctx is not None
+        try:
+            return self._placed(p.state, p.q, p.strides, p.ctx, p.call)
+        except CaptureError as exc:
+            self._skip(p.state, str(exc))
+            return None
 
     def _flush(self) -> None:
         """Copy the pending q values to the host (one number per vector) and store them.
@@ -379,6 +547,17 @@ class QCapture:
         import torch
 
         pending, self._pending = self._pending, []
+        placed = []
+        for p in pending:
+            if p.state.skipped is not None:
+                continue
+            if p.probe is not None:
+                resolved = self._resolve(p)
+                if resolved is None:
+                    continue
+                p = resolved
+            placed.append(p)
+        pending = [p for p in placed if p.state.skipped is None]
         if not pending:
             return
         by_device: dict[Any, list[int]] = {}
@@ -464,13 +643,9 @@ class QCapture:
                     batch=_cat(st.batch, np.int64) if full else None,
                     head=_cat(st.head, np.int64) if full else None,
                     summaries=_summaries(st),
-                    norm=nk.norm if nk is not None else None,
-                    reason=nk.reason if nk is not None else None,
-                    bias=nk.bias if nk is not None else False,
-                    group_size=nk.group_size if nk is not None else None,
-                    gate_before=nk.gate_before if nk is not None else None,
                     max_calls=st.max_calls,
                     call=_cat(st.call, np.int64) if full else None,
+                    **_kind_fields(st),
                 )
             )
         return CaptureResult(
@@ -482,6 +657,52 @@ class QCapture:
             min_ratio=self.min_ratio,
             top_k=self.top_k,
         )
+
+
+def _kind_fields(st: _State) -> dict[str, Any]:
+    """A record's fields from the module's kind; a skipped module is 'unknown' with why."""
+    nk = st.kind
+    if nk is None:
+        skipped = st.skipped is not None
+        return {"norm": "unknown" if skipped else None, "reason": _why(st) if skipped else None}
+    fields: dict[str, Any] = {
+        "norm": nk.norm,
+        "reason": nk.reason,
+        "bias": nk.bias,
+        "group_size": nk.group_size,
+        "gate_before": nk.gate_before,
+        "gate_fn": nk.gate_fn if nk.norm == "gated-rms" else None,
+        "input_scale": nk.input_scale,
+        "eps_rule": nk.eps_rule,
+        "inputs": nk.inputs,
+        "channels_first": nk.channels_first,
+    }
+    if st.skipped is not None:
+        fields |= {"norm": "unknown", "reason": _why(st)}
+    return fields
+
+
+def _why(st: _State) -> str:
+    """Why a skipped module is not analysed (with the kind it was found to be)."""
+    norm = st.kind.norm if st.kind is not None else "unknown"
+    found = f" ({norm} norm)" if norm != "unknown" else ""
+    return f"not analysed{found}: {st.skipped}"
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _input_embeddings(model: Any) -> Any:
+    """The model's input embedding module (its ids tell the length the model pads to)."""
+    fn = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = fn() if callable(fn) else None
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    return emb if hasattr(emb, "register_forward_pre_hook") else None
 
 
 def _summaries(st: _State) -> dict[str, LayerAccumulator] | None:

@@ -1,11 +1,27 @@
 """Where the token and head axes of a norm's input are: the per-vector q arranged [B, T, H].
 
-A token norm sees ``[B, T, D]`` or ``[B*T, D]``; a per-head norm ``[B, T, H, D]``, the
-transposed view ``[B, H, T, D]``, ``[B*T, H, D]`` or ``[B*T*H, D]``. The axis whose size is the
-call's sequence length T is the token axis. When T == H, the module's layout from an earlier
-call decides; else the strides do: the token axis of a tensor made by a projection has stride
-H*D, whether it is seen as ``[B, T, H, D]`` or as ``[B, H, T, D]``. When nothing decides, the
-capture stops with a message naming the module (never a guess).
+A token norm sees ``[B, T, D]``, ``[B*T, D]`` or, in a sequence-first model (XLNet, FSMT),
+``[T, B, D]``; a per-head norm ``[B, T, H, D]``, the transposed view ``[B, H, T, D]``,
+``[B*T, H, D]`` or ``[B*T*H, D]``. B and T are the call's batch size and sequence length.
+
+The layout is read from evidence, never from a coincidence of sizes:
+
+* the sizes, when only one reading fits them (``[B, T]`` with B != T, the axis of size T
+  when T != H);
+* when two readings fit (B == T for a token norm, T == H for a per-head norm): the layout the
+  module had on an earlier call, or one found by a probe (the capture reruns the forward pass
+  with one sequence fewer, or one token shorter: :class:`LayoutAmbiguous` says which), or, for
+  a per-head norm, the strides (the token axis of a projection's output has stride H*D both in
+  ``[B, T, H, D]`` and in the transposed view ``[B, H, T, D]``); a reading of size-1 axes where
+  both readings are the same array needs no evidence;
+* a module whose sequence axis has another length L than the call's: ``[B, L, D]`` with L the
+  length the model padded its input ids to (Longformer pads to a multiple of its attention
+  window; seen at its input embeddings, the input ids followed by pad ids) is the call's tokens
+  followed by the model's padding; any other L (a compressed or block-global sequence: a KV
+  compressor's windows, LongT5's transient-global tokens) is captured on its own axis: position
+  = the index on that axis, every vector kept (no padding mask maps onto it).
+
+Nothing else is guessed: :class:`LayoutUnknown` (the module is listed, not analysed).
 """
 
 from __future__ import annotations
@@ -15,7 +31,147 @@ from typing import Any
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.modules import NormModule
 
-__all__ = ["arrange", "head_layout"]
+__all__ = [
+    "LayoutAmbiguous",
+    "LayoutUnknown",
+    "arrange",
+    "head_layout",
+    "orientation",
+    "place",
+    "plan",
+]
+
+OWN_AXIS = "own axis"
+MODEL_PADDED = "model-padded"
+
+
+class LayoutUnknown(CaptureError):
+    """No evidence tells the module's layout: it is listed with this reason, not analysed."""
+
+
+class LayoutAmbiguous(LayoutUnknown):
+    """Two layouts fit the sizes; a probe rerun with another ``probe`` ('batch': one sequence
+    fewer; 'length': one token shorter) may tell."""
+
+    def __init__(self, message: str, probe: str) -> None:
+        super().__init__(message)
+        self.probe = probe
+
+
+def orientation(layout: str | None) -> str | None:
+    """'tb' (sequence-first), 'bthd', 'bhtd', 'flat' or 'bt' (batch-first) of a layout name."""
+    if layout is None:
+        return None
+    if "[T, B" in layout:
+        return "tb"
+    if "[B, T, H" in layout:
+        return "bthd"
+    if "[B, H, T" in layout:
+        return "bhtd"
+    if "*" in layout:
+        return "flat"
+    return "bt"
+
+
+def _tokens(groups: int, prefix: str = "tokens", axes: str = "B, T") -> str:
+    if groups == 1:
+        return f"{prefix} [{axes}, D]"
+    return f"{'groups' if prefix == 'tokens' else prefix} [{axes}, G, D]"
+
+
+def plan(
+    lead: tuple[int, ...],
+    groups: int,
+    strides: tuple[int, ...],
+    bt: tuple[int, int] | None,
+    spec: NormModule,
+    known: str | None,
+    forced: str | None = None,
+    padded: int | None = None,
+) -> tuple[str, bool]:
+    """The layout of a q of shape ``lead + (groups,)`` (see the module docstring) and whether
+    it is evidence (False: size-1 axes where every reading is the same array).
+
+    Raises :class:`LayoutAmbiguous` or :class:`LayoutUnknown`.
+    """
+    where = f"module {spec.name!r} ({spec.class_name}): input of shape {lead} + normalized axes"
+    if bt is None:
+        if len(lead) == 2:
+            return _tokens(groups), True
+        raise LayoutUnknown(
+            f"layout unknown: {where}: the batch and sequence axes are unknown (call the model "
+            "with input_ids or inputs_embeds)"
+        )
+    b, t = bt
+    if len(lead) == 2:
+        return _plan_2d(lead, groups, b, t, known, padded, where)
+    if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
+        h = lead[0] // (b * t)
+        if h > 1:
+            return "heads [B*T*H, D]", True
+        return ("tokens [B*T, D]" if groups == 1 else "groups [B*T, G, D]"), True
+    if len(lead) == 3 and lead[0] == b:
+        layout = head_layout(lead, strides, t, known, spec, forced)
+        if layout is not None:
+            evidence = not (lead[1] == lead[2] == t == 1)
+            return ("heads [B, T, H, D]" if layout == "bthd" else "heads [B, H, T, D]"), evidence
+    raise LayoutUnknown(
+        f"layout unknown: {where} does not match the call's batch {b} and sequence length {t}"
+    )
+
+
+def _plan_2d(
+    lead: tuple[int, ...],
+    groups: int,
+    b: int,
+    t: int,
+    known: str | None,
+    padded: int | None,
+    where: str,
+) -> tuple[str, bool]:
+    """A ``[?, ?]`` lead: batch-first, sequence-first, flattened heads, model-padded, own axis."""
+    bf, sf = lead == (b, t), lead == (t, b)
+    if bf and sf:  # B == T
+        if b == 1:
+            return _tokens(groups), False
+        side = orientation(known)
+        if side == "tb":
+            return _tokens(groups, axes="T, B"), True
+        if side == "bt":
+            return _tokens(groups), True
+        raise LayoutAmbiguous(
+            f"layout unknown: {where}: batch and sequence length are both {b}, and neither an "
+            "earlier call nor a probe with one sequence fewer told [B, T] from [T, B]",
+            "batch",
+        )
+    if bf:
+        return _tokens(groups), True
+    if sf:
+        return _tokens(groups, axes="T, B"), True
+    if lead[0] == b * t:
+        return "heads [B*T, H, D]", True
+    if lead[0] == b and orientation(known) != "tb":
+        if padded is not None and lead[1] == padded and padded > t:
+            return _tokens(groups, MODEL_PADDED, "B, T+pad"), True
+        return _tokens(groups, OWN_AXIS, "B, L"), True
+    raise LayoutUnknown(
+        f"layout unknown: {where} does not match the call's batch {b} and sequence length {t}"
+    )
+
+
+def place(q: Any, layout: str, bt: tuple[int, int] | None) -> Any:
+    """q (lead axes + groups) arranged [B, L, H] for a layout of :func:`plan` (L = T, except
+    on a module's own axis or the model's padded length)."""
+    if bt is None or "[B, T, D]" in layout or "[B, T, G, D]" in layout:
+        return q.reshape(int(q.shape[0]), int(q.shape[1]), -1)
+    b, t = bt
+    if "[T, B" in layout:
+        return q.transpose(0, 1).reshape(b, t, -1)
+    if "[B, L" in layout or "[B, T+pad" in layout:
+        return q.reshape(int(q.shape[0]), int(q.shape[1]), -1)
+    if layout == "heads [B, H, T, D]":
+        return q.transpose(1, 2).reshape(b, t, -1)
+    return q.reshape(b, t, -1)
 
 
 def arrange(
@@ -25,40 +181,13 @@ def arrange(
     spec: NormModule,
     known: str | None,
     forced: str | None = None,
+    padded: int | None = None,
 ) -> tuple[Any, str]:
-    """Reshape the per-vector q (lead axes + groups) to [B, T, H] and name the layout."""
-    groups = int(q.shape[-1])
+    """Reshape the per-vector q (lead axes + groups) to [B, T, H] and name the layout
+    (:func:`plan` then :func:`place`; raises :class:`LayoutUnknown` when no evidence tells)."""
     lead = tuple(int(n) for n in q.shape[:-1])
-    where = f"module {spec.name!r}: input of shape {lead} + normalized axes"
-
-    def out(v: Any, layout: str) -> tuple[Any, str]:
-        b_n, t_n = int(v.shape[0]), int(v.shape[1])
-        return v.reshape(b_n, t_n, -1), layout
-
-    if bt is None:
-        if len(lead) == 2:
-            return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
-        raise CaptureError(
-            f"{where}: the batch and sequence axes are unknown (call the model with "
-            "input_ids or inputs_embeds as keyword arguments)"
-        )
-    b, t = bt
-    if len(lead) == 2 and lead == (b, t):
-        return out(q, "tokens [B, T, D]" if groups == 1 else "groups [B, T, G, D]")
-    if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
-        h = lead[0] // (b * t)
-        if h == 1:
-            return out(q.reshape(b, t, groups), "tokens [B*T, D]")
-        return out(q.reshape(b, t, h * groups), "heads [B*T*H, D]")
-    if len(lead) == 2 and lead[0] == b * t and lead != (b, t):
-        return out(q.reshape(b, t, -1), "heads [B*T, H, D]")
-    if len(lead) == 3 and lead[0] == b:
-        layout = head_layout(lead, strides, t, known, spec, forced)
-        if layout == "bthd":
-            return out(q, "heads [B, T, H, D]")
-        if layout == "bhtd":
-            return out(q.transpose(1, 2), "heads [B, H, T, D]")
-    raise CaptureError(f"{where} does not match the call's batch {b} and sequence length {t}")
+    layout, _ = plan(lead, int(q.shape[-1]), strides, bt, spec, known, forced, padded)
+    return place(q, layout, bt), layout
 
 
 def head_layout(
@@ -75,8 +204,11 @@ def head_layout(
         return "bthd" if a1 else "bhtd"
     if not a1:
         return None
-    if known is not None:
-        return "bthd" if "[B, T, H" in known else "bhtd"
+    if t == 1:
+        return "bthd"  # T == H == 1: both readings are the same array
+    side = orientation(known)
+    if side in ("bthd", "bhtd"):
+        return side
     s1, s2 = strides[1], strides[2]
     by_t1 = s1 == lead[2] * s2 and s2 != lead[1] * s1
     by_t2 = s2 == lead[1] * s1 and s1 != lead[2] * s2
@@ -84,8 +216,10 @@ def head_layout(
         return "bthd" if by_t1 else "bhtd"
     if forced is not None:
         return forced
-    raise CaptureError(
-        f"module {spec.name!r} ({spec.class_name}): input {lead} + normalized axes has "
-        f"T == H == {t} and strides {strides} that do not tell the token axis; rerun with "
-        "a batch whose padded length differs from the head count, or pass head_layout"
+    raise LayoutAmbiguous(
+        f"layout unknown: module {spec.name!r} ({spec.class_name}): input {lead} + normalized "
+        f"axes has T == H == {t} and strides {strides} that do not tell the token axis, nor did "
+        "an earlier call or a probe one token shorter; rerun with a batch whose padded length "
+        "differs from the head count, or pass head_layout",
+        "length",
     )

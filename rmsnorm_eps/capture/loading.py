@@ -9,7 +9,10 @@ the encoder and, shifted right by one token behind the decoder start token, thro
 (teacher forcing); ``architectures`` ending in ``ForCausalLM``, ``LMHeadModel`` or
 ``ForConditionalGeneration`` load with ``AutoModelForCausalLM``; encoder-only heads
 (``ForMaskedLM``, ``ForSequenceClassification``, ... or a bare ``Model``) load their base model
-with ``AutoModel``. Any other architecture is refused with its name.
+with ``AutoModel``. When that Auto class does not map the config (Chameleon's
+``ChameleonForConditionalGeneration`` is no ``AutoModelForCausalLM``), the class the config's
+``architectures`` names is loaded, as transformers' module for the model type defines it
+(:func:`model_class`). Any other architecture is refused with its name.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "forward",
     "input_device",
     "load_model",
+    "model_class",
     "model_family",
     "placement",
     "resolve_device",
@@ -86,6 +90,68 @@ def model_family(config: Any) -> str:
         return "causal"
     shown = ", ".join(repr(str(a)[:60]) for a in archs[:3])
     raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
+
+
+def _own_class(config: Any, arch: str) -> Any:
+    """The class named ``arch`` in transformers' module for the config's model type (or at the
+    top of transformers), when it is a PreTrainedModel; else None."""
+    import importlib
+
+    import transformers
+
+    if not arch.isidentifier():
+        return None
+    found = None
+    model_type = str(getattr(config, "model_type", "") or "").replace("-", "_")
+    if model_type.isidentifier():
+        try:
+            module = importlib.import_module(f"transformers.models.{model_type}")
+            found = getattr(module, arch, None)
+        except ImportError:
+            found = None
+    if found is None:
+        found = getattr(transformers, arch, None)
+    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
+        return found
+    return None
+
+
+def model_class(config: Any, family: str | None = None) -> Any:
+    """The class :func:`load_model` loads a config with (see the module docstring): the Auto
+    class of its ``family`` (:func:`model_family`) when that maps the config, else the model's
+    own class its ``architectures`` names; raises :class:`CaptureError` naming the class when
+    neither exists."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    family = family or model_family(config)
+    auto: Any = {
+        "causal": AutoModelForCausalLM,
+        "encoder-decoder": AutoModelForSeq2SeqLM,
+        "encoder": AutoModel,
+    }[family]
+    if type(config) in auto._model_mapping:
+        return auto
+    archs = getattr(config, "architectures", None) or []
+    if not isinstance(archs, list | tuple):
+        archs = [archs]
+    suffixes = {"causal": _CAUSAL, "encoder": _ENCODER}.get(family, ("",))
+    for arch in archs:
+        text = str(arch)
+        if family == "encoder":  # the base model, as AutoModel would load it
+            continue
+        if text.endswith(suffixes) and (cls := _own_class(config, text)) is not None:
+            return cls
+    named = ", ".join(repr(str(a)[:60]) for a in archs[:3]) or "(no architectures entry)"
+    raise CaptureError(
+        f"architecture {named} ({type(config).__name__}) is not registered with "
+        f"{auto.__name__} and transformers {_version()} has no such model class"
+    )
+
+
+def _version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
 
 
 # --dtype names and their aliases -> the torch dtype name
@@ -193,13 +259,7 @@ def load_model(
         os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForSeq2SeqLM,
-        AutoTokenizer,
-    )
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -210,13 +270,9 @@ def load_model(
         kw["gguf_file"] = gguf
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(d), **kw)
-        family = model_family(AutoConfig.from_pretrained(str(d), **kw))
-        auto = {
-            "causal": AutoModelForCausalLM,
-            "encoder-decoder": AutoModelForSeq2SeqLM,
-            "encoder": AutoModel,
-        }[family]
-        model = auto.from_pretrained(str(d), **where_to, **kw)
+        config = AutoConfig.from_pretrained(str(d), **kw)
+        family = model_family(config)
+        model = model_class(config, family).from_pretrained(str(d), **where_to, **kw)
     except (OSError, ValueError, KeyError) as exc:
         where = d / gguf if gguf else d
         raise InputFileError(

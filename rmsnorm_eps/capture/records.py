@@ -20,7 +20,11 @@ class ModuleRecord:
     ``norm``: what the module computes ('rms', 'layer', 'gated-rms', 'l2', 'unknown', or None
     if it never ran), ``reason`` why unknown; ``bias`` (LayerNorm's beta), ``group_size`` and
     ``gate_before`` (gated norms); q is the quantity it divides by (v for a LayerNorm).
-    ``max_calls``: the most calls in one forward pass.
+    ``max_calls``: the most calls in one forward pass (a module normalizing q and k in one
+    call counts two: ``inputs`` 2). ``gate_fn``: a gated norm's gate function;
+    ``input_scale``: 'w' or '1+w' when the gain scales the input before it is normalized (q is
+    then mean((G*x)**2)); ``eps_rule``: 'add' (sqrt(q + eps)) or 'clamp' (sqrt(max(q, eps)));
+    ``channels_first``: the input is [B, C, T], normalized over C.
     Full mode: ``q`` (float64), ``position``, ``batch``, ``head``, ``call`` (int64), all of
     length ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
     (positions > 0) to the analyzer's :class:`LayerAccumulator` over the q values the dump would
@@ -53,6 +57,11 @@ class ModuleRecord:
     gate_before: bool | None = None
     max_calls: int = 0
     call: np.ndarray | None = None
+    gate_fn: str | None = None
+    input_scale: str | None = None
+    eps_rule: str = "add"
+    inputs: int = 1
+    channels_first: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ For a vector a of n elements (the normalized axes, or one group of them):
   the squares of the differences, so no cancellation)
 * ``l2``: q = sum(a**2)
 
-where a = x, except for a gated norm that gates before normalizing: a = x * silu(g).
+where a = x, except for a gated norm that gates before normalizing: a = x * f(g) (f: the gate
+function, silu unless told), and for a norm that scales its input by its gain before
+normalizing: a = G * x (``scale`` = G).
 
 On the CPU the reduction runs in float64. On an accelerator it runs in float32 on rows scaled by
 m = max|a| (q = mean((a/m)**2) * m**2), so neither the squares overflow (|x| up to 1e19) nor
@@ -20,7 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["NORM_KINDS", "reduce_rows"]
+__all__ = ["GATE_FNS", "NORM_KINDS", "reduce_rows"]
+
+#: the gate functions a gated norm may apply (classify.GATES fits the same)
+GATE_FNS = ("silu", "sigmoid", "gelu", "gelu_tanh", "relu", "tanh")
 
 #: The norm kinds whose quantity :func:`reduce_rows` computes.
 NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
@@ -45,6 +50,8 @@ def reduce_rows(
     gate: Any = None,
     gate_before: bool = True,
     compute: str | None = None,
+    gate_fn: str = "silu",
+    scale: Any = None,
 ) -> Any:
     """q per vector of ``x`` (see the module docstring), on ``x``'s device.
 
@@ -52,12 +59,15 @@ def reduce_rows(
     split into consecutive groups of this size, one q each (a gated norm's groups). The result
     has shape ``x.shape[:-ndim] + (groups,)`` (groups = 1 when ungrouped), dtype float64
     (float32 on a device without float64). ``compute`` forces the reduction's dtype ('float32':
-    the scaled accelerator path; default: float64 on the CPU, float32 elsewhere).
+    the scaled accelerator path; default: float64 on the CPU, float32 elsewhere). ``gate_fn``:
+    one of :data:`GATE_FNS`; ``scale``: a tensor of the normalized shape multiplying x first.
     """
     import torch
 
     if kind not in NORM_KINDS:
         raise ValueError(f"unknown norm kind {kind!r}")
+    if gate_fn not in GATE_FNS:
+        raise ValueError(f"unknown gate function {gate_fn!r}")
     lead = tuple(int(n) for n in x.shape[: x.ndim - ndim])
     width = 1
     for n in x.shape[x.ndim - ndim :]:
@@ -67,10 +77,13 @@ def reduce_rows(
         raise ValueError(f"group size {size} does not divide the normalized width {width}")
     dtype = _compute_dtype(x.device, compute)
     with torch.no_grad():
-        a = x.detach().reshape(*lead, width // size, size).to(dtype)
+        a = x.detach().to(dtype)
+        if scale is not None:
+            a = a * scale.detach().to(device=x.device, dtype=dtype)
+        a = a.reshape(*lead, width // size, size)
         if kind == "gated-rms" and gate is not None and gate_before:
             g = gate.detach().reshape(*lead, width // size, size).to(dtype)
-            a = a * torch.nn.functional.silu(g)
+            a = a * _gate(g, gate_fn)
         if dtype == torch.float64:
             return _reduce(a, kind)
         m = a.abs().amax(dim=-1, keepdim=True)
@@ -79,6 +92,21 @@ def reduce_rows(
         q = _reduce(a / m, kind)
         wide = torch.float32 if x.device.type == "mps" else torch.float64
         return q.to(wide) * m.squeeze(-1).to(wide).square()
+
+
+def _gate(g: Any, name: str) -> Any:
+    import torch
+
+    f = torch.nn.functional
+    if name == "silu":
+        return f.silu(g)
+    if name == "sigmoid":
+        return torch.sigmoid(g)
+    if name in ("gelu", "gelu_tanh"):
+        return f.gelu(g, approximate="tanh" if name == "gelu_tanh" else "none")
+    if name == "relu":
+        return f.relu(g)
+    return torch.tanh(g)
 
 
 def _reduce(a: Any, kind: str) -> Any:

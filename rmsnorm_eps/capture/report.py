@@ -32,12 +32,19 @@ class CaptureReport:
 
 
 def not_analysed(result: CaptureResult) -> list[str]:
-    """One line per hooked module whose kind is unknown (never analysed), with the reason."""
-    return [
-        f"not analysed: {m.name} ({m.class_name}): unknown norm kind: {m.reason}"
-        for m in result.modules
-        if m.norm == "unknown"
-    ]
+    """One line per hooked module never analysed (its kind, or its layout, unknown, or a call
+    it failed), with the reason."""
+    lines = []
+    for m in result.modules:
+        if m.norm != "unknown":
+            continue
+        why = str(m.reason)
+        if why.startswith("not analysed"):  # known kind, but its layout (or a call) was not
+            why = why.removeprefix("not analysed").lstrip(": ")
+        else:
+            why = f"unknown norm kind: {why}"
+        lines.append(f"not analysed: {m.name} ({m.class_name}): {why}")
+    return lines
 
 
 def summary_report(result: CaptureResult, delta: float, source: str) -> RatioReport:
