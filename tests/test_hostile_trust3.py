@@ -199,6 +199,8 @@ def test_lone_surrogate_and_text_sizes(tmp_path: Path, monkeypatch: pytest.Monke
     path.write_text('{"text": "ok"}\n{"text": "a \\ud800 b"}\n')
     with pytest.raises(InputFileError, match=r"line 2: the text holds U\+D800, a lone surrogate"):
         inputs.read_text_file(path)
+    with pytest.raises(InputFileError, match=r"--text: text 1: the text holds U\+DCED"):
+        inputs.check_texts(["fine", "a\udced"])  # argv's undecodable bytes
     monkeypatch.setattr(inputs, "MAX_TEXT_CHARS", 10)
     monkeypatch.setattr(inputs, "MAX_TOTAL_CHARS", 30)
     (tmp_path / "long.txt").write_text("short\n" + "x" * 11 + "\n")

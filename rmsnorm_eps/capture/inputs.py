@@ -34,6 +34,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TOTAL_CHARS",
     "Batch",
+    "check_texts",
     "plan_batches",
     "read_dataset",
     "read_text_file",
@@ -100,6 +101,15 @@ class _Texts:
                 "which is not text (not encodable as UTF-8)",
             ) from None
         self.items.append(text)
+
+
+def check_texts(texts: Sequence[str], label: str = "--text") -> tuple[str, ...]:
+    """Texts given on the command line, checked as :class:`_Texts` checks a file's (argv may
+    hold lone surrogates: Python decodes undecodable bytes to them)."""
+    checked = _Texts(Path(label))
+    for i, text in enumerate(texts):
+        checked.add(text, f"text {i}")
+    return tuple(checked.items)
 
 
 def _lines(content: str) -> list[str]:

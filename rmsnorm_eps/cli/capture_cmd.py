@@ -45,7 +45,7 @@ def _read_texts(
 ) -> tuple[str, ...]:
     """The texts of the one source given (``--text``, ``--text-file`` or ``--dataset``), at
     most ``max_samples`` of them."""
-    from rmsnorm_eps.capture.inputs import read_dataset, read_text_file
+    from rmsnorm_eps.capture.inputs import check_texts, read_dataset, read_text_file
 
     given = [
         n for n, v in (("--text", texts), ("--text-file", text_file), ("--dataset", dataset)) if v
@@ -60,7 +60,7 @@ def _read_texts(
         raise usage_error("--field applies to --text-file (JSON Lines) and --dataset")
     if dataset is not None:
         return read_dataset(dataset, split=split, field=field or "text", max_samples=max_samples)
-    out = read_text_file(text_file, field) if text_file is not None else tuple(texts)
+    out = read_text_file(text_file, field) if text_file is not None else check_texts(texts)
     return out[:max_samples] if max_samples is not None else out
 
 

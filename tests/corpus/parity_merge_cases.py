@@ -667,15 +667,16 @@ def record_suffix(path: Path) -> None:
 
 
 @cache
-def summary_doc() -> dict[str, Any]:
-    """The summary of the corpus's valid dump (``ratio --save-summary``), source made relative."""
+def summary_doc(eps: float = 1e-5) -> dict[str, Any]:
+    """The summary of the corpus's valid dump (``ratio --save-summary``) at ``eps``, source made
+    relative."""
     from rmsnorm_eps.analysis import analyze_dump
     from rmsnorm_eps.merge import summary_document
 
     with tempfile.TemporaryDirectory() as tmp:
         q = Path(tmp) / "q.npz"
         q.write_bytes(zip_bytes([("model.norm.npy", npy(_q_values().astype(np.float32)))]))
-        doc = summary_document(analyze_dump(q, 1e-5))
+        doc = summary_document(analyze_dump(q, eps))
     doc["source"] = "valid_q.npz"
     return doc
 
@@ -805,8 +806,9 @@ def merge_delta(path: Path) -> None:
 @case("merge", "eps_mismatch.json", MERGE_TWO, 2, "[model.norm]: eps 1e-06 differs from 1e-05")
 def merge_eps_mismatch(path: Path) -> None:
     """A valid summary on its own (exit 1: eps 1e-6 makes no q violate); merged with the
-    valid one, the shards disagree on eps."""
-    _write(path, _summary(_layer(eps=1e-06)))
+    valid one, the shards disagree on eps. (Made at eps 1e-6: an eps edited into a summary
+    contradicts its own histogram, and is refused before the shards are compared.)"""
+    _write(path, json.dumps(summary_doc(1e-06), indent=1))
 
 
 @case("merge", "deep_nesting.json", MERGE, 2, "not a JSON summary (nested too deeply)")
