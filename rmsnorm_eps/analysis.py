@@ -2,9 +2,9 @@
 
 ``analyze_dump`` (the library of the ``ratio`` command) streams every array of a dump through
 a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The streaming engine is
-:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate``, ``GateResult``,
-``PositionSplit``, ``iter_q_chunks``, ... are re-exported here for older imports). Nothing here
-prints or exits.
+:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` and
+``GateResult`` are importable from here too); each layer is read by the per-layer driver
+:func:`rmsnorm_eps.dumps.read_layers`. Nothing here prints or exits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import numpy as np
 from rmsnorm_eps import numerics
 from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers
 from rmsnorm_eps.engine import (
-    Decisions,
     PositionSplit,
     Quantity,
     ReportTotals,
@@ -32,7 +31,7 @@ from rmsnorm_eps.engine import (
     unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.gate import GateResult, GateSubject, evaluate_gate
+from rmsnorm_eps.gate import GateResult, evaluate_gate
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
@@ -43,9 +42,7 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "Decisions",
     "GateResult",
-    "GateSubject",
     "LayerResult",
     "PositionSplit",
     "RatioReport",
@@ -53,8 +50,6 @@ __all__ = [
     "analyze_dump",
     "decisions_for",
     "evaluate_gate",
-    "fold_chunks",
-    "iter_q_chunks",
     "layer_result",
     "ratio_position_split",
     "resolve_bound",
@@ -282,6 +277,9 @@ def analyze_dump(
     **fields: Unpack[ReadingFields],
 ) -> RatioReport:
     """Analyse every layer of a dump against ``A >= 1 - delta``.
+
+    How the dump is read is ``reading`` (a :class:`~rmsnorm_eps.dumps.DumpReading`, passed
+    whole), with any of its fields given as keywords on top (``raw=True``, ``top_k=3``, ...).
 
     ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
     ``config`` (a :func:`~rmsnorm_eps.config.load_config` result) each layer's eps comes from

@@ -12,6 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "rmsnorm_eps"
 MAX_COMPLEXITY = 20
 MAX_LINES = 450
+MIN_MAINTAINABILITY = 20  # radon's maintainability index (``radon mi -s rmsnorm_eps``)
 
 
 def _modules() -> list[Path]:
@@ -26,6 +27,16 @@ def test_no_function_is_rated_d_or_worse() -> None:
             if block.complexity > MAX_COMPLEXITY:
                 worst.append(f"{path.relative_to(PACKAGE)}:{block.lineno} {block.name}")
     assert worst == []
+
+
+def test_no_module_below_maintainability_20() -> None:
+    metrics = pytest.importorskip("radon.metrics")
+    low = []
+    for path in _modules():
+        index = metrics.mi_visit(path.read_text(encoding="utf-8"), multi=True)
+        if index < MIN_MAINTAINABILITY:
+            low.append(f"{path.relative_to(PACKAGE)} ({index:.1f})")
+    assert low == []
 
 
 def test_long_modules_say_why() -> None:

@@ -118,3 +118,17 @@ def test_the_package_has_no_import_cycle() -> None:
     graph = import_graph()
     assert "rmsnorm_eps.reports" in graph and graph["rmsnorm_eps.cli._app"]
     assert find_cycles(graph) == []
+
+
+def test_no_library_module_imports_the_reports() -> None:
+    """Results flow up to the reports, never back: outside ``reports/`` and the CLI, no module
+    imports ``rmsnorm_eps.reports`` (the parity record once imported its reporter)."""
+    graph = import_graph()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith(("rmsnorm_eps.reports", "rmsnorm_eps.cli"))
+        for target in targets
+        if target.startswith("rmsnorm_eps.reports")
+    )
+    assert upward == []

@@ -384,7 +384,8 @@ def compare_dump(
     reading: DumpReading | None = None,
     **fields: Unpack[ReadingFields],
 ) -> CompareReport:
-    """Compare ``spec_from`` with ``spec_to`` on every input of a dump.
+    """Compare ``spec_from`` with ``spec_to`` on every input of a dump, read as ``reading``
+    (a :class:`~rmsnorm_eps.dumps.DumpReading`; its fields may be given as keywords on top).
 
     ``factor = y_to / y_from = scale * den_from(q) / den_to(scale**2 q)``; an input moves when
     ``|factor - 1| > tolerance`` (ties pass). With ``raw`` the arrays hold activations of shape
