@@ -6,10 +6,22 @@ that attenuation exceeds a tolerance.
 
 The package import is deliberately light (no numpy); import the submodules you need, e.g.
 ``from rmsnorm_eps import numerics`` or ``from rmsnorm_eps.analysis import analyze_dump``.
+In a notebook or a test: ``rmsnorm_eps.check(q, eps=1e-5)`` (arrays, tensors, dicts of them)
+and ``rmsnorm_eps.testing.assert_eps_safe``.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from rmsnorm_eps._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "check"]
+
+
+def __getattr__(name: str) -> object:
+    """``rmsnorm_eps.check`` (:func:`rmsnorm_eps.api.check`), imported on first use so that
+    ``import rmsnorm_eps`` stays light."""
+    if name == "check":
+        from rmsnorm_eps.api import check
+
+        return check
+    raise AttributeError(f"module 'rmsnorm_eps' has no attribute {name!r}")

@@ -13,13 +13,12 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers
+from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers, source_label
 from rmsnorm_eps.engine import (
     PositionSplit,
     Quantity,
@@ -32,7 +31,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, evaluate_gate
-from rmsnorm_eps.sources.interface import ArraySource, Unreadable
+from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
 
@@ -267,7 +266,7 @@ def _eps_from_config(
 
 
 def analyze_dump(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Opened,
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     *,
     delta: float | None = None,
@@ -321,7 +320,7 @@ def analyze_dump(
 
     read = read_layers(path, how, prepare)
     return RatioReport(
-        source=str(Path(path)),
+        source=source_label(path),
         raw=how.raw,
         delta=d_value,
         min_ratio=ratio,

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPANION_SEP",
     "DEFAULT_CHUNK_BYTES",
+    "MEMORY_LABEL",
     "NPY_MAGIC",
     "STORED_AS",
     "ZIP_MAGIC",
@@ -55,6 +56,7 @@ __all__ = [
     "open_dump_lenient",
     "read_layers",
     "read_npy_header",
+    "source_label",
 ]
 
 T = TypeVar("T")
@@ -171,24 +173,28 @@ class LayersRead(Generic[T]):
 
 
 def read_layers(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Opened,
     reading: DumpReading,
     prepare: Callable[[list[Any]], Callable[[Any, Quantity], T]],
 ) -> LayersRead[T]:
-    """The per-layer driver of ``ratio`` and ``compare``: open the dump as ``reading`` says,
+    """The per-layer driver of ``ratio`` and ``compare``: open the dump as ``reading`` says
+    (``path`` may also be sources already opened: arrays in memory, :func:`rmsnorm_eps.check`),
     let ``prepare(sources)`` resolve what depends on the layer names (eps, settings) and return
     the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
     a LayerNorm). A layer that cannot be read raises, or with ``skip_unreadable`` is listed in
     ``skipped`` (:func:`map_layers`); ``members_analysed`` counts each analysed layer with its
     companions."""
     reading.check()
-    opened = open_sources(
-        path,
-        reading.dtype,
-        lenient=reading.skip_unreadable,
-        column=reading.column,
-        max_layers=reading.max_layers,
-    )
+    if isinstance(path, Opened):
+        opened = path
+    else:
+        opened = open_sources(
+            path,
+            reading.dtype,
+            lenient=reading.skip_unreadable,
+            column=reading.column,
+            max_layers=reading.max_layers,
+        )
     sources, skipped = opened.sources, list(opened.unreadable)
     analyse = prepare(sources)
     quantities = layer_quantities([src.name for src in sources], reading.norm, reading.config)
@@ -206,6 +212,15 @@ def read_layers(
         opened.members_total,
         sum(src.members for src in sources if src.name not in failed),
     )
+
+
+def source_label(path: str | os.PathLike[str] | Opened) -> str:
+    """What a report names as its source: the file, or ``<memory>`` for arrays in memory."""
+    return MEMORY_LABEL if isinstance(path, Opened) else str(Path(path))
+
+
+#: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
+MEMORY_LABEL = "<memory>"
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps._version import __version__
 
 __all__ = ["SCHEMA_VERSION", "head", "jnum"]
 

@@ -106,7 +106,7 @@ def capture_document(
     result: CaptureResult, model: str, outputs: dict[str, str | None]
 ) -> dict[str, Any]:
     """The capture's JSON document (schema_version 1)."""
-    from rmsnorm_eps import __version__
+    from rmsnorm_eps._version import __version__
 
     return {
         "schema_version": 1,

@@ -18,7 +18,7 @@ from click import Option as _ClickOption
 from click import exceptions as _cx
 from typer.core import TyperCommand, TyperGroup
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps._version import __version__
 from rmsnorm_eps.cli._help import HelpContext
 
 __all__ = [

@@ -115,7 +115,7 @@ def diff(
     )
     ca, cb = load_config(a), load_config(b)
     if "onnx" in (ca.kind, cb.kind):
-        from rmsnorm_eps.config.onnx_graph import diff_by_names
+        from rmsnorm_eps.config.resolve import diff_by_names
 
         result = diff_by_names(ca, cb)  # compared on the graph's norms
     else:

@@ -20,6 +20,7 @@ __all__ = [
     "ConfigDiff",
     "EpsAssignment",
     "FieldDifference",
+    "diff_by_names",
     "diff_configs",
     "eps_for_layers",
     "load_config",
@@ -379,3 +380,45 @@ def diff_configs(
     )
     diffs = tuple(sorted(diffs, key=lambda d: (not d.significant, FIELDS.index(d.field))))
     return ConfigDiff(a=a, b=b, patterns=tuple(patterns), differences=diffs, rel_tol=rel_tol)
+
+
+def diff_by_names(a: NormConfig, b: NormConfig) -> ConfigDiff:
+    """Compare A and B on the norms of the ONNX side(s) only: each graph norm's module name
+    is resolved on both sides (a config.json's ``*`` covers it) and every setting compared as
+    :func:`diff_configs` does (eps within its relative tolerance,
+    which absorbs float32 storage: 1e-5 stored as 9.999999747378752e-06 agrees, its float16
+    1.0013580322265625e-05 does not). A setting the graph cannot show (gain_baked,
+    weight_after_cast) is not compared when only one side knows it. Returns a
+    :class:`ConfigDiff` whose ``patterns`` are the compared names.
+    """
+    patterns: list[str] = []
+    for side in (a, b):
+        if side.kind == "onnx":
+            patterns += [e.pattern for e in side.entries]
+    patterns = list(dict.fromkeys(patterns))
+    grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
+    for pattern in patterns:
+        name = unescape_glob(pattern)
+        sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
+        for fld in FIELDS:
+            ra, rb = sa.get(fld), sb.get(fld)
+            differs = _differs(fld, ra, rb, DIFF_REL_TOL)
+            if differs is False:
+                continue
+            if differs is None and fld not in SIGNIFICANT_FIELDS:
+                continue
+            grouped.setdefault((fld, ra, rb), []).append(pattern)
+    diffs = tuple(
+        FieldDifference(fld, ra, rb, tuple(pats), fld in SIGNIFICANT_FIELDS)
+        for (fld, ra, rb), pats in grouped.items()
+    )
+    diffs = tuple(sorted(diffs, key=lambda d: (not d.significant, FIELDS.index(d.field))))
+    return ConfigDiff(a=a, b=b, patterns=tuple(patterns), differences=diffs, rel_tol=DIFF_REL_TOL)
+
+
+def unescape_glob(pattern: str) -> str:
+    """The name :func:`rmsnorm_eps.config.onnx_graph.escape_glob` made ``pattern`` from: an
+    ONNX config's patterns are module names with ``*``, ``?`` and ``[`` bracketed."""
+    for c in "*?[":
+        pattern = pattern.replace(f"[{c}]", c)
+    return pattern

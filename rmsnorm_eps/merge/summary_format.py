@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps._version import __version__
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.numerics import q_threshold
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge

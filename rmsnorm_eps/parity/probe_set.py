@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps._version import __version__
 
 __all__ = [
     "CATEGORIES",

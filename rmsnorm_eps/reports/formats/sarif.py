@@ -14,7 +14,7 @@ from pathlib import PurePath, PureWindowsPath
 from typing import Any
 from urllib.parse import quote
 
-from rmsnorm_eps import __version__
+from rmsnorm_eps._version import __version__
 from rmsnorm_eps.jsonvalues import jnum
 from rmsnorm_eps.reports.checks import CheckReport
 
