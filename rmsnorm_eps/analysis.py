@@ -254,6 +254,7 @@ def _eps_from_config(
     sources: list[ArraySource],
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     eps_sources: Mapping[str, str] | None,
+    allow_unmatched: bool = False,
 ) -> tuple[dict[str, float], Mapping[str, str]]:
     """eps per layer from ``config`` (``eps``, a number, is the fallback for unmatched layers)."""
     from rmsnorm_eps.config import eps_for_layers
@@ -261,7 +262,9 @@ def _eps_from_config(
     if eps is not None and not isinstance(eps, (int, float)):
         raise InvalidParameterError("with a config, eps is one fallback value (or None)")
     fallback = None if eps is None else float(eps)
-    assigned = eps_for_layers(config, [src.name for src in sources], fallback=fallback)
+    assigned = eps_for_layers(
+        config, [src.name for src in sources], fallback=fallback, allow_unmatched=allow_unmatched
+    )
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
 
@@ -311,7 +314,9 @@ def analyze_dump(
     def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], LayerResult]:
         layer_eps, provenance = eps, eps_sources
         if how.config is not None:
-            layer_eps, provenance = _eps_from_config(how.config, sources, eps, eps_sources)
+            layer_eps, provenance = _eps_from_config(
+                how.config, sources, eps, eps_sources, how.allow_unmatched
+            )
         if layer_eps is None:
             raise InvalidParameterError("give eps (or a config)")
         by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}

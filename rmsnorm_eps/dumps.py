@@ -120,7 +120,9 @@ class DumpReading:
     :func:`~rmsnorm_eps.config.load_config` result) matched against the layer names; ``norm``
     the kind of a layer its config entry does not name (``layer``: figures of the variance v);
     ``fast`` (``ratio --raw``): float32 sums, every deciding q recomputed exactly;
-    ``max_layers``: a dump with more layers is refused (companions do not count).
+    ``max_layers``: a dump with more layers is refused (companions do not count);
+    ``allow_unmatched``: a YAML config's pattern that matches no layer of the dump is accepted
+    (else an error: a typo would silently leave every layer on the defaults).
     """
 
     raw: bool = False
@@ -134,6 +136,7 @@ class DumpReading:
     norm: str = "rms"
     fast: bool = True
     max_layers: int = MAX_LAYERS
+    allow_unmatched: bool = False
 
     def check(self) -> None:
         """Refuse a negative ``top_k``, a non-positive ``chunk_bytes`` or ``threads``."""
@@ -160,6 +163,7 @@ class ReadingFields(TypedDict, total=False):
     norm: str
     fast: bool
     max_layers: int
+    allow_unmatched: bool
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,7 @@ def test_ratio_config_unmatched_layers_error(cli: Cli, tmp_path: Path, qwen_dump
         str(qwen_dump),
         "--eps",
         "1e-6",
+        "--allow-unmatched",  # the Llama config's other patterns match no layer of this dump
         "--format",
         "json",
     )
@@ -276,7 +277,18 @@ def test_ratio_config_shows_eps_provenance(cli: Cli) -> None:
 
     dump = str(EXAMPLES / "q_layers.npz")
     llama = str(ROOT / "configs" / "llama-3-8b.yaml")
-    res = cli("ratio", "--config", llama, "--eps", "1e-6", "-q", dump, "--format", "json")
+    res = cli(
+        "ratio",
+        "--config",
+        llama,
+        "--eps",
+        "1e-6",
+        "-q",
+        dump,
+        "--format",
+        "json",
+        "--allow-unmatched",
+    )
     doc = json.loads(res.stdout)
     jsonschema.Draft202012Validator(load_schema("ratio")).validate(doc)
     sources = {x["name"]: x["eps_source"] for x in doc["layers"]}
@@ -296,3 +308,48 @@ def test_ratio_config_shows_eps_provenance(cli: Cli) -> None:
     plain = cli("ratio", "--eps", "1e-5", "-q", dump, "--format", "json").stdout
     assert all("eps_source" not in x for x in json.loads(plain)["layers"])
     assert " from " not in cli("ratio", "--eps", "1e-5", "-q", dump, "--histogram", "none").stdout
+
+
+def test_a_pattern_that_matches_no_layer_is_an_error(cli: Cli, tmp_path: Path) -> None:
+    """A typo beside a catch-all: every layer would silently keep the default eps."""
+    np.savez(
+        tmp_path / "q.npz",
+        **{
+            "model.layers.0.input_layernorm": np.array([1e-3, 1.0]),
+            "model.norm": np.array([1.0]),
+        },
+    )
+    config = tmp_path / "typo.yaml"
+    config.write_text(
+        "schema_version: 1\ndefaults: {eps: 1.0e-5}\nlayers:\n"
+        '  "*.input_layernrom": {eps: 1.0e-6}\n  "*": {}\n',
+        "utf-8",
+    )
+    res = cli("ratio", str(tmp_path / "q.npz"), "--config", str(config))
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1
+    assert "1 layer pattern(s) match no layer of the dump: *.input_layernrom" in res.stderr
+    assert "--allow-unmatched" in res.stderr
+    res = cli(
+        "compare",
+        str(tmp_path / "q.npz"),
+        "--from",
+        "config",
+        "-c",
+        str(config),
+        "--to",
+        "eps=1e-6",
+    )
+    assert res.exit_code == 2 and "*.input_layernrom" in res.stderr
+    # accepted on request: the override then applies to nothing, the default to every layer
+    res = cli(
+        "ratio",
+        str(tmp_path / "q.npz"),
+        "--config",
+        str(config),
+        "--allow-unmatched",
+        "--format",
+        "json",
+    )
+    assert res.exit_code == 0
+    assert {ly["eps"] for ly in json.loads(res.stdout)["layers"]} == {1e-5}

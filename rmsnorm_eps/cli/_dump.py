@@ -127,6 +127,7 @@ def dump_reading(
     norm: Any,
     threads: int | None = None,
     max_layers: int | None = None,
+    allow_unmatched: bool = False,
 ) -> DumpReading:
     """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
     ``--skip-unreadable``, ``--norm``, ``--threads``, ``--max-layers``), the worst inputs kept,
@@ -151,4 +152,5 @@ def dump_reading(
         config=loaded,
         norm=norm.value if norm is not None else "rms",
         max_layers=MAX_LAYERS if max_layers is None else max_layers,
+        allow_unmatched=allow_unmatched,
     )

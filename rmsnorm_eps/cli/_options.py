@@ -22,6 +22,7 @@ from rmsnorm_eps.sources.interface import MAX_LAYERS
 __all__ = [
     "DTYPE_ALIASES",
     "MAX_LAYERS",
+    "AllowUnmatchedOpt",
     "DeprecatedOutOpt",
     "DtypeChoice",
     "ExitZeroOpt",
@@ -207,6 +208,14 @@ MaxLayersOpt = Annotated[
         metavar="N",
         help="Refuse a dump of more than N layers (exit 2) before reading its data; "
         "companions such as <layer>::position are not counted.",
+    ),
+]
+AllowUnmatchedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unmatched",
+        help="Accept a --config layer pattern that matches no layer of the dump (by default "
+        "an error naming it: a typo would leave every layer on the defaults).",
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]

@@ -21,6 +21,7 @@ from rmsnorm_eps.cli._dump import (
 )
 from rmsnorm_eps.cli._options import (
     MAX_LAYERS,
+    AllowUnmatchedOpt,
     ExitZeroSkipOpt,
     Format,
     FormatOpt,
@@ -117,6 +118,7 @@ def compare(
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
     max_layers: MaxLayersOpt = MAX_LAYERS,
+    allow_unmatched: AllowUnmatchedOpt = False,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -157,6 +159,7 @@ def compare(
         config=config,
         norm=norm,
         max_layers=max_layers,
+        allow_unmatched=allow_unmatched,
     )
     try:
         report = compare_dump(

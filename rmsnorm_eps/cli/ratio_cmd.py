@@ -20,6 +20,7 @@ from rmsnorm_eps.cli._dump import (
 )
 from rmsnorm_eps.cli._options import (
     MAX_LAYERS,
+    AllowUnmatchedOpt,
     ExitZeroSkipOpt,
     Format,
     FormatOpt,
@@ -138,6 +139,7 @@ def ratio(
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,
     max_layers: MaxLayersOpt = MAX_LAYERS,
+    allow_unmatched: AllowUnmatchedOpt = False,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -177,6 +179,7 @@ def ratio(
         norm=norm,
         threads=threads,
         max_layers=max_layers,
+        allow_unmatched=allow_unmatched,
     )
     try:
         report = analyze_dump(q_path, eps, delta=delta, min_ratio=min_ratio, reading=reading)

@@ -63,7 +63,6 @@ from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_ed
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
     "CompareAccumulator",
@@ -360,18 +359,22 @@ def _remap(acc: CompareAccumulator, where: Mapping[int, int]) -> CompareAccumula
 def _side(
     spec: EpsSpec | LayerSpecs | str,
     option: str,
-    config: NormConfig | None,
+    how: DumpReading,
     sources: list[ArraySource],
 ) -> EpsSpec | LayerSpecs:
     """One side of the comparison: a resolved spec, a SPEC text, or ``"config"`` (per-layer
-    settings from ``config`` for the dump's layers)."""
+    settings from ``how.config`` for the dump's layers; a YAML pattern that matches none of
+    them is an error unless ``how.allow_unmatched``)."""
+    config = how.config
     if not isinstance(spec, str):
         return spec
     if not is_config_spec(spec):
         return parse_spec(spec, option)
     if config is None:
         raise InvalidParameterError(f"{option} config needs a model config")
-    return specs_from_config(config, [src.name for src in sources], option)
+    return specs_from_config(
+        config, [src.name for src in sources], option, allow_unmatched=how.allow_unmatched
+    )
 
 
 def compare_dump(
@@ -409,8 +412,8 @@ def compare_dump(
     sides: list[EpsSpec | LayerSpecs] = []
 
     def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], CompareLayer]:
-        a = _side(spec_from, "--from", how.config, sources)
-        b = _side(spec_to, "--to", how.config, sources)
+        a = _side(spec_from, "--from", how, sources)
+        b = _side(spec_to, "--to", how, sources)
         sides.extend((a, b))
         return lambda src, quantity: _compare_layer(
             src, (a.for_layer(src.name), b.for_layer(src.name)), tol, c, how, quantity

@@ -249,7 +249,11 @@ def _layers(names: Iterable[str], limit: int = 10) -> str:
 
 
 def specs_from_config(
-    config: NormConfig, names: Iterable[str], option: str = "--from"
+    config: NormConfig,
+    names: Iterable[str],
+    option: str = "--from",
+    *,
+    allow_unmatched: bool = False,
 ) -> LayerSpecs:
     """Per-layer settings for the dump layers ``names`` from ``config``, matched as ``ratio
     --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`).
@@ -264,7 +268,7 @@ def specs_from_config(
     """
     names = list(names)
     remedy = f"fix the config or give an explicit SPEC to {option}"
-    assigned = eps_for_layers(config, names, remedy=remedy)
+    assigned = eps_for_layers(config, names, remedy=remedy, allow_unmatched=allow_unmatched)
     problems: dict[str, list[str]] = {}
     out: list[tuple[str, EpsSpec]] = []
     for name in names:

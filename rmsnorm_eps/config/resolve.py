@@ -25,6 +25,7 @@ __all__ = [
     "eps_for_layers",
     "load_config",
     "model_dir_config",
+    "unused_patterns",
 ]
 
 #: eps values a and b agree when |a - b| <= DIFF_REL_TOL * max(|a|, |b|) (absorbs float32).
@@ -115,12 +116,16 @@ def eps_for_layers(
     fallback: float | None = None,
     *,
     remedy: str | None = None,
+    allow_unmatched: bool = False,
 ) -> EpsAssignment:
     """eps for each layer name from the config's globs.
 
     A name that matches no entry, or whose eps is missing (or in conflict), is an error unless
     ``fallback`` (the user's explicit --eps) is given; then it gets the fallback. ``remedy``
-    ends the error messages (default: the ``--eps`` fallback of ``ratio``).
+    ends the error messages (default: the ``--eps`` fallback of ``ratio``). A pattern the user
+    wrote (a YAML ``layers:`` entry) that matches none of ``names`` is an error too, unless
+    ``allow_unmatched``: a typo (``*.input_layernrom``) would otherwise leave every layer on
+    the defaults while the user believes the override applied (:func:`unused_patterns`).
     """
     names = list(names)
     unmatched = config.unmatched(names)
@@ -130,6 +135,13 @@ def eps_for_layers(
             f"({_listed(e.pattern for e in config.entries)}): {_listed(unmatched)}; "
             + (remedy or "fix the config or give --eps as an explicit fallback")
         )
+    if not allow_unmatched:
+        unused = unused_patterns(config, names)
+        if unused:
+            raise ConfigError(
+                f"{config.path}: {len(unused)} layer pattern(s) match no layer of the dump: "
+                f"{_listed(unused)}; fix the pattern(s) or give --allow-unmatched"
+            )
     eps: dict[str, float] = {}
     prov: dict[str, str] = {}
     no_eps: list[tuple[str, Resolved]] = []
@@ -154,6 +166,18 @@ def eps_for_layers(
             f"{_listed(n for n, _ in no_eps)}; " + (remedy or "give --eps explicitly")
         )
     return EpsAssignment(eps=eps, provenance=prov)
+
+
+def unused_patterns(config: NormConfig, names: Iterable[str]) -> tuple[str, ...]:
+    """The patterns of a YAML config's ``layers:`` entries that match none of ``names``, in
+    file order. Only patterns a person wrote count: the entries a reader derives from an HF
+    config.json or GGUF file name every norm the family may have, and a dump may hold a few."""
+    if config.kind != "yaml":
+        return ()
+    hit: set[str] = set()
+    for name in names:
+        hit.update(e.pattern for e in config.matching(name))
+    return tuple(dict.fromkeys(e.pattern for e in config.entries if e.pattern not in hit))
 
 
 @dataclass(frozen=True)
