@@ -106,6 +106,9 @@ def test_t5_encoder_and_decoder_stacks(cli: Callable[..., Any], tmp_path: Path) 
             assert z[name + "::batch"].tolist() == [0] * 9 + [1] * 2
     written = yaml.safe_load(cfg.read_text())
     assert written["defaults"]["norm"] == "rms" and written["defaults"]["gain"] == "w"
+    # a file meant to be committed: the model by its directory's name, no path of this machine
+    assert written["source"].startswith("live modules of t5 (transformers ")
+    assert str(tmp_path) not in cfg.read_text()
     r = cli("ratio", "--config", str(cfg), "--q-file", str(out), "--format", "json")
     assert r.exit_code == 0, r.stderr
     assert len(json.loads(r.stdout)["layers"]) == len(mods)

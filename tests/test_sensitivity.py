@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -376,3 +377,49 @@ def test_torchrun_two_ranks_reduce_to_one_process(tiny_dir: Path, tmp_path: Path
         assert b[key] == pytest.approx(a[key], rel=1e-9), key
     assert [r["name"] for r in b["per_norm"]] == [r["name"] for r in a["per_norm"]]
     assert two["passes"] == one["passes"]
+
+
+@pytest.mark.parametrize(
+    ("variant", "why"),
+    [
+        ({"norm": "gated-rms", "gate_fn": "sigmoid"}, "gate is sigmoid"),
+        ({"input_scale": "1+w"}, "scales its input by 1+w"),
+        ({"eps_rule": "clamp"}, "eps rule is clamp"),
+        ({"inputs": 2}, "2 inputs in one call"),
+        ({"norm": "layer", "channels_first": True}, "channels of [B, C, T]"),
+    ],
+)
+def test_a_spec_never_replaces_a_norm_it_cannot_write(variant: dict[str, object], why: str) -> None:
+    """Norm kinds the replacement formula does not compute are refused by name, never run
+    under a formula that is not theirs."""
+    from dataclasses import replace as dc_replace
+
+    import torch
+
+    from rmsnorm_eps.capture.errors import CaptureError
+    from rmsnorm_eps.capture.records import ModuleRecord
+    from rmsnorm_eps.sensitivity.swap import replace_forward, spec_of
+
+    base = ModuleRecord(
+        name="model.norm",
+        class_name="X",
+        kind="rms",
+        eps=1e-6,
+        eps_source=None,
+        dim=8,
+        input_dtype="float32",
+        gain="w",
+        weight=None,
+        weight_dtype=None,
+        layout=None,
+        heads=1,
+        calls=1,
+        count=1,
+        norm="rms",
+    )
+    module = torch.nn.Identity()
+    record = dc_replace(base, **variant)
+    spec = spec_of("eps=1e-5,placement=outside", "--to")
+    with pytest.raises(CaptureError, match=re.escape(why)), replace_forward(module, record, spec):
+        pass
+    assert "forward" not in module.__dict__  # nothing was replaced

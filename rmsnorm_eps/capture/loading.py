@@ -284,7 +284,10 @@ def load_model(
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     tokenizer.padding_side = "right"
     name = Path(gguf).stem if gguf else d.name
-    source = f"live modules of {d / gguf if gguf else d} (transformers {transformers.__version__})"
+    # The model directory by its name, never its absolute path: --config-out writes this into
+    # a file meant to be committed, where a path of this machine means nothing.
+    where = f"{d.resolve().name}/{gguf}" if gguf else d.resolve().name
+    source = f"live modules of {where} (transformers {transformers.__version__})"
     return LoadedModel(
         model, tokenizer, name, source, family, str(where_to.get("device_map", "cpu"))
     )

@@ -38,13 +38,17 @@ def not_analysed(result: CaptureResult) -> list[str]:
     for m in result.modules:
         if m.norm != "unknown":
             continue
-        why = str(m.reason)
-        if why.startswith("not analysed"):  # known kind, but its layout (or a call) was not
-            why = why.removeprefix("not analysed").lstrip(": ")
-        else:
-            why = f"unknown norm kind: {why}"
-        lines.append(f"not analysed: {m.name} ({m.class_name}): {why}")
+        lines.append(f"not analysed: {m.name} ({m.class_name}): {why_not_analysed(m.reason)}")
     return lines
+
+
+def why_not_analysed(reason: str | None) -> str:
+    """Why a module was not analysed, from its record's ``reason``: its kind is unknown, or
+    (the reason starts ``not analysed``) its kind is known but its layout or a call was not."""
+    why = str(reason or "-")
+    if why.startswith("not analysed"):
+        return why.removeprefix("not analysed").lstrip(": ")
+    return f"unknown norm kind: {why}"
 
 
 def summary_report(result: CaptureResult, delta: float, source: str) -> RatioReport:

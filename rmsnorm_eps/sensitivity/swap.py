@@ -148,6 +148,21 @@ def _formula(module: Any, record: ModuleRecord, spec: EpsSpec) -> Any:
     return forward
 
 
+def _unlike_the_formula(record: ModuleRecord) -> str | None:
+    """Why the module computes something the replacement formula would not, or None."""
+    if record.gate_fn not in (None, "silu"):
+        return f"its gate is {record.gate_fn}, not silu"
+    if record.input_scale is not None:
+        return f"it scales its input by {record.input_scale} before normalizing"
+    if record.eps_rule != "add":
+        return f"its eps rule is {record.eps_rule}, not an added eps"
+    if record.inputs != 1:
+        return f"it normalizes {record.inputs} inputs in one call"
+    if record.channels_first:
+        return "it normalizes the channels of [B, C, T]"
+    return None
+
+
 @contextmanager
 def replace_forward(module: Any, record: ModuleRecord, spec: EpsSpec) -> Iterator[None]:
     """The module's forward replaced by the SPEC's formula, restored on exit."""
@@ -157,6 +172,13 @@ def replace_forward(module: Any, record: ModuleRecord, spec: EpsSpec) -> Iterato
         raise CaptureError(
             f"module {record.name!r}: a {record.norm or 'never run'} norm has no formula to "
             "replace its forward with"
+        )
+    unlike = _unlike_the_formula(record)
+    if unlike is not None:
+        raise CaptureError(
+            f"module {record.name!r}: {unlike}; the replacement formula (a SPEC with placement "
+            "or precision) covers x*silu(gate), an added eps and one [..., d] input only: "
+            "give --eps to change its eps attribute instead"
         )
     had = "forward" in module.__dict__
     old = module.__dict__.get("forward")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rmsnorm_eps.capture.report import why_not_analysed
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
 from rmsnorm_eps.reports.checks import g as _g
@@ -90,8 +91,8 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
         if m.get("norm") == "unknown":
             parts.append(
                 Text(
-                    f"not analysed: {_e(m['name'])} ({_e(m['class'])}): unknown norm kind: "
-                    f"{_e(m.get('reason') or '-')}"
+                    f"not analysed: {_e(m['name'])} ({_e(m['class'])}): "
+                    f"{_e(why_not_analysed(m.get('reason')))}"
                 )
             )
     if any(m.get("norm") == "layer" for m in doc["modules"]):
@@ -123,7 +124,7 @@ def checks(report: CaptureReport) -> CheckReport:
         )
         out.append(Check("capture/ran", m["name"], ran, "note" if ran else "warning", msg, nums))
         if m.get("norm") == "unknown":
-            why = f"{m['name']}: unknown norm kind, not analysed: {m.get('reason') or '-'}"
+            why = f"{m['name']}: not analysed: {why_not_analysed(m.get('reason'))}"
             out.append(Check("capture/kind", m["name"], False, "warning", why, {}))
     idle = sum(1 for c in out if not c.passed and c.rule == "capture/ran")
     unknown = sum(1 for c in out if c.rule == "capture/kind")
