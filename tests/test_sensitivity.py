@@ -303,7 +303,17 @@ def test_json_validates_and_every_format_renders(
         out = tmp_path / f"r.{fmt}"
         r = _run(cli, tiny_dir, "--eps", "1e-3", "--max-kl", "1e-5", "-f", fmt, "-o", str(out))
         assert r.exit_code == 1, fmt
-        assert "eps=0.001" in out.read_text("utf-8"), fmt
+        body = out.read_text("utf-8")
+        assert "eps=0.001" in body, fmt
+        if fmt == "sarif":
+            results = json.loads(body)["runs"][0]["results"]
+            assert [x["ruleId"] for x in results if x["level"] == "error"] == ["sensitivity/kl"]
+        if fmt == "junit":
+            import xml.etree.ElementTree as ET
+
+            assert ET.fromstring(body).tag == "testsuites"
+        if fmt == "github":
+            assert body.startswith("::error")
 
 
 def test_layernorm_model_spec_matches_attribute(tmp_path: Path) -> None:
