@@ -286,8 +286,8 @@ def load_model(
     name = Path(gguf).stem if gguf else d.name
     # The model directory by its name, never its absolute path: --config-out writes this into
     # a file meant to be committed, where a path of this machine means nothing.
-    where = f"{d.resolve().name}/{gguf}" if gguf else d.resolve().name
-    source = f"live modules of {where} (transformers {transformers.__version__})"
+    shown = f"{d.resolve().name}/{gguf}" if gguf else d.resolve().name
+    source = f"live modules of {shown} (transformers {transformers.__version__})"
     return LoadedModel(
         model, tokenizer, name, source, family, str(where_to.get("device_map", "cpu"))
     )
