@@ -1,0 +1,214 @@
+"""Decomposed normalizations matched by structure, for x of dimension d.
+
+- ``q = ReduceMean(Pow(x, 2) | Mul(x, x))`` (RMS), ``q = ReduceMean(Pow(x - mean(x), 2))``
+  (LayerNorm), or ``s = ReduceSumSquare(x) | ReduceSum(Pow(x, 2))`` (sum: eps is scaled by d);
+- then ``Sqrt(Add(q, eps))`` (inside), ``Add(Sqrt(q), eps)`` (outside), ``Max(Sqrt(q), eps)``
+  (clamp), ``Pow(q + eps, -0.5)`` (an rsqrt), or no eps at all (dropped: a finding);
+- then ``Div(x, r)``, ``Mul(x, Reciprocal(r))`` or ``Mul(x, rsqrt)``, and a gain ``Mul(y, w)``,
+  ``Mul(y, Add(w, 1))`` or none (an RMS pattern without a weight is reported as l2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rmsnorm_eps.config.onnx_nodes import (
+    GraphNorm,
+    _Const,
+    _const,
+    _from_weight,
+    _gain_of,
+    _Graph,
+    _module_name,
+    _producer_op,
+    _scale_name,
+    _skip_cast_down,
+    _skip_cast_up,
+)
+
+
+def _square_input(g: _Graph, node: Any) -> str | None:
+    """x when ``node`` computes x*x (Pow(x, 2) or Mul(x, x)), else None."""
+    if node is None:
+        return None
+    if node.op_type == "Pow" and len(node.input) == 2:
+        c = _const(g, node.input[1])
+        if c is not None and c.value == 2.0:
+            return str(node.input[0])
+    if node.op_type == "Mul" and len(node.input) == 2 and node.input[0] == node.input[1]:
+        return str(node.input[0])
+    return None
+
+
+@dataclass
+class _Walk:
+    nodes: list[Any]
+    x: str
+    norm: str
+    placement: str
+    eps: _Const | None = None
+    eps_node: Any = None
+    dropped: bool = False
+
+
+def _reduction(g: _Graph, node: Any) -> _Walk | None:
+    """The start of a decomposed norm at a reduction node, or None."""
+    if node.op_type == "ReduceSumSquare" and node.input:
+        return _Walk([node], node.input[0], "rms", "sum")
+    if node.op_type not in ("ReduceMean", "ReduceSum") or not node.input:
+        return None
+    sq = _producer_op(g, node.input[0])
+    x = _square_input(g, sq)
+    if x is None:
+        return None
+    placement = "sum" if node.op_type == "ReduceSum" else "inside"
+    norm = "rms"
+    centred = _producer_op(g, x)
+    if centred is not None and centred.op_type == "Sub" and len(centred.input) == 2:
+        mean = _producer_op(g, centred.input[1])
+        if mean is not None and mean.op_type == "ReduceMean":
+            norm = "layer"
+            x = centred.input[0]
+    return _Walk([node, sq], x, norm, placement)
+
+
+def _follow(g: _Graph, walk: _Walk, q: str) -> str | None:
+    """From q (the reduction's output) to the output of the normalization (x / r)."""
+    root: str | None = None
+    for node, _ in _skip_cast_down(g, q):
+        if node.op_type == "Add" and len(node.input) == 2:
+            c = _const(g, node.input[1]) or _const(g, node.input[0])
+            if c is None:
+                continue
+            walk.eps, walk.eps_node = c, node
+            walk.nodes.append(node)
+            for nxt, _ in _skip_cast_down(g, node.output[0]):
+                if nxt.op_type == "Sqrt":
+                    walk.nodes.append(nxt)
+                    root = nxt.output[0]
+                    break
+                if _is_rsqrt(g, nxt):  # Pow(q + eps, -0.5): an rsqrt, then Mul(x, .)
+                    walk.nodes.append(nxt)
+                    return _times(g, walk, nxt.output[0])
+            break
+        if _is_rsqrt(g, node):  # Pow(q, -0.5): no eps at all
+            walk.nodes.append(node)
+            walk.dropped = True
+            return _times(g, walk, node.output[0])
+        if node.op_type == "Sqrt":
+            walk.nodes.append(node)
+            root = node.output[0]
+            after = _skip_cast_down(g, root)
+            for nxt, _ in after:
+                if nxt.op_type in ("Add", "Max") and len(nxt.input) == 2:
+                    c = _const(g, nxt.input[1]) or _const(g, nxt.input[0])
+                    if c is not None:
+                        walk.eps, walk.eps_node = c, nxt
+                        walk.placement = "outside" if nxt.op_type == "Add" else "clamp"
+                        walk.nodes.append(nxt)
+                        return _divide(g, walk, nxt.output[0])
+            walk.dropped = True
+            return _divide(g, walk, root)
+    if root is None:
+        return None
+    return _divide(g, walk, root)
+
+
+def _is_rsqrt(g: _Graph, node: Any) -> bool:
+    """``node`` is Pow(t, -0.5)."""
+    if node.op_type != "Pow" or len(node.input) != 2:
+        return False
+    c = _const(g, node.input[1])
+    return c is not None and c.value == -0.5
+
+
+def _times(g: _Graph, walk: _Walk, r: str) -> str | None:
+    """The output of Mul(x, r) (r = 1/sqrt(...))."""
+    for node, _ in _skip_cast_down(g, r):
+        if node.op_type == "Mul":
+            walk.nodes.append(node)
+            return str(node.output[0])
+    return None
+
+
+def _divide(g: _Graph, walk: _Walk, r: str) -> str | None:
+    """The output of x / r (Div, or Mul by Reciprocal)."""
+    for node, _ in _skip_cast_down(g, r):
+        if node.op_type == "Div" and len(node.input) == 2:
+            walk.nodes.append(node)
+            return str(node.output[0])
+        if node.op_type == "Reciprocal":
+            walk.nodes.append(node)
+            for nxt, _ in _skip_cast_down(g, node.output[0]):
+                if nxt.op_type == "Mul":
+                    walk.nodes.append(nxt)
+                    return str(nxt.output[0])
+    return None
+
+
+def _weight(g: _Graph, walk: _Walk, y: str) -> tuple[str, str, int | None, str | None, str]:
+    """The gain after the normalization y: (gain, where, dim, scale initializer, output).
+
+    ``Mul(y, w)`` with w an initializer, a graph input or an ``Add`` (1 + w) is the gain (its
+    Mul is added to ``walk.nodes``); otherwise ``"none"`` and the output stays y.
+    """
+    for nxt, via in _skip_cast_down(g, y):
+        if nxt.op_type == "Mul" and len(nxt.input) == 2:
+            other = nxt.input[1] if nxt.input[0] == via else nxt.input[0]
+            src = _skip_cast_up(g, other)
+            p = g.producer.get(src)
+            if src in g.initializers or p is None or (p is not None and p.op_type == "Add"):
+                gain, gain_where, dim = _gain_of(g, other)
+                walk.nodes.append(nxt)
+                return gain, gain_where, dim, _scale_name(g, other), str(nxt.output[0])
+    return "none", "no multiply by a weight after the normalization", None, None, y
+
+
+def _eps_of(walk: _Walk) -> tuple[float | None, str | None, str]:
+    """(value, dtype, where) of the eps the pattern adds; value None when dropped or unread."""
+    eps = walk.eps
+    if walk.dropped:
+        return None, None, "eps dropped: the pattern adds no eps before the divide"
+    if eps is None:
+        return None, None, "no eps found"
+    if eps.value is None:
+        return None, eps.dtype, f"eps not readable: {eps.where}"
+    return eps.value, eps.dtype, f"{eps.where}, input of {walk.eps_node.name!r}"
+
+
+def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:
+    """The norm whose reduction is ``node`` (see the module docstring), or None."""
+    walk = _reduction(g, node)
+    if walk is None or not node.output:
+        return None
+    y = _follow(g, walk, node.output[0])
+    if y is None:
+        return None
+    gain, gain_where, dim, scale, out = _weight(g, walk, y)
+    if walk.norm == "rms" and gain == "none":  # x * rsqrt(mean(x^2) + eps), no weight
+        walk.norm = "l2"
+    module, name_from = _from_weight(*_module_name(walk.nodes), scale)
+    value, dtype, where = _eps_of(walk)
+    chain = "/".join(n.op_type for n in walk.nodes)
+    return GraphNorm(
+        name=module or node.name or node.output[0],
+        norm=walk.norm,
+        op=f"decomposed {chain}",
+        eps=value,
+        eps_dtype=dtype,
+        eps_where=where,
+        eps_default=False,
+        placement=walk.placement,
+        gain=gain,
+        gain_where=gain_where,
+        dim=dim,
+        nodes=tuple(n.name for n in walk.nodes),
+        graph=g.label,
+        name_from=name_from,
+        add_dtype=dtype,
+        add_dtype_from="dtype of the eps added",
+        inputs=(walk.x,),
+        output=out,
+        scale=scale,
+    )
