@@ -10,6 +10,10 @@
   nonfinite, violation fraction, layers affected).
 
 The data path is source -> chunks -> accumulator; nothing here knows a report format.
+
+Why one module: the chunk iterators, the position split and the fold share one contract
+(chunks in storage order, indices unravelled the same way) that is read and tested together;
+the long-row and Fortran-order readers added for bounded memory are part of that contract.
 """
 
 from __future__ import annotations

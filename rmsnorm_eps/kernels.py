@@ -23,6 +23,10 @@ float64 inputs are summed directly and the rare rows whose result is not trustwo
 (overflowed to inf, or so small that squares may have underflowed) are recomputed with the row
 scaled by its max |x|. A q that exceeds the float64 range (|x| near 1e300) is inf, and one below
 the smallest subnormal is 0, as rounding the exact value gives.
+
+Why one module: every kernel here computes the same float64 q (or v) by a different route
+(dtype widening, float32 fast path, long rows in pieces); their exactness argument is one
+argument, and the tests compare them with each other.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ parses its header and builds these; the streaming is here.
 Data are read with ``readinto`` into one reused buffer, so the resident memory of a run does not
 grow with the file (a memory map would: every touched page counts toward RSS). With threads and
 an in-place source (``data_offset`` set), chunks are read with ``os.preadv`` in parallel.
+
+Why one module: the sequential, positioned-parallel and ranged readers share one buffer and
+CRC discipline; split, each would re-state the same invariants.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Fortran-contiguous views of their storage (else: save ``t.contiguous()``).
 
 Needs torch (the ``torch`` extra); without it the file is refused with one line naming the
 extra.
+
+Why one module: the zip accounting (every member referenced, no duplicate entry, one read per
+storage) and the weights-only unpickling are one trust boundary and are checked in one pass.
 """
 
 from __future__ import annotations
