@@ -31,98 +31,31 @@ tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real toke
 count sequences over all forward calls. A module called k times in one forward pass records
 call indices 0..k-1.
 
-This module stays one piece (about 700 lines) on purpose: :class:`QCapture`'s hooks share one
-state (the call context stack, the pending device results, the per-module records) that is
-simpler to follow in one class than spread over modules; the pure parts live beside it
-(``layout``, ``reduce``, ``classify``, ``records``).
+The hooks share one state (the call context stack, the pending device results) kept in
+:class:`QCapture`; the per-module state lives in ``hook_state``, each call's kind and eps in
+``hook_settings``, the host copy, the per-token records and the result assembly in
+``hook_records``, and the pure parts beside them (``layout``, ``reduce``, ``classify``,
+``records``). :class:`CaptureResult` and :class:`ModuleRecord` are importable from here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from rmsnorm_eps.analysis import PositionSplit, ratio_position_split
 from rmsnorm_eps.capture.calls import bind, probe_inputs, read_call
-from rmsnorm_eps.capture.classify import NormKind, classify_module
+from rmsnorm_eps.capture.classify import NormKind
 from rmsnorm_eps.capture.errors import CaptureError
-from rmsnorm_eps.capture.layout import (
-    LayoutAmbiguous,
-    LayoutUnknown,
-    orientation,
-    place,
-    plan,
-)
-from rmsnorm_eps.capture.modules import (
-    NormModule,
-    find_norm_modules,
-    iter_named,
-    resolve_torch_default_eps,
-    weight_stats,
-)
+from rmsnorm_eps.capture.hook_records import copy_to_host, module_record, store
+from rmsnorm_eps.capture.hook_settings import call_settings, probe_layout
+from rmsnorm_eps.capture.hook_state import CallContext, NormState, PendingQ
+from rmsnorm_eps.capture.layout import LayoutAmbiguous, LayoutUnknown, orientation, place, plan
+from rmsnorm_eps.capture.modules import find_norm_modules, iter_named
 from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.reduce import reduce_rows
-from rmsnorm_eps.summary import LayerAccumulator
 
 __all__ = ["CaptureResult", "ModuleRecord", "QCapture"]  # the records live in capture.records
-
-
-@dataclass
-class _State:
-    spec: NormModule
-    module: Any
-    eps: float | None = None
-    eps_source: str | None = None
-    dim: int | None = None
-    input_dtype: str | None = None
-    layout: str | None = None
-    heads: int = 1
-    calls: int = 0
-    count: int = 0
-    q: list[np.ndarray] = field(default_factory=list)
-    position: list[np.ndarray] = field(default_factory=list)
-    batch: list[np.ndarray] = field(default_factory=list)
-    head: list[np.ndarray] = field(default_factory=list)
-    call: list[np.ndarray] = field(default_factory=list)
-    summary: LayerAccumulator | None = None
-    split: PositionSplit[LayerAccumulator] | None = None
-    kind: NormKind | None = None
-    inner_ndim: int = 1
-    max_calls: int = 0
-    skipped: str | None = None  # why the module is listed, not analysed (layout unknown, ...)
-
-
-@dataclass(frozen=True)
-class _Context:
-    """What the innermost hooked stack (the model, or its encoder or decoder) was called with.
-
-    ``ids``: its input ids (on their device) when it got them; ``evidence`` holds what the
-    input embeddings saw in this call (``padded``: the length the model padded the ids to).
-    """
-
-    bt: tuple[int, int] | None
-    mask: Any  # bool [B, T] on the host, or None
-    ids: Any = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """One module call's q, still on the device, arranged [B, T, H] (or, while ``probe`` names
-    the probe that may tell its layout, as the module computed it: lead axes + groups)."""
-
-    state: _State
-    q: Any
-    mask: Any
-    offset: int
-    call: int
-    probe: str | None = None
-    ctx: _Context | None = None
-    strides: tuple[int, ...] = ()
 
 
 class QCapture:
@@ -170,10 +103,10 @@ class QCapture:
                 "the model has no norm module (torch.nn.RMSNorm/LayerNorm, a class named *Norm*, "
                 "a module with eps/variance_epsilon/epsilon); name the modules to hook explicitly"
             )
-        self._states = [_State(spec, module) for spec, module in iter_named(model, specs)]
+        self._states = [NormState(spec, module) for spec, module in iter_named(model, specs)]
         self._handles: list[Any] = []
-        self._stack: list[_Context] = []
-        self._pending: list[_Pending] = []
+        self._stack: list[CallContext] = []
+        self._pending: list[PendingQ] = []
         self._calls: dict[int, int] = {}
         self._sequences = 0
         self._tokens = 0
@@ -223,7 +156,7 @@ class QCapture:
         self._flush()
 
     # ------------------------------------------------------------------ root hooks
-    def _read(self, module: Any, args: Any, kwargs: dict[str, Any], role: str) -> _Context:
+    def _read(self, module: Any, args: Any, kwargs: dict[str, Any], role: str) -> CallContext:
         """B, T, the padding mask and the ids of a model (or stack) call (capture.calls)."""
         import torch
 
@@ -232,7 +165,7 @@ class QCapture:
         mask = call.mask
         if mask is None and call.bt is not None:
             mask = torch.ones(call.bt, dtype=torch.bool)
-        return _Context(call.bt, mask, call.ids)
+        return CallContext(call.bt, mask, call.ids)
 
     def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._probing is not None:  # a layout probe: only the shapes are looked at
@@ -248,7 +181,7 @@ class QCapture:
         if self._probing is not None:
             self._stack = []
             return
-        ctx = self._stack[0] if self._stack else _Context(None, None)
+        ctx = self._stack[0] if self._stack else CallContext(None, None)
         self._probe_layouts(ctx)
         self._flush()
         if ctx.mask is not None:
@@ -286,7 +219,7 @@ class QCapture:
         if same and emb.device == ids.device and torch.equal(emb[:, :t], ids):
             ctx.evidence["padded"] = n
 
-    def _probe_layouts(self, ctx: _Context) -> None:
+    def _probe_layouts(self, ctx: CallContext) -> None:
         """Rerun the forward pass with one sequence fewer (or one token shorter) when a module's
         layout was ambiguous in this one and no earlier call told it (capture.layout)."""
         import torch
@@ -310,7 +243,7 @@ class QCapture:
                 self._stack = saved
 
     # ------------------------------------------------------------------ norm hooks
-    def _make_hook(self, st: _State) -> Any:
+    def _make_hook(self, st: NormState) -> Any:
         def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             import torch
 
@@ -323,7 +256,7 @@ class QCapture:
             elif isinstance(kwargs.get("gate"), torch.Tensor):
                 gate, gate_kw = kwargs["gate"], "gate"
             if self._probing is not None:
-                self._probe_record(st, x)
+                probe_layout(st, x, self._stack[-1] if self._stack else CallContext(None, None))
                 return
             if st.skipped is not None:
                 st.calls += 1
@@ -335,101 +268,22 @@ class QCapture:
 
         return hook
 
-    def _skip(self, st: _State, reason: str) -> None:
+    def _skip(self, st: NormState, reason: str) -> None:
         """List the module with ``reason``, never analysed: what it recorded is dropped."""
         st.skipped = reason
         st.q, st.position, st.batch, st.head, st.call = [], [], [], [], []
         st.count, st.summary, st.split = 0, None, None
         self._pending = [p for p in self._pending if p.state is not st]
 
-    def _probe_record(self, st: _State, x: Any) -> None:
-        """In a probe rerun: the layout this call's shape tells, when it tells one."""
-        import torch
-
-        if st.layout is not None or st.skipped is not None or st.kind is None:
-            return
-        if not isinstance(x, torch.Tensor) or x.ndim <= st.inner_ndim:
-            return
-        if st.kind.channels_first:
-            x = x.movedim(1, -1)
-        ctx = self._stack[-1] if self._stack else _Context(None, None)
-        k = st.inner_ndim
-        width = math.prod(int(n) for n in x.shape[x.ndim - k :])
-        groups = width // st.kind.group_size if st.kind.group_size else 1
-        lead = tuple(int(n) for n in x.shape[: x.ndim - k])
-        strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
-        try:
-            layout, evidence = plan(
-                lead, groups, strides, ctx.bt, st.spec, None, None, ctx.evidence.get("padded")
-            )
-        except LayoutUnknown:
-            return
-        if evidence:
-            st.layout = layout
-
-    def _inner_ndim(self, st: _State, x: Any) -> int:
-        """Trailing axes of x a probe must keep: the normalized shape, or the weight's shape."""
-        import torch
-
-        shape = getattr(st.module, "normalized_shape", None)
-        if isinstance(shape, tuple | list) and len(shape) > 1:
-            return len(shape)
-        w = getattr(st.module, "weight", None)
-        if (
-            isinstance(w, torch.Tensor)
-            and 1 < w.ndim < x.ndim
-            and tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape)
-        ):
-            return int(w.ndim)
-        return max(st.spec.norm_ndim, 1)
-
-    def _classify(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> NormKind:
-        st.inner_ndim = self._inner_ndim(st, x)
-        inner = tuple(int(n) for n in x.shape[x.ndim - st.inner_ndim :])
-        gate_pos = gate is not None and gate_kw is None
-        nk = classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
-        if nk.norm == "unknown" and x.ndim == 3 and st.inner_ndim == 1 and int(x.shape[1]) > 1:
-            cf = classify_module(
-                st.module,
-                (int(x.shape[1]),),
-                gate_kw=gate_kw,
-                gate_pos=gate_pos,
-                channels_first=True,
-            )
-            if cf.norm != "unknown":  # a [B, C, T] input normalized over its channels
-                return cf
-        return nk
-
-    def _live_eps(self, st: _State, nk: NormKind, dtype_name: str) -> tuple[float, str]:
-        """The eps this call uses: the attribute's current value when the probe matched it."""
-        spec = st.spec
-        if spec.kind == "torch.nn.RMSNorm" and getattr(st.module, "eps", None) is None:
-            eps = resolve_torch_default_eps(dtype_name)
-            return eps, f"torch.nn.RMSNorm eps=None: torch's default for {dtype_name} input"
-        assert nk.eps is not None and nk.eps_source is not None
-        if nk.eps_source.startswith("attribute "):
-            attr = nk.eps_source.removeprefix("attribute ")
-            value = getattr(st.module, attr, None)
-            try:
-                eps = float(value)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise CaptureError(
-                    f"module {spec.name!r} ({spec.class_name}): {attr} = {value!r} is not a number"
-                ) from None
-            if not (eps >= 0.0 and math.isfinite(eps)):
-                raise CaptureError(f"module {spec.name!r}: {attr} = {eps!r} is not >= 0")
-            return eps, nk.eps_source
-        return nk.eps, nk.eps_source
-
-    def _record(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> None:
+    def _record(self, st: NormState, x: Any, gate: Any, gate_kw: str | None) -> None:
         """One call of a norm module: its settings, then its q, pending until the forward
         pass ends."""
         spec = st.spec
         if not _is_tensor(x) or x.ndim <= spec.norm_ndim:
             raise CaptureError(f"module {spec.name!r}: input is not a tensor with token axes")
-        ctx = self._stack[-1] if self._stack else _Context(None, None)
+        ctx = self._stack[-1] if self._stack else CallContext(None, None)
         st.calls += 1
-        nk = self._settings(st, x, gate, gate_kw)
+        nk = call_settings(st, x, gate, gate_kw)
         # q and k normalized in one call: one call index each
         tensors = [(x, None), (gate, None)] if nk is not None and nk.inputs == 2 else [(x, gate)]
         for t, g in tensors:
@@ -441,33 +295,9 @@ class QCapture:
         if not self._stack:  # not inside a model call: nothing to wait for
             self._flush()
 
-    def _settings(self, st: _State, x: Any, gate: Any, gate_kw: str | None) -> NormKind | None:
-        """The module's kind (classified on its first call) and this call's live eps, checked
-        against earlier calls; None for a module of unknown kind."""
-        spec = st.spec
-        if st.kind is None:
-            st.kind = self._classify(st, x, gate, gate_kw)
-        nk = st.kind
-        if nk.norm == "unknown":
-            return None
-        if nk.norm == "gated-rms" and nk.gate_before and gate is None:
-            raise CaptureError(
-                f"module {spec.name!r} ({spec.class_name}): a gated norm called without its gate"
-            )
-        if nk.inputs == 1 and gate is not None and tuple(gate.shape) != tuple(x.shape):
-            raise CaptureError(f"module {spec.name!r}: gate shape differs from the input's")
-        dtype_name = str(x.dtype).removeprefix("torch.")
-        eps, source = self._live_eps(st, nk, dtype_name)
-        if st.eps is not None and eps != st.eps:
-            raise CaptureError(
-                f"module {spec.name!r}: epsilon changed between calls ({st.eps!r} -> {eps!r})"
-            )
-        st.eps, st.eps_source, st.input_dtype = eps, source, dtype_name
-        return nk
-
     def _quantity(
-        self, st: _State, nk: NormKind, x: Any, gate: Any, ctx: _Context, call: int
-    ) -> _Pending:
+        self, st: NormState, nk: NormKind, x: Any, gate: Any, ctx: CallContext, call: int
+    ) -> PendingQ:
         """What the module divides by, per vector, on x's device, arranged [B, T, H] (or
         waiting for a probe when its layout is ambiguous)."""
         import torch
@@ -496,12 +326,12 @@ class QCapture:
             return self._placed(st, q, strides, ctx, call)
         except LayoutAmbiguous as exc:
             if self.probe and self._stack and self._root_args is not None:
-                return _Pending(st, q, None, self._sequences, call, exc.probe, ctx, strides)
+                return PendingQ(st, q, None, self._sequences, call, exc.probe, ctx, strides)
             raise
 
     def _placed(
-        self, st: _State, q: Any, strides: tuple[int, ...], ctx: _Context, call: int
-    ) -> _Pending:
+        self, st: NormState, q: Any, strides: tuple[int, ...], ctx: CallContext, call: int
+    ) -> PendingQ:
         """The pending record of a q whose layout the evidence tells (capture.layout)."""
         import torch
 
@@ -526,9 +356,9 @@ class QCapture:
         elif l_n > int(mask.shape[1]):  # the model's own padding after the call's tokens
             tail = torch.zeros((b_n, l_n - int(mask.shape[1])), dtype=torch.bool)
             mask = torch.cat([mask, tail], dim=1)
-        return _Pending(st, q_bth, mask, self._sequences, call)
+        return PendingQ(st, q_bth, mask, self._sequences, call)
 
-    def _resolve(self, p: _Pending) -> _Pending | None:
+    def _resolve(self, p: PendingQ) -> PendingQ | None:
         """A pending q whose layout waited for a probe: placed, or its module skipped."""
         assert p.ctx is not None
         try:
@@ -544,8 +374,6 @@ class QCapture:
         call are concatenated on their device first), not one per hook call: the forward pass
         runs without a host synchronization inside it.
         """
-        import torch
-
         pending, self._pending = self._pending, []
         placed = []
         for p in pending:
@@ -560,96 +388,22 @@ class QCapture:
         pending = [p for p in placed if p.state.skipped is None]
         if not pending:
             return
-        by_device: dict[Any, list[int]] = {}
-        for i, p in enumerate(pending):
-            by_device.setdefault(p.q.device, []).append(i)
-        host: list[Any] = [None] * len(pending)
-        for device, idx in by_device.items():
-            wide = torch.float32 if device.type == "mps" else torch.float64  # mps: no float64
-            flat = torch.cat([pending[i].q.detach().reshape(-1).to(dtype=wide) for i in idx])
-            values = flat.to("cpu").to(dtype=torch.float64)  # the one copy for this device
-            parts = values.split([pending[i].q.numel() for i in idx])
-            for i, part in zip(idx, parts, strict=True):
-                host[i] = part.reshape(pending[i].q.shape)
-        for p, q_host in zip(pending, host, strict=True):
-            self._store(p, q_host)
-
-    def _store(self, p: _Pending, q_host: Any) -> None:
-        """Keep (or fold) the real tokens' q of one module call (``q_host`` [B, T, H])."""
-        import torch
-
-        st = p.state
-        heads = int(q_host.shape[2])
-        pos_all = torch.cumsum(p.mask.to(torch.int64), dim=1) - 1
-        b_idx, t_idx = torch.nonzero(p.mask, as_tuple=True)
-        qv = q_host[b_idx, t_idx].reshape(-1).numpy().astype(np.float64)
-        if self.q_dtype == "float32":
-            qv = qv.astype(np.float32).astype(np.float64)
-        n = int(b_idx.numel())
-        batch = np.repeat((b_idx + p.offset).numpy().astype(np.int64), heads)
-        position = np.repeat(pos_all[b_idx, t_idx].numpy().astype(np.int64), heads)
-        head = np.tile(np.arange(heads, dtype=np.int64), n)
-        st.count += int(qv.size)
-        if self.summary_only:
-            self._fold(st, qv, position)
-        else:
-            st.q.append(qv)
-            st.batch.append(batch)
-            st.position.append(position)
-            st.head.append(head)
-            st.call.append(np.full(qv.size, p.call, dtype=np.int64))
-
-    def _fold(self, st: _State, q: np.ndarray, position: np.ndarray) -> None:
-        """Fold the q values exactly as the dump stores them (float32), so that a summary equals
-        ``ratio`` on the dump; the first/other split is ``ratio``'s own."""
-        assert st.eps is not None and self.min_ratio is not None
-        if st.summary is None or st.split is None:
-            st.summary = LayerAccumulator(st.eps, self.min_ratio, self.top_k)
-            st.split = ratio_position_split(st.eps, self.min_ratio, self.top_k)
-        stored = q.astype(np.float32)
-        start = st.summary.count
-        st.summary.update(stored, start)
-        st.split.update(stored, start, position == 0)
+        for p, q_host in zip(pending, copy_to_host(pending), strict=True):
+            store(
+                p,
+                q_host,
+                q_dtype=self.q_dtype,
+                summary_only=self.summary_only,
+                min_ratio=self.min_ratio,
+                top_k=self.top_k,
+            )
 
     # ------------------------------------------------------------------ result
     def result(self) -> CaptureResult:
         """Freeze what was captured so far."""
         self._flush()
-        records = []
-        for st in self._states:
-            ws = weight_stats(st.module)
-            w = getattr(st.module, "weight", None)
-            wdt = str(w.dtype).removeprefix("torch.") if w is not None else None
-            full = not self.summary_only
-            nk = st.kind
-            records.append(
-                ModuleRecord(
-                    name=st.spec.name,
-                    class_name=st.spec.class_name,
-                    kind=st.spec.kind,
-                    eps=st.eps,
-                    eps_source=st.eps_source,
-                    dim=st.dim,
-                    input_dtype=st.input_dtype,
-                    gain=nk.gain if nk is not None and nk.norm != "unknown" else st.spec.gain,
-                    weight=ws,
-                    weight_dtype=wdt,
-                    layout=st.layout,
-                    heads=st.heads,
-                    calls=st.calls,
-                    count=st.count,
-                    q=_cat(st.q, np.float64) if full else None,
-                    position=_cat(st.position, np.int64) if full else None,
-                    batch=_cat(st.batch, np.int64) if full else None,
-                    head=_cat(st.head, np.int64) if full else None,
-                    summaries=_summaries(st),
-                    max_calls=st.max_calls,
-                    call=_cat(st.call, np.int64) if full else None,
-                    **_kind_fields(st),
-                )
-            )
         return CaptureResult(
-            modules=tuple(records),
+            modules=tuple(module_record(st, self.summary_only) for st in self._states),
             sequences=self._sequences,
             tokens=self._tokens,
             summary_only=self.summary_only,
@@ -657,36 +411,6 @@ class QCapture:
             min_ratio=self.min_ratio,
             top_k=self.top_k,
         )
-
-
-def _kind_fields(st: _State) -> dict[str, Any]:
-    """A record's fields from the module's kind; a skipped module is 'unknown' with why."""
-    nk = st.kind
-    if nk is None:
-        skipped = st.skipped is not None
-        return {"norm": "unknown" if skipped else None, "reason": _why(st) if skipped else None}
-    fields: dict[str, Any] = {
-        "norm": nk.norm,
-        "reason": nk.reason,
-        "bias": nk.bias,
-        "group_size": nk.group_size,
-        "gate_before": nk.gate_before,
-        "gate_fn": nk.gate_fn if nk.norm == "gated-rms" else None,
-        "input_scale": nk.input_scale,
-        "eps_rule": nk.eps_rule,
-        "inputs": nk.inputs,
-        "channels_first": nk.channels_first,
-    }
-    if st.skipped is not None:
-        fields |= {"norm": "unknown", "reason": _why(st)}
-    return fields
-
-
-def _why(st: _State) -> str:
-    """Why a skipped module is not analysed (with the kind it was found to be)."""
-    norm = st.kind.norm if st.kind is not None else "unknown"
-    found = f" ({norm} norm)" if norm != "unknown" else ""
-    return f"not analysed{found}: {st.skipped}"
 
 
 def _is_tensor(x: Any) -> bool:
@@ -703,19 +427,3 @@ def _input_embeddings(model: Any) -> Any:
     except (AttributeError, NotImplementedError, TypeError):
         return None
     return emb if hasattr(emb, "register_forward_pre_hook") else None
-
-
-def _summaries(st: _State) -> dict[str, LayerAccumulator] | None:
-    """Copies of a module's accumulators (capturing may go on after :meth:`QCapture.result`)."""
-    if st.summary is None or st.split is None:
-        return None
-    from copy import deepcopy
-
-    first, other = st.split.results()
-    return {"all": deepcopy(st.summary), "first": first, "other": other}
-
-
-def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    if not parts:
-        return np.empty(0, dtype)
-    return np.concatenate(parts).astype(dtype, copy=False)

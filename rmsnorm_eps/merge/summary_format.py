@@ -23,7 +23,7 @@ JSON costs up to about 35 bytes per byte of text on hostile inputs (small contai
 measured); a real summary holds a few KB per layer at the default ``--top 5`` (a 160-layer
 capture summary with positions: about 0.4 MB).
 
-Why one module of ~500 lines: the writer and the validator describe the same format and must
+Why one module of ~640 lines: the writer and the validator describe the same format and must
 change together (a field added to :func:`summary_document` is a row added to a table here).
 """
 
@@ -447,12 +447,9 @@ def _decade_span(eps: float, k: int) -> tuple[float, float]:
     return lo, hi
 
 
-def check_bound(r: _Reader, layer: ShardLayer, w: str) -> None:
-    """``below_bound`` (finite q with ``q/eps < min_ratio``) against what else the figures
-    say: the worst list (the smallest finite q, ascending, exactly ``min(top_k, finite)`` of
-    them), min_q, and the decade histogram (zeros are below; a decade wholly below the bound
-    counts whole, one wholly above not at all); and the histogram against min_q and max_q."""
-    finite = layer.count - layer.nan - layer.inf
+def _check_lists(r: _Reader, layer: ShardLayer, w: str, finite: int) -> None:
+    """The worst list holds exactly ``min(top_k, finite)`` inputs, the nonfinite examples at
+    most ``top_k``."""
     if len(layer.worst) != min(r.top_k, finite):
         raise r.fail(
             f"{w}worst",
@@ -461,32 +458,55 @@ def check_bound(r: _Reader, layer: ShardLayer, w: str) -> None:
         )
     if len(layer.nonfinite) > r.top_k:
         raise r.fail(f"{w}nonfinite_examples", f"more than top_k {r.top_k} examples")
-    t = q_threshold(layer.eps, r.min_ratio)
-    below = layer.below_bound
+
+
+def _below_range(
+    layer: ShardLayer, finite: int, t: float, spans: dict[int, tuple[float, float]]
+) -> tuple[int, int]:
+    """The least and the most finite q below the threshold ``t`` that the worst list, min_q and
+    the decade histogram (zeros below; a decade wholly below counts whole, one wholly above not
+    at all) allow."""
     listed = sum(1 for _, q in layer.worst if q < t)
     at_least, at_most = listed, listed if listed < len(layer.worst) else finite
     if layer.min_q is not None:
         at_least = max(at_least, int(layer.min_q < t))
         if layer.min_q >= t:
             at_most = 0
-    spans = {k: _decade_span(layer.eps, k) for k, c in layer.decades if c}
     whole = layer.zero + sum(c for k, c in layer.decades if c and spans[k][1] <= t)
     partial = layer.zero + sum(c for k, c in layer.decades if c and spans[k][0] < t)
-    at_least, at_most = max(at_least, whole), min(at_most, partial)
-    if not at_least <= below <= at_most:
+    return max(at_least, whole), min(at_most, partial)
+
+
+def _check_extremes(
+    r: _Reader, layer: ShardLayer, w: str, spans: dict[int, tuple[float, float]]
+) -> None:
+    """min_q and max_q lie in the lowest and the highest nonempty decade (or are 0)."""
+    if not spans or layer.min_q is None or layer.max_q is None:
+        return
+    lo_k, hi_k = min(spans), max(spans)
+    min_ok = layer.min_q == 0.0 or spans[lo_k][0] <= layer.min_q < spans[lo_k][1]
+    max_ok = layer.max_q == 0.0 or spans[hi_k][0] <= layer.max_q < spans[hi_k][1]
+    if not (min_ok and max_ok and (layer.min_q > 0.0 or layer.zero > 0)):
+        raise r.fail(f"{w}decades", "the decade histogram contradicts the layer's min_q or max_q")
+
+
+def check_bound(r: _Reader, layer: ShardLayer, w: str) -> None:
+    """``below_bound`` (finite q with ``q/eps < min_ratio``) against what else the figures
+    say: the worst list (the smallest finite q, ascending, exactly ``min(top_k, finite)`` of
+    them), min_q, and the decade histogram (zeros are below; a decade wholly below the bound
+    counts whole, one wholly above not at all); and the histogram against min_q and max_q."""
+    finite = layer.count - layer.nan - layer.inf
+    _check_lists(r, layer, w, finite)
+    t = q_threshold(layer.eps, r.min_ratio)
+    spans = {k: _decade_span(layer.eps, k) for k, c in layer.decades if c}
+    at_least, at_most = _below_range(layer, finite, t, spans)
+    if not at_least <= layer.below_bound <= at_most:
         raise r.fail(
             f"{w}below_bound",
-            f"below_bound {below} contradicts the layer's min_q, worst list and histogram at "
-            f"q/eps < {r.min_ratio!r} (they give {at_least} to {at_most})",
+            f"below_bound {layer.below_bound} contradicts the layer's min_q, worst list and "
+            f"histogram at q/eps < {r.min_ratio!r} (they give {at_least} to {at_most})",
         )
-    if spans and layer.min_q is not None and layer.max_q is not None:
-        lo_k, hi_k = min(spans), max(spans)
-        min_ok = layer.min_q == 0.0 or spans[lo_k][0] <= layer.min_q < spans[lo_k][1]
-        max_ok = layer.max_q == 0.0 or spans[hi_k][0] <= layer.max_q < spans[hi_k][1]
-        if not (min_ok and max_ok and (layer.min_q > 0.0 or layer.zero > 0)):
-            raise r.fail(
-                f"{w}decades", "the decade histogram contradicts the layer's min_q or max_q"
-            )
+    _check_extremes(r, layer, w, spans)
 
 
 # --------------------------------------------------------------------------- reading
