@@ -223,8 +223,11 @@ def text(result: SensitivityResult, options: RenderOptions) -> str:
         f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)",
     ]
     if gate is not None:
-        lines.append(("PASS: " if gate.passed else "FAIL: ") + gate.reason)
-    return "\n".join(lines) + "\n"
+        lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
+    from rmsnorm_eps.escape import no_ci_command
+
+    # module names come from the model's files: no line may read as a CI runner's command
+    return no_ci_command("\n".join(lines) + "\n")
 
 
 # ----------------------------------------------------------------------------- checks
