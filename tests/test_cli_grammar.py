@@ -31,6 +31,7 @@ COMMANDS = [
     ("precision",),
     ("probe",),
     ("ratio",),
+    ("sensitivity",),
 ]
 
 
