@@ -20,6 +20,21 @@ def same(a: object, b: object) -> bool:
     return document(a) == document(b)
 
 
+def _close(a: object, b: object, rel: float = 1e-14) -> bool:
+    """Documents equal but for floats within ``rel`` (NaN equal to NaN): the figures of a row
+    longer than one chunk are summed piece by piece, which may round the last bit of q
+    differently from the sum over the whole row."""
+    import math
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
+    return a == b
+
+
 def _acts(seed: int = 0, n: int = 300, d: int = 48) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((n, d)) * 10 ** rng.uniform(-4, 0, (n, 1))).astype(np.float32)
@@ -57,7 +72,11 @@ def test_threads_and_chunks_do_not_change_reports(tmp_path: Path, raw: bool) -> 
         for threads in (1, 2, 3):
             for chunk in (100, 4096, 1 << 22):
                 got = analyze_dump(path, 1e-5, raw=raw, threads=threads, chunk_bytes=chunk, top_k=4)
-                assert same(got, ref), (name, threads, chunk)
+                if raw and chunk < 48 * 8:  # rows longer than a chunk: summed in pieces
+                    assert _close(document(got), document(ref)), (name, threads, chunk)
+                    assert got.violations == ref.violations, (name, threads, chunk)
+                else:
+                    assert same(got, ref), (name, threads, chunk)
 
 
 def test_stored_npz_members_are_read_in_place(tmp_path: Path) -> None:

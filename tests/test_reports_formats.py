@@ -118,6 +118,7 @@ def test_result_types_name_their_command() -> None:
     from rmsnorm_eps.parity.api import ParityResult
     from rmsnorm_eps.parity.onnx_runtime import OnnxParityReport
     from rmsnorm_eps.parity.probes import ProbeSummary
+    from rmsnorm_eps.sensitivity.result import SensitivityResult
 
     types = [
         RatioReport,
@@ -130,6 +131,7 @@ def test_result_types_name_their_command() -> None:
         OnnxParityReport,
         ProbeSummary,
         CaptureReport,
+        SensitivityResult,
     ]
     names = {t.command for t in types} | {"bound", "merge"}
     assert names == set(REPORTERS)
