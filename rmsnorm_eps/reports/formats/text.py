@@ -53,8 +53,24 @@ __all__ = [
 
 #: Console width when the output is not a terminal: nothing is ever wrapped.
 _UNBOUNDED = 1_000_000
-#: Spaces at the end of a line, before any colour codes that close it.
-_TRAILING = re.compile(r" +(?=(?:\x1b\[[0-9;]*m)*$)")
+#: One colour code at the very end of a line.
+_CLOSING_CODE = re.compile(r"\x1b\[[0-9;]*m$")
+
+
+def strip_trailing_spaces(line: str) -> str:
+    """``line`` without the spaces at its end, keeping the colour codes that close it.
+
+    Linear in the line's length: a table row padded to a 10,000-character name has as many
+    trailing spaces, and a lookahead regex (`` +(?=(?:ESC[...m)*$)``) tries every one of them
+    as a start, quadratic (80 s for one report of hostile names)."""
+    if "\x1b" not in line:
+        return line.rstrip(" ")
+    codes: list[str] = []
+    rest = line.rstrip(" ")
+    while (m := _CLOSING_CODE.search(rest)) is not None:
+        codes.append(m.group(0))
+        rest = rest[: m.start()].rstrip(" ")
+    return rest + "".join(reversed(codes))
 
 
 def fmt(value: float | None, digits: int = 6) -> str:
@@ -297,5 +313,5 @@ def render_renderables(parts: list[RenderableType], options: RenderOptions) -> s
             shown = [part]
         for piece in shown:
             console.print(piece)
-    out = "".join(_TRAILING.sub("", line) + "\n" for line in buf.getvalue().splitlines())
+    out = "".join(strip_trailing_spaces(line) + "\n" for line in buf.getvalue().splitlines())
     return no_ci_command(out)
