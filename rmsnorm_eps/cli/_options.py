@@ -32,12 +32,15 @@ __all__ = [
     "Histogram",
     "MaxFractionOpt",
     "MaxLayersOpt",
+    "MaxSamplesOpt",
+    "MaxTokensOpt",
     "MaxViolationsOpt",
     "OutputOpt",
     "PlotLayersOpt",
     "PlotOpt",
     "ReportOpt",
     "SkipUnreadableOpt",
+    "SplitOpt",
     "SummaryOpt",
     "TopOpt",
     "canonical_dtype",
@@ -209,6 +212,16 @@ MaxLayersOpt = Annotated[
         help="Refuse a dump of more than N layers (exit 2) before reading its data; "
         "companions such as <layer>::position are not counted.",
     ),
+]
+#: Options that ``capture`` and ``sensitivity`` read their texts with, declared once.
+SplitOpt = Annotated[
+    str, typer.Option("--split", help="Split of a save_to_disk dataset directory.")
+]
+MaxSamplesOpt = Annotated[
+    int | None, typer.Option("--max-samples", min=1, help="Run only the first N texts.")
+]
+MaxTokensOpt = Annotated[
+    int | None, typer.Option("--max-tokens", min=1, help="Truncate each text to N tokens.")
 ]
 AllowUnmatchedOpt = Annotated[
     bool,

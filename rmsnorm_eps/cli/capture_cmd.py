@@ -18,7 +18,10 @@ from rmsnorm_eps.cli._options import (
     DeprecatedOutOpt,
     Format,
     FormatOpt,
+    MaxSamplesOpt,
+    MaxTokensOpt,
     OutputOpt,
+    SplitOpt,
     data_output,
 )
 from rmsnorm_eps.cli._output import summary_line
@@ -123,15 +126,9 @@ def capture(
             "file, or a save_to_disk directory. Offline.",
         ),
     ] = None,
-    split: Annotated[
-        str, typer.Option("--split", help="Split of a save_to_disk dataset directory.")
-    ] = "train",
-    max_samples: Annotated[
-        int | None, typer.Option("--max-samples", min=1, help="Run only the first N texts.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, help="Truncate each text to N tokens.")
-    ] = None,
+    split: SplitOpt = "train",
+    max_samples: MaxSamplesOpt = None,
+    max_tokens: MaxTokensOpt = None,
     device: Annotated[
         str,
         typer.Option(

@@ -13,8 +13,11 @@ from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
     FormatOpt,
+    MaxSamplesOpt,
+    MaxTokensOpt,
     OutputOpt,
     ReportOpt,
+    SplitOpt,
     SummaryOpt,
 )
 from rmsnorm_eps.cli.capture_cmd import ModelDtype, _read_texts
@@ -121,15 +124,9 @@ def sensitivity(
         Path | None,
         typer.Option("--dataset", help="Local dataset file or save_to_disk directory."),
     ] = None,
-    split: Annotated[
-        str, typer.Option("--split", help="Split of a save_to_disk dataset directory.")
-    ] = "train",
-    max_samples: Annotated[
-        int | None, typer.Option("--max-samples", min=1, help="Run only the first N texts.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, help="Truncate each text to N tokens.")
-    ] = None,
+    split: SplitOpt = "train",
+    max_samples: MaxSamplesOpt = None,
+    max_tokens: MaxTokensOpt = None,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")
     ] = 8,
