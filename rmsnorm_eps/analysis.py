@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from rmsnorm_eps import numerics
-from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers, source_label
+from rmsnorm_eps.dumps import (
+    DumpReading,
+    ReadingFields,
+    read_layers,
+    reuse_shared,
+    source_label,
+)
 from rmsnorm_eps.engine import (
     PositionSplit,
     Quantity,
@@ -321,7 +327,11 @@ def analyze_dump(
             raise InvalidParameterError("give eps (or a config)")
         by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
         steps = _Steps(ratio, how, n_threads, provenance)
-        return lambda src, quantity: _analyze_layer(src, by_layer[src.name], steps, quantity)
+        sources_of = provenance or {}
+        return reuse_shared(
+            lambda src, quantity: _analyze_layer(src, by_layer[src.name], steps, quantity),
+            lambda name: (by_layer[name], sources_of.get(name)),
+        )
 
     read = read_layers(path, how, prepare)
     return RatioReport(

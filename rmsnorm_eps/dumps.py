@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
@@ -56,6 +56,9 @@ __all__ = [
     "open_dump_lenient",
     "read_layers",
     "read_npy_header",
+    "renamed",
+    "reuse_shared",
+    "source_key",
     "source_label",
 ]
 
@@ -216,6 +219,68 @@ def read_layers(
         opened.members_total,
         sum(src.members for src in sources if src.name not in failed),
     )
+
+
+def source_key(src: Any) -> tuple[Hashable, ...] | None:
+    """What decides the numbers of a layer read from a file: the file, the offset of its first
+    stored byte, dtype, shape, order and the stored-as tag (and its companions' keys). Two
+    sources with the same key read the same bytes the same way (a tensor saved under several
+    names, views of one storage). None where the bytes are not read in place (compressed
+    members, CSV columns, arrays in memory): such sources are never taken to be the same."""
+    if not isinstance(src, RawArraySource) or src.data_offset is None:
+        return None
+    companions: list[tuple[str, Hashable]] = []
+    for label, comp in src.companions:
+        key = source_key(comp)
+        if key is None:
+            return None
+        companions.append((label, key))
+    return (
+        str(src.path),
+        src.data_offset,
+        src.dtype.str,
+        src.shape,
+        src.order,
+        src.stored_as,
+        src.member_crc,
+        tuple(companions),
+    )
+
+
+def renamed(result: T, name: str) -> T:
+    """A layer's result (:class:`~rmsnorm_eps.analysis.LayerResult`,
+    :class:`~rmsnorm_eps.compare.analysis.CompareLayer`) under another layer name, its
+    first-token/other-tokens parts named after it as the analysis names them."""
+    parts: dict[str, Any] = {"name": name}
+    for part, label in (("first_token", "first token"), ("other_tokens", "other tokens")):
+        sub = getattr(result, part, None)
+        if sub is not None:
+            parts[part] = replace(sub, name=f"{name} ({label})")
+    return replace(result, **parts)  # type: ignore[type-var]
+
+
+def reuse_shared(
+    analyse: Callable[[Any, Quantity], T], settings: Callable[[str], Hashable]
+) -> Callable[[Any, Quantity], T]:
+    """``analyse`` that runs once per distinct stored data: a layer whose
+    :func:`source_key`, quantity and ``settings(name)`` (its eps and whatever else the
+    analysis takes from the name) equal an earlier layer's gets that layer's result
+    :func:`renamed`. One tensor saved under N names is read and analysed once, not N times:
+    the time follows the file, not the names."""
+    done: dict[tuple[Hashable, ...], T] = {}
+
+    def run(src: Any, quantity: Quantity) -> T:
+        key = source_key(src)
+        if key is None:
+            return analyse(src, quantity)
+        full = (key, quantity, settings(src.name))
+        hit = done.get(full)
+        if hit is not None:
+            return renamed(hit, src.name)
+        result = done[full] = analyse(src, quantity)
+        return result
+
+    return run
 
 
 def source_label(path: str | os.PathLike[str] | Opened) -> str:

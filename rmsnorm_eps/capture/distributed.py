@@ -2,8 +2,9 @@
 
 Every rank turns its capture into the mergeable summary document
 (:func:`rmsnorm_eps.merge.summary_document` of :func:`rmsnorm_eps.capture.report.summary_report`,
-plain JSON, no pickling); the byte strings are all-gathered (sizes first, then padded uint8
-tensors: works on gloo and nccl alike) and every rank merges them in rank order with
+plain JSON, no pickling); the ranks broadcast their byte strings in turn (size first, then a
+uint8 tensor: works on gloo and nccl alike) and every rank folds them, one at a time, in rank
+order with
 :func:`rmsnorm_eps.merge.merge_reports`: rank r's q values are taken to follow ranks 0..r-1's,
 exactly as ``rmsnorm-eps merge`` combines summary files. The result is the report one process
 would have produced over all the ranks' data in that order; rank 0 writes it
@@ -14,15 +15,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from rmsnorm_eps.analysis import RatioReport
 from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.merge import merge_summaries, summary_document, summary_from_document
-from rmsnorm_eps.merge.summary_format import parse_summary_json
+from rmsnorm_eps.merge.summary_format import ShardSummary, parse_summary_json
 
 __all__ = [
-    "all_gather_bytes",
+    "bytes_in_turn",
     "init_from_env",
     "job_from_env",
     "reduce_across_ranks",
@@ -111,31 +114,47 @@ def rank_device(device: str) -> str:
     return device
 
 
-def all_gather_bytes(data: bytes, group: Any = None) -> list[bytes]:
-    """Every rank's ``data``, in rank order."""
+def _transfer_device(group: Any) -> Any:
+    """Where collectives move tensors: nccl moves CUDA tensors only, gloo host tensors."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def bytes_in_turn(data: bytes, group: Any = None) -> Iterator[bytes]:
+    """Every rank's ``data``, in rank order, one rank at a time: rank r broadcasts its length,
+    then its bytes, and every rank gets them before rank r + 1 sends. Memory is one rank's
+    bytes at a time, whatever the number of ranks (a gather would hold them all). Every rank
+    must consume the iterator to its end, in step: each item is a collective call."""
     import torch
     import torch.distributed as dist
 
     world = dist.get_world_size(group)
-    # nccl moves CUDA tensors only; gloo moves host tensors
-    dev = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend(group) == "nccl"
-        else torch.device("cpu")
-    )
-    size = torch.tensor([len(data)], dtype=torch.int64, device=dev)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(world)]
-    dist.all_gather(sizes, size, group=group)
-    longest = max(int(s.item()) for s in sizes)
-    mine = torch.zeros(max(longest, 1), dtype=torch.uint8)
-    if data:
-        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    mine = mine.to(dev)
-    bufs = [torch.zeros(max(longest, 1), dtype=torch.uint8, device=dev) for _ in range(world)]
-    dist.all_gather(bufs, mine, group=group)
-    return [
-        bytes(b[: int(s.item())].cpu().numpy().tobytes()) for b, s in zip(bufs, sizes, strict=True)
-    ]
+    me = dist.get_rank(group)
+    dev = _transfer_device(group)
+    for r in range(world):
+        src = r if group is None else dist.get_global_rank(group, r)
+        size = torch.tensor([len(data) if r == me else 0], dtype=torch.int64, device=dev)
+        dist.broadcast(size, src=src, group=group)
+        n = int(size.item())
+        if r == me and n:
+            buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
+        else:
+            buf = torch.zeros(max(n, 1), dtype=torch.uint8, device=dev)
+        dist.broadcast(buf, src=src, group=group)
+        yield data if r == me else bytes(buf[:n].cpu().numpy().tobytes())
+        del buf
+
+
+def _shards(payloads: Iterator[bytes]) -> Iterator[ShardSummary]:
+    """The ranks' summary documents as shards ``rank0``, ``rank1``, ... (an empty payload: a
+    rank that ran no sample, skipped), parsed one at a time."""
+    for r, b in enumerate(payloads):
+        if b:
+            yield summary_from_document(parse_summary_json(b), f"rank{r}")
 
 
 def reduce_across_ranks(report: RatioReport, group: Any = None) -> RatioReport:
@@ -149,11 +168,7 @@ def reduce_across_ranks(report: RatioReport, group: Any = None) -> RatioReport:
     if not (dist.is_available() and dist.is_initialized()):
         return report
     mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
-    shards = [
-        summary_from_document(parse_summary_json(b), f"rank{r}")
-        for r, b in enumerate(all_gather_bytes(mine, group))
-    ]
-    return merge_summaries(shards)
+    return merge_summaries(_shards(bytes_in_turn(mine, group)))
 
 
 def write_reduced_summary(
@@ -193,15 +208,22 @@ def reduce_summary(report: RatioReport | None, source: str, group: Any = None) -
         mine = b""
         if report is not None:
             mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
-        payloads = all_gather_bytes(mine, group)
-        shards = [
-            summary_from_document(parse_summary_json(b), f"rank{r}")
-            for r, b in enumerate(payloads)
-            if b
-        ]
-        if not shards:
-            raise CaptureError("no rank captured anything")
-        report = _unsharded(merge_summaries(shards))
+        folded: list[str] = []
+
+        def shards() -> Iterator[ShardSummary]:
+            for shard in _shards(bytes_in_turn(mine, group)):
+                folded.append(shard.source)
+                yield shard
+                del shard  # folded by now: not held while the next rank's bytes arrive
+
+        try:
+            merged = merge_summaries(shards())
+        except InvalidParameterError:
+            if folded:
+                raise
+            # every rank sees the same payloads: all stop here alike
+            raise CaptureError("no rank captured anything") from None
+        report = _unsharded(merged)
     elif report is None:
         raise CaptureError("no norm module saw a token: nothing was captured")
     return replace(report, source=source, shards=())
@@ -237,8 +259,10 @@ def sum_across_ranks(values: list[int], group: Any = None) -> list[int]:
 
     if not (dist.is_available() and dist.is_initialized()):
         return list(values)
-    gathered = [json.loads(b) for b in all_gather_bytes(json.dumps(values).encode(), group)]
-    return [sum(col) for col in zip(*gathered, strict=True)]
+    total = [0] * len(values)
+    for payload in bytes_in_turn(json.dumps(values).encode(), group):
+        total = [a + b for a, b in zip(total, json.loads(payload), strict=True)]
+    return total
 
 
 def reduce_capture_documents(doc: dict[str, Any] | None, group: Any = None) -> dict[str, Any]:
@@ -253,21 +277,31 @@ def reduce_capture_documents(doc: dict[str, Any] | None, group: Any = None) -> d
             raise CaptureError("no norm module saw a token: nothing was captured")
         return doc
     mine = json.dumps(doc, allow_nan=False).encode("utf-8") if doc is not None else b""
-    docs = [json.loads(b) for b in all_gather_bytes(mine, group) if b]
-    if not docs:
+    whole: dict[str, Any] | None = None
+    for payload in bytes_in_turn(mine, group):  # one rank's document at a time
+        if not payload:
+            continue
+        part = json.loads(payload)
+        if whole is None:
+            whole = dict(part)
+            whole["modules"] = [dict(m) for m in part["modules"]]
+            continue
+        whole["sequences"] += part["sequences"]
+        whole["tokens"] += part["tokens"]
+        for i, p in enumerate(part["modules"]):
+            whole["modules"][i] = _fold_module(whole["modules"][i], p)
+    if whole is None:
         raise CaptureError("no rank captured anything")
-    whole = dict(docs[0])
-    whole["sequences"] = sum(d["sequences"] for d in docs)
-    whole["tokens"] = sum(d["tokens"] for d in docs)
-    modules = []
-    for i, m in enumerate(docs[0]["modules"]):
-        parts = [d["modules"][i] for d in docs]
-        ran = [p for p in parts if p["count"]]
-        merged = dict(ran[0] if ran else m)
-        merged["calls"] = sum(p["calls"] for p in parts)
-        merged["count"] = sum(p["count"] for p in parts)
-        ratios = [p["min_ratio"] for p in parts if p["min_ratio"] is not None]
-        merged["min_ratio"] = min(ratios) if ratios else None
-        modules.append(merged)
-    whole["modules"] = modules
     return whole
+
+
+def _fold_module(acc: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    """One module's entry of the job from the ranks folded so far (``acc``) and the next
+    rank's (``p``): calls and counts summed, the smallest min q/eps, the facts of the first
+    rank where the module ran."""
+    out = dict(p) if not acc["count"] and p["count"] else dict(acc)
+    out["calls"] = acc["calls"] + p["calls"]
+    out["count"] = acc["count"] + p["count"]
+    ratios = [r for r in (acc["min_ratio"], p["min_ratio"]) if r is not None]
+    out["min_ratio"] = min(ratios) if ratios else None
+    return out

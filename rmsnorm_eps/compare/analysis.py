@@ -45,7 +45,7 @@ from rmsnorm_eps.compare.spec import (
     parse_spec,
     specs_from_config,
 )
-from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers
+from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers, reuse_shared
 from rmsnorm_eps.engine import (
     PositionSplit,
     Quantity,
@@ -415,8 +415,11 @@ def compare_dump(
         a = _side(spec_from, "--from", how, sources)
         b = _side(spec_to, "--to", how, sources)
         sides.extend((a, b))
-        return lambda src, quantity: _compare_layer(
-            src, (a.for_layer(src.name), b.for_layer(src.name)), tol, c, how, quantity
+        return reuse_shared(
+            lambda src, quantity: _compare_layer(
+                src, (a.for_layer(src.name), b.for_layer(src.name)), tol, c, how, quantity
+            ),
+            lambda name: (a.for_layer(name), b.for_layer(name)),
         )
 
     read = read_layers(path, how, prepare)

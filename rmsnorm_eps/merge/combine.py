@@ -267,7 +267,7 @@ class _Fold:
 
 
 def merge_summaries(
-    paths: list[str | os.PathLike[str]] | list[ShardSummary],
+    paths: Iterable[str | os.PathLike[str]] | Iterable[ShardSummary],
     *,
     delta: float | None = None,
     min_ratio: float | None = None,
@@ -281,10 +281,9 @@ def merge_summaries(
     smallest ``top_k`` of the shards and cannot exceed it.
 
     The summaries are read and folded one at a time (memory: one summary and one accumulator
-    per layer, whatever the number of shards).
+    per layer, whatever the number of shards); ``paths`` may be an iterator that makes each
+    summary when it is asked for (the ranks of a distributed capture).
     """
-    if not paths:
-        raise InvalidParameterError("give at least one summary to merge")
     folds: dict[str, _Fold] = {}
     first: ShardSummary | None = None
     bound = (0.0, 0.0)
@@ -313,8 +312,9 @@ def merge_summaries(
             fold.add(s, by_name[name] if not single else s.layers[0], bound[1], k)
         labels.append(str(s.path))
         sources.append(s.source)
-        del s, by_name
-    assert first is not None
+        del s, by_name, p  # folded: not held while the next summary is read
+    if first is None:
+        raise InvalidParameterError("give at least one summary to merge")
     results = [fold.result(k) for fold in folds.values()]
     return RatioReport(
         source=" + ".join(labels),
