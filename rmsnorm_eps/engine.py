@@ -217,6 +217,8 @@ def _pieces(
     if source.order == "F" and len(shape) > 1 and n > 1:
         if n <= F_BLOCK_ROWS:
             return None
+        if getattr(source, "data_offset", None) is None:  # a compressed stream: once, spilled
+            return shape[:-1], "F", d, _spilled_blocks(source, chunk_bytes, quantity)
         return shape[:-1], "F", d, _fortran_blocks(source, chunk_bytes, quantity)
     if d * source.dtype.itemsize <= chunk_bytes:
         return None
@@ -300,6 +302,57 @@ def _fortran_blocks(
         for lo, hi, values in _column_segments(source, r0, r1, per):
             acc.add(slice(lo, hi), _widened(values, bf16))
         yield r0, _finished(acc, d)
+
+
+#: Temporary space left free beside a spilled member (:func:`_spilled_blocks`).
+SPILL_MARGIN = 256 << 20
+
+
+def _spilled_blocks(
+    source: ArraySource, chunk_bytes: int, quantity: Quantity
+) -> Iterator[tuple[int, np.ndarray]]:
+    """A compressed (stream-only) Fortran-ordered member of more than :data:`F_BLOCK_ROWS`
+    rows: decompressed once into a temporary file (the system's temporary directory, removed
+    afterwards), then read in place a block of rows at a time (:func:`_fortran_blocks`), so
+    that the time is linear in the data, not one decompression per block. Refused, in one
+    line, when the temporary directory lacks the space (the member's stored size plus
+    :data:`SPILL_MARGIN`)."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from rmsnorm_eps.sources.raw import RawArraySource
+
+    where = tempfile.gettempdir()
+    need = source.size * source.dtype.itemsize
+    free = shutil.disk_usage(where).free
+    if need + SPILL_MARGIN > free:
+        raise InputFileError(
+            source.path,
+            f"a compressed Fortran-order --raw array of {source.size // source.shape[-1]} rows "
+            f"is read through a temporary copy of {need} bytes, and {where} has {free} free "
+            "(set TMPDIR, or save the array uncompressed or in C order)",
+            key=source.key,
+        )
+    per = max(1, chunk_bytes // source.dtype.itemsize)
+    fd, name = tempfile.mkstemp(prefix="rmsnorm-eps-", suffix=".raw")
+    try:
+        with os.fdopen(fd, "wb") as fh:  # the values come in native byte order
+            for _, values in source.iter_elements(per):
+                fh.write(memoryview(np.ascontiguousarray(values)).cast("B"))
+        copy = RawArraySource(
+            Path(name),
+            source.key,
+            np.dtype("=u2") if source.stored_as is not None else source.dtype.newbyteorder("="),
+            source.shape,
+            "F",
+            data_offset=0,
+            stored_as=source.stored_as,
+        )
+        yield from _fortran_blocks(copy, chunk_bytes, quantity)
+    finally:
+        os.unlink(name)
 
 
 def _raw_v(
