@@ -340,7 +340,7 @@ def _spilled_blocks(
     try:
         with os.fdopen(fd, "wb") as fh:  # the values come in native byte order
             for _, values in source.iter_elements(per):
-                fh.write(memoryview(np.ascontiguousarray(values)).cast("B"))
+                fh.write(np.ascontiguousarray(values).tobytes())
         copy = RawArraySource(
             Path(name),
             source.key,
