@@ -194,11 +194,25 @@ def _quiet_libraries() -> None:
         pass
 
 
-def _dataset_bytes(path: Path) -> int:
-    """Bytes of a dataset file, or of every file under a directory."""
-    if not path.is_dir():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _dataset_bytes(path: Path, max_samples: int | None) -> tuple[int, bool]:
+    """Bytes of a dataset file, or of every file under a directory, and whether any of them
+    is an Arrow file counted by what it decodes to (:func:`arrow_decoded_size`: its record
+    batches, up to ``max_samples`` rows for a lone file) rather than its size on disk."""
+    from rmsnorm_eps.capture.arrow_size import arrow_decoded_size
+
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    total = 0
+    decoded = False
+    for f in files:
+        if f.suffix.lower() == ".arrow":
+            stop = None if path.is_dir() else max_samples
+            total += max(arrow_decoded_size(f, stop).decoded, f.stat().st_size)
+            decoded = True
+        else:
+            total += f.stat().st_size
+        if total > MAX_DATASET_BYTES:
+            break
+    return total, decoded
 
 
 def _parquet_texts(path: Path, field: str, max_samples: int | None, texts: _Texts) -> None:
@@ -252,8 +266,10 @@ def read_dataset(
     a ``save_to_disk`` directory holding several splits needs the right ``split``.
 
     Sizes are checked before anything is decoded: a parquet file's column from its metadata
-    (:func:`_parquet_texts`), other files (and directories) by their bytes on disk, at most
-    :data:`MAX_DATASET_BYTES`; then each text and the total as :class:`_Texts` checks them."""
+    (:func:`_parquet_texts`), an Arrow file by what its record batches decode to (their
+    headers: compressed buffers record their plain length), other files (and directories) by
+    their bytes on disk, at most :data:`MAX_DATASET_BYTES`; then each text and the total as
+    :class:`_Texts` checks them."""
     import importlib.util
 
     if importlib.util.find_spec("datasets") is None:
@@ -266,12 +282,12 @@ def read_dataset(
         if not path.is_dir() and suffix == ".parquet":
             _parquet_texts(path, field, max_samples, texts)
         else:
-            size = _dataset_bytes(path)
+            size, decoded = _dataset_bytes(path, max_samples)
             if size > MAX_DATASET_BYTES:
                 raise InputFileError(
                     path,
-                    f"{size} bytes, over the {MAX_DATASET_BYTES >> 20} MiB of dataset files a "
-                    "capture reads",
+                    f"{'decodes to over ' if decoded else ''}{size} bytes, over the "
+                    f"{MAX_DATASET_BYTES >> 20} MiB of dataset files a capture reads",
                 )
             _library_texts(path, split, field, max_samples, texts)
     except (InputFileError, MissingExtraError):
