@@ -6,6 +6,7 @@ into :mod:`corpus.make_corpus` on import, like its own cases.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,40 @@ def merge_shape_2e62(path: Path) -> None:
     layer.update(below_bound=big, worst=[{"index": [i], "q": 0.0} for i in range(5)])
     layer.update(nan=0, inf=0, nonfinite_examples=[])
     _write_json(path, doc)
+
+
+# --------------------------------------------------------------------------- work that grew
+
+
+@case(
+    "torch",
+    "one_tensor_1000_names.pt",
+    RATIO_JSON,
+    1,
+    '"violations": 1000',
+    json_checks=[("summary.count", 1000 << 20)],
+)
+def pt_one_tensor_1000_names(path: Path) -> None:
+    """One 4 MiB tensor under 1,000 names: read and analysed once, each name reported (before:
+    analysed 1,000 times, 4 GB of work for a 4 MiB file)."""
+    import torch
+
+    t = torch.ones(1 << 20, dtype=torch.float32)
+    t[5] = 1e-12
+    path.write_bytes(_pt({f"model.layers.{i}.norm": t for i in range(1000)}))
+
+
+@case(
+    "npz",
+    "fortran_deflated_rows.npz",
+    (*RATIO_JSON, "--raw"),
+    1,
+    '"violations": 1',
+    json_checks=[("summary.count", 1 << 23)],
+)
+def npz_fortran_deflated_rows(path: Path) -> None:
+    """A deflated Fortran-order --raw member of 2^23 rows (four blocks of 2^21 rows): 64 MiB
+    decompressed once into a temporary file (before: once per block)."""
+    x = np.ones((1 << 23, 2), np.float32, order="F")
+    x[7] = 1e-9
+    path.write_bytes(zip_bytes([("x.npy", npy(x))], zipfile.ZIP_DEFLATED, level=1))
