@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rmsnorm_eps.errors import InvalidParameterError
 
 if TYPE_CHECKING:
     import numpy as np
+    from typing_extensions import Unpack
 
     from rmsnorm_eps.analysis import RatioReport
     from rmsnorm_eps.gate import GateResult
 
-__all__ = ["EpsCheck", "check"]
+__all__ = ["CheckFields", "CheckOptions", "EpsCheck", "check"]
 
 #: rows of a torch tensor squared at once on its device (bounds the float64 copy)
 _TORCH_ROWS = 1 << 16
@@ -110,26 +111,49 @@ def _as_arrays(data: object, raw: bool, norm: str) -> tuple[dict[str, np.ndarray
     return out, raw and not torch_raw
 
 
+@dataclass(frozen=True)
+class CheckOptions:
+    """How :func:`check` reads and judges the data: ``raw`` (activations x of shape
+    ``(..., d)``, q = mean(x^2) over the last axis), the bound (``delta``, default 0.01, or
+    ``min_ratio`` = q/eps directly), the ``norm`` ('rms', or 'layer': the variance v in place
+    of q), ``top_k`` worst inputs kept per layer, and the gate's budget (``max_violations``,
+    ``max_fraction``: default none allowed)."""
+
+    raw: bool = False
+    delta: float | None = None
+    min_ratio: float | None = None
+    norm: str = "rms"
+    top_k: int = 5
+    max_violations: int | None = None
+    max_fraction: float | None = None
+
+
+class CheckFields(TypedDict, total=False):
+    """:class:`CheckOptions`' fields as keyword arguments (``check(x, eps=1e-6, raw=True)``)."""
+
+    raw: bool
+    delta: float | None
+    min_ratio: float | None
+    norm: str
+    top_k: int
+    max_violations: int | None
+    max_fraction: float | None
+
+
 def check(
-    data: object,
-    eps: float | Mapping[str, float],
-    *,
-    raw: bool = False,
-    delta: float | None = None,
-    min_ratio: float | None = None,
-    norm: str = "rms",
-    top_k: int = 5,
-    max_violations: int | None = None,
-    max_fraction: float | None = None,
+    data: object, eps: float | Mapping[str, float], **fields: Unpack[CheckFields]
 ) -> EpsCheck:
     """Check q values (or, with ``raw``, activations x of shape ``(..., d)``) against the bound
     ``A = sqrt(q/(q+eps)) >= 1 - delta`` (default delta 0.01: q/eps >= 49.2512562814).
 
     ``data``: a numpy array or torch tensor (one layer, named ``q``) or a mapping of layer
-    name -> array/tensor. ``eps``: one value, or one per layer name. Violations are inputs
-    with ``q/eps < min_ratio`` and every NaN or inf; the gate passes when they fit
-    ``max_violations``/``max_fraction`` (default: none allowed), as in ``rmsnorm-eps ratio``.
+    name -> array/tensor. ``eps``: one value, or one per layer name. The keywords are
+    :class:`CheckOptions`' fields. Violations are inputs with ``q/eps < min_ratio`` and every
+    NaN or inf; the gate passes when they fit ``max_violations``/``max_fraction`` (default:
+    none allowed), as in ``rmsnorm-eps ratio``.
     """
+    o = CheckOptions(**fields)
+    raw, norm = o.raw, o.norm
     from pathlib import Path
 
     from rmsnorm_eps.analysis import analyze_dump
@@ -151,10 +175,10 @@ def check(
     report = analyze_dump(
         Opened(sources, [], len(sources)),
         layer_eps,
-        delta=delta,
-        min_ratio=min_ratio,
-        reading=DumpReading(raw=still_raw, top_k=top_k, norm=norm, threads=1),
+        delta=o.delta,
+        min_ratio=o.min_ratio,
+        reading=DumpReading(raw=still_raw, top_k=o.top_k, norm=norm, threads=1),
     )
     if raw and not still_raw:  # torch activations: q was computed on their device
         report = replace(report, raw=True)
-    return EpsCheck(report, evaluate_gate(report, max_violations, max_fraction))
+    return EpsCheck(report, evaluate_gate(report, o.max_violations, o.max_fraction))

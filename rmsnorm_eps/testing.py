@@ -9,36 +9,25 @@ def test_norm_inputs_are_far_from_eps(activations):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from rmsnorm_eps.api import CheckFields
 
 __all__ = ["assert_eps_safe"]
 
 
 def assert_eps_safe(
-    data: object,
-    eps: float | Mapping[str, float],
-    *,
-    raw: bool = False,
-    delta: float | None = None,
-    min_ratio: float | None = None,
-    norm: str = "rms",
-    max_violations: int | None = None,
-    max_fraction: float | None = None,
+    data: object, eps: float | Mapping[str, float], **fields: Unpack[CheckFields]
 ) -> None:
     """Raise AssertionError naming each violating layer (its violations, min q/eps, min A and
     worst input) unless every input passes ``A >= 1 - delta`` within the budget; the same
-    analysis as :func:`rmsnorm_eps.check`."""
+    analysis, and the same keywords, as :func:`rmsnorm_eps.check`."""
     from rmsnorm_eps.api import check
 
-    result = check(
-        data,
-        eps,
-        raw=raw,
-        delta=delta,
-        min_ratio=min_ratio,
-        norm=norm,
-        max_violations=max_violations,
-        max_fraction=max_fraction,
-    )
+    result = check(data, eps, **fields)
     if result.passed:
         return
     report = result.report

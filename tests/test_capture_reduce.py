@@ -53,8 +53,8 @@ def test_reduce_rows_gated_groups_before_and_after() -> None:
     x = torch.from_numpy(rng.standard_normal((2, 3, 16)))
     g = torch.from_numpy(rng.standard_normal((2, 3, 16)))
     silu = g / (1 + torch.exp(-g))
-    before = reduce_rows(x, "gated-rms", group_size=4, gate=g, gate_before=True)
-    after = reduce_rows(x, "gated-rms", group_size=4, gate=g, gate_before=False)
+    before = reduce_rows(x, "gated-rms", group_size=4, gate=g)
+    after = reduce_rows(x, "gated-rms", group_size=4)  # gated after normalizing: no gate
     np.testing.assert_allclose(before, ((x * silu) ** 2).reshape(2, 3, 4, 4).mean(-1), rtol=1e-12)
     np.testing.assert_allclose(after, (x**2).reshape(2, 3, 4, 4).mean(-1), rtol=1e-12)
     with pytest.raises(ValueError, match="does not divide"):

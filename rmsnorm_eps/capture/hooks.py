@@ -316,8 +316,7 @@ class QCapture:
             nk.norm,
             ndim=k,
             group_size=nk.group_size,
-            gate=gate,
-            gate_before=bool(nk.gate_before),
+            gate=gate if nk.gate_before else None,  # gated after: q is x's own
             gate_fn=nk.gate_fn,
             scale=scale,
         )

@@ -48,7 +48,6 @@ def reduce_rows(
     ndim: int = 1,
     group_size: int | None = None,
     gate: Any = None,
-    gate_before: bool = True,
     compute: str | None = None,
     gate_fn: str = "silu",
     scale: Any = None,
@@ -61,6 +60,8 @@ def reduce_rows(
     (float32 on a device without float64). ``compute`` forces the reduction's dtype ('float32':
     the scaled accelerator path; default: float64 on the CPU, float32 elsewhere). ``gate_fn``:
     one of :data:`GATE_FNS`; ``scale``: a tensor of the normalized shape multiplying x first.
+    ``gate``: the gate tensor of a gated norm that gates before normalizing (a = x * f(g)); a
+    norm that gates after normalizing divides by the q of x itself: pass no gate.
     """
     import torch
 
@@ -81,7 +82,7 @@ def reduce_rows(
         if scale is not None:
             a = a * scale.detach().to(device=x.device, dtype=dtype)
         a = a.reshape(*lead, width // size, size)
-        if kind == "gated-rms" and gate is not None and gate_before:
+        if kind == "gated-rms" and gate is not None:
             g = gate.detach().reshape(*lead, width // size, size).to(dtype)
             a = a * _gate(g, gate_fn)
         if dtype == torch.float64:

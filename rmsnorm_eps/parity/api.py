@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -18,8 +18,11 @@ from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.parity.diagnose import diagnose
 from rmsnorm_eps.parity.dtypes import coarser, name_of, numpy_dtype
 from rmsnorm_eps.parity.infer import Inference, infer
-from rmsnorm_eps.parity.probes import CATEGORIES, ProbeSet, make_probes
+from rmsnorm_eps.parity.probes import CATEGORIES, ProbeFields, ProbeSet, make_probes
 from rmsnorm_eps.parity.rules import CategoryResult, Tolerance, compare, resolve_tolerance
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ParityResult", "check_parity", "compare_outputs"]
 
@@ -107,20 +110,16 @@ def check_parity(
     *,
     dim: int,
     eps: float,
-    dtype: str = "float32",
-    gain: str | np.ndarray = "ones",
-    gain_convention: str = "w",
-    seed: int = 0,
     rule: str = "torch",
     atol: float | None = None,
     rtol: float | None = None,
-    delta: float = 0.01,
     with_weight: bool = False,
-    norm: str = "rms",
-    bias: str | np.ndarray = "zeros",
+    **probe: Unpack[ProbeFields],
 ) -> ParityResult:
     """Build probes, call ``fn(inputs)`` (or ``fn(inputs, weight)``) once and judge its output.
 
+    The probe keywords (``dtype``, ``gain``, ``gain_convention``, ``seed``, ``delta``,
+    ``norm``, ``bias``) are :class:`~rmsnorm_eps.parity.probes.ProbeOptions`' fields.
     ``fn`` receives the probe inputs as an (n, dim) array of ``dtype`` (bfloat16 as an
     ml_dtypes array) and must return an (n, dim) float array. ``gain`` is the weight the
     implementation holds ('ones', 'random' or an array); with ``gain_convention='1+w'`` the
@@ -128,19 +127,11 @@ def check_parity(
     (d,) in ``dtype``: needed for ``gain='random'``, whose values come from the seed.
     ``norm="layer"`` checks a LayerNorm with bias ``bias`` (see
     :func:`~rmsnorm_eps.parity.probes.make_probes`); with ``with_weight`` fn then receives
-    ``fn(inputs, weight, bias)``.
+    ``fn(inputs, weight, bias)``. The output is judged under ``rule`` (``atol``/``rtol``
+    override its tolerances).
     """
-    probes = make_probes(
-        dim,
-        eps,
-        gain=gain,
-        dtype=dtype,
-        seed=seed,
-        gain_convention=gain_convention,
-        delta=delta,
-        norm=norm,
-        bias=bias,
-    )
+    probes = make_probes(dim, eps, **probe)
+    dtype = probes.dtype
     np_dtype = numpy_dtype(dtype)
     x = probes.inputs.astype(np_dtype)
     params = [probes.weight] + ([probes.bias] if probes.bias is not None else [])

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 import numpy as np
 
@@ -57,6 +57,9 @@ from rmsnorm_eps.parity.probe_set import (
     SMALL_CATEGORIES,
     ProbeSet,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CATEGORIES",
@@ -212,22 +215,46 @@ def _resolve_bias(
     return rounded, "given"
 
 
-def make_probes(
-    dim: int,
-    eps: float,
-    *,
-    gain: str | np.ndarray = "ones",
-    dtype: str = "float32",
-    seed: int = 0,
-    gain_convention: str = "w",
-    delta: float = 0.01,
-    norm: str = "rms",
-    bias: str | np.ndarray = "zeros",
-) -> ProbeSet:
+@dataclass(frozen=True, eq=False)
+class ProbeOptions:
+    """How a probe set is built beyond its ``dim`` and ``eps`` (:func:`make_probes`): the
+    ``gain`` the implementation holds ('ones', 'random' or an array of shape (dim,)) and its
+    ``gain_convention`` ('w', or '1+w': the reference multiplies by 1 + weight), the probe
+    ``dtype``, the ``seed`` of numpy's PCG64, the attenuation bound ``delta`` the boundary
+    rows sit on, the ``norm`` ('rms' or 'layer') and a LayerNorm's ``bias`` (beta: 'zeros',
+    'random' or an array; ignored for RMSNorm)."""
+
+    gain: str | np.ndarray = "ones"
+    dtype: str = "float32"
+    seed: int = 0
+    gain_convention: str = "w"
+    delta: float = 0.01
+    norm: str = "rms"
+    bias: str | np.ndarray = "zeros"
+
+
+class ProbeFields(TypedDict, total=False):
+    """:class:`ProbeOptions`' fields as keyword arguments (``make_probes(64, 1e-6,
+    dtype="bfloat16")``), for :func:`make_probes` and the parity checks built on it."""
+
+    gain: str | np.ndarray
+    dtype: str
+    seed: int
+    gain_convention: str
+    delta: float
+    norm: str
+    bias: str | np.ndarray
+
+
+def make_probes(dim: int, eps: float, **fields: Unpack[ProbeFields]) -> ProbeSet:
     """Build the probe set: same arguments, same bytes (numpy's PCG64 seeded with ``seed``).
+    The keywords are :class:`ProbeOptions`' fields.
 
     ``norm="layer"`` makes LayerNorm probes (see the module docstring) with ``bias`` (beta:
     'zeros', 'random' or an array of shape (dim,)); ``bias`` is ignored for RMSNorm."""
+    o = ProbeOptions(**fields)
+    gain, dtype, seed, gain_convention = o.gain, o.dtype, o.seed, o.gain_convention
+    delta, norm, bias = o.delta, o.norm, o.bias
     if norm not in NORMS:
         raise InvalidParameterError(f"norm must be 'rms' or 'layer', got {norm!r}")
     if norm == "layer" and dim == 1:

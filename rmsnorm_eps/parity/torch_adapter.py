@@ -9,13 +9,16 @@ torch.testing defaults and the inference use the right rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 from rmsnorm_eps.parity.api import ParityResult, compare_outputs
-from rmsnorm_eps.parity.probes import make_probes
+from rmsnorm_eps.parity.probes import ProbeFields, make_probes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["check_parity_torch", "run_torch"]
 
@@ -59,19 +62,16 @@ def check_parity_torch(
     module: Callable[[Any], Any],
     *,
     eps: float,
-    dtype: str = "float32",
     dim: int | None = None,
-    gain: str | np.ndarray = "ones",
-    gain_convention: str = "w",
-    seed: int = 0,
     rule: str = "torch",
     atol: float | None = None,
     rtol: float | None = None,
-    delta: float = 0.01,
-    norm: str = "rms",
-    bias: str | np.ndarray = "zeros",
+    **probe: Unpack[ProbeFields],
 ) -> ParityResult:
     """Check an ``nn.Module`` (e.g. ``torch.nn.RMSNorm(d, eps=None)``) or a tensor function.
+    The probe keywords (``dtype``, default float32, ``gain``, ``gain_convention``, ``seed``,
+    ``delta``, ``norm``, ``bias``) are :class:`~rmsnorm_eps.parity.probes.ProbeOptions`'
+    fields; ``rule``, ``atol`` and ``rtol`` choose the tolerance.
 
     ``dim`` defaults to the module's ``normalized_shape`` (1-D). ``gain`` must be the weight
     the module holds: 'ones' for a freshly built module, or the array
@@ -85,18 +85,8 @@ def check_parity_torch(
         if shape is None or len(tuple(shape)) != 1:
             raise InvalidParameterError("give dim= (the module has no 1-D normalized_shape)")
         dim = int(next(iter(shape)))
-    probes = make_probes(
-        dim,
-        eps,
-        gain=gain,
-        dtype=dtype,
-        seed=seed,
-        gain_convention=gain_convention,
-        delta=delta,
-        norm=norm,
-        bias=bias,
-    )
-    out, out_dtype = run_torch(module, probes.inputs, dtype)
+    probes = make_probes(dim, eps, **probe)
+    out, out_dtype = run_torch(module, probes.inputs, probes.dtype)
     return compare_outputs(
         probes,
         out,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.records import ModuleRecord
@@ -53,7 +53,10 @@ from rmsnorm_eps.sensitivity.result import (
     top1_fails,
 )
 
-__all__ = ["SWEEP_FACTORS", "measure"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["SWEEP_FACTORS", "MeasureFields", "MeasureOptions", "measure"]
 
 #: ``--suggest`` sweeps eps0 * 10**(k/2), k = -6..6 (k != 0): decades and half-decades.
 SWEEP_FACTORS = tuple(10.0 ** (k / 2) for k in range(-6, 7) if k != 0)
@@ -226,44 +229,73 @@ def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple
     return count, int(sums[3])
 
 
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What :func:`measure` is asked beyond the changes: ``per_norm`` / ``per_role`` rows,
+    ``exact_top`` K (screen every norm with ``samples`` backward passes seeded by ``seed``,
+    measure the K largest exactly), the eps sweep's targets ``suggest_max_kl`` /
+    ``suggest_min_top1``, ``max_tokens`` per text, ``batch_size`` texts per forward pass,
+    and this process's ``rank`` among ``world`` (torch.distributed)."""
+
+    per_norm: bool = False
+    per_role: bool = False
+    exact_top: int | None = None
+    suggest_max_kl: float | None = None
+    suggest_min_top1: float | None = None
+    max_tokens: int | None = None
+    batch_size: int = 8
+    samples: int = 8
+    seed: int = 0
+    rank: int = 0
+    world: int = 1
+
+
+class MeasureFields(TypedDict, total=False):
+    """:class:`MeasureOptions`' fields as keyword arguments of :func:`measure`."""
+
+    per_norm: bool
+    per_role: bool
+    exact_top: int | None
+    suggest_max_kl: float | None
+    suggest_min_top1: float | None
+    max_tokens: int | None
+    batch_size: int
+    samples: int
+    seed: int
+    rank: int
+    world: int
+
+
 def measure(
     loaded: Any,
     texts: Sequence[str],
     changes: Sequence[Change],
-    *,
-    per_norm: bool = False,
-    per_role: bool = False,
-    exact_top: int | None = None,
-    suggest_max_kl: float | None = None,
-    suggest_min_top1: float | None = None,
-    max_tokens: int | None = None,
-    batch_size: int = 8,
-    samples: int = 8,
-    seed: int = 0,
-    rank: int = 0,
-    world: int = 1,
+    **fields: Unpack[MeasureFields],
 ) -> SensitivityResult:
     """Run ``texts`` through ``loaded`` (:func:`rmsnorm_eps.capture.loading.load_model`) as it
-    is and under each change; see the module docstring. ``exact_top`` K: screen every norm
-    (``samples`` backward passes) and measure the K largest exactly; ``suggest_max_kl``: sweep
-    eps (:data:`SWEEP_FACTORS` times the configured eps) for the model and per role. Under
+    is and under each change; see the module docstring. The keywords are
+    :class:`MeasureOptions`' fields. ``exact_top`` K: screen every norm (``samples`` backward
+    passes) and measure the K largest exactly; ``suggest_max_kl``: sweep eps
+    (:data:`SWEEP_FACTORS` times the configured eps) for the model and per role. Under
     torch.distributed each rank runs its contiguous share of the batches (``rank``/``world``)
     and the sums are all-reduced."""
     import torch
 
-    if exact_top is not None and exact_top < 1:
+    o = MeasureOptions(**fields)
+    per_norm, per_role = o.per_norm, o.per_role
+    if o.exact_top is not None and o.exact_top < 1:
         raise CaptureError("exact_top must be >= 1")
     ask = _Ask(
         tuple(changes),
         per_norm,
         per_role,
-        exact_top,
-        suggest_max_kl,
-        suggest_min_top1,
-        samples,
-        seed,
+        o.exact_top,
+        o.suggest_max_kl,
+        o.suggest_min_top1,
+        o.samples,
+        o.seed,
     )
-    plan = _plan(loaded, texts, max_tokens, batch_size, rank, world)
+    plan = _plan(loaded, texts, o.max_tokens, o.batch_size, o.rank, o.world)
     infos = _infos(plan, ask.changes)
     with counting(plan):
         exact_norms, estimates = _screened(plan, infos, ask)
@@ -298,11 +330,11 @@ def measure(
         perplexity_base=math.exp(nll / n_nll) if n_nll and as_is else None,
         passes=passes,
         suggestions=tuple(
-            _suggest(group, eps0, exact, suggest_max_kl, suggest_min_top1)
+            _suggest(group, eps0, exact, o.suggest_max_kl, o.suggest_min_top1)
             for group, eps0 in sweep.items()
         ),
-        screen_samples=samples if estimates else 0,
-        ranks=world,
+        screen_samples=o.samples if estimates else 0,
+        ranks=o.world,
     )
 
 
