@@ -107,3 +107,81 @@ def test_one_long_deflated_row_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert q.tolist() == [0.25]
     assert peak < 8 << 20, peak
+
+
+# A compressed Fortran-ordered member of more rows than a block: decompressed once.
+
+
+@pytest.fixture
+def streams(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Blocks of 7 rows; every full pass over a stream-only (compressed) source is counted; the
+    temporary copies go to their own directory."""
+    import tempfile
+
+    from rmsnorm_eps import engine
+    from rmsnorm_eps.sources.raw import RawArraySource
+
+    monkeypatch.setattr(engine, "F_BLOCK_ROWS", 7)
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    passes: list[str] = []
+    inner = RawArraySource.iter_elements
+
+    def counted(self: RawArraySource, per: int) -> Any:
+        if self.data_offset is None:
+            passes.append(self.name)
+        return inner(self, per)
+
+    monkeypatch.setattr(RawArraySource, "iter_elements", counted)
+    return passes
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", ">f4"])
+@pytest.mark.parametrize("quantity", ["q", "v"])
+def test_compressed_fortran_member_is_decompressed_once(
+    tmp_path: Path, streams: list[str], dtype: str, quantity: Any
+) -> None:
+    rng = np.random.default_rng(3)
+    x = np.asfortranarray((rng.standard_normal((4, 9, 5)) * 3 + 1).astype(dtype))
+    if dtype == "float64" and quantity == "q":
+        x[0, 0, :] = 1e154  # the sum of squares overflows float64, q does not: scaled sums
+    wide = x.astype(np.float64)
+    if quantity == "q":
+        m = np.max(np.abs(wide), axis=-1, keepdims=True)
+        want = np.mean((wide / m) ** 2, axis=-1) * m[..., 0] ** 2
+    else:
+        want = np.var(wide, axis=-1)
+    got = _q(_npz(tmp_path / "f.npz", x), 96, quantity)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert streams == ["x"]  # one pass over the deflated stream for 36 rows (6 blocks)
+    assert list((tmp_path / "tmp").iterdir()) == []  # the copy is removed
+
+
+def test_compressed_fortran_bfloat16(tmp_path: Path, streams: list[str]) -> None:
+    import ml_dtypes
+
+    rng = np.random.default_rng(4)
+    x = np.asfortranarray(rng.standard_normal((30, 6)).astype(ml_dtypes.bfloat16))
+    bits = np.asfortranarray(x.view(np.uint16))
+    got = _q(_npz(tmp_path / "b.npz", bits), 96, dtype="bfloat16")
+    wide = x.astype(np.float64)
+    np.testing.assert_allclose(got, np.mean(wide * wide, axis=-1), rtol=1e-12)
+    assert streams == ["x"]
+
+
+def test_compressed_fortran_without_temporary_space_is_one_line(
+    tmp_path: Path, streams: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rmsnorm_eps.errors import InputFileError
+
+    x = np.asfortranarray(np.ones((30, 6), np.float32))
+    path = _npz(tmp_path / "f.npz", x)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    with pytest.raises(InputFileError, match=r"temporary copy of 720 bytes.*has 1000 free"):
+        _q(path, 96)
+    assert streams == []
