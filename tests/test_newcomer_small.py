@@ -1,0 +1,55 @@
+"""The small things a new user meets (issue 23, items 6 and 7): the ``Members:`` line counts
+layers and companions apart, ..."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import Result
+
+
+def _capture_like(path: Path, layers: int, n: int = 6) -> Path:
+    """A dump as ``rmsnorm-eps capture`` writes it: q of shape (N,) per layer, with its int64
+    ``::position`` and ``::batch`` companions."""
+    rng = np.random.default_rng(7)
+    members: dict[str, np.ndarray] = {}
+    for i in range(layers):
+        name = f"model.layers.{i}.input_layernorm"
+        members[name] = (rng.random(n) + 0.5).astype(np.float32)
+        members[f"{name}::position"] = np.arange(n, dtype=np.int64)
+        members[f"{name}::batch"] = np.zeros(n, dtype=np.int64)
+    np.savez(path, **members)  # type: ignore[arg-type]
+    return path
+
+
+def test_members_line_counts_layers_and_companions_apart(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    dump = _capture_like(tmp_path / "cap.npz", 3)
+    res = cli("ratio", str(dump), "--eps", "1e-6")
+    assert res.exit_code == 0, res
+    assert "Members: 3 layers (+6 companions) in the file, 3 analysed\n" in res.stdout
+    res = cli("compare", str(dump), "--from", "eps=1e-6", "--to", "eps=1e-5")
+    assert "Members: 3 layers (+6 companions) in the file, 3 analysed\n" in res.stdout
+
+
+def test_members_line_without_companions_is_unchanged(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    np.savez(tmp_path / "q.npz", a=np.ones(3), b=np.ones(4))
+    res = cli("ratio", str(tmp_path / "q.npz"), "--eps", "1e-6")
+    assert "Members: 2 in the file, 2 analysed\n" in res.stdout
+
+
+def test_members_line_with_a_skipped_layer(cli: Callable[..., Result], tmp_path: Path) -> None:
+    dump = _capture_like(tmp_path / "cap.npz", 2)
+    with np.load(dump) as z:
+        members = {k: z[k] for k in z.files}
+    members["model.layers.0.input_layernorm"] = np.ones(6, dtype=np.int8)  # unreadable
+    np.savez(dump, **members)  # type: ignore[arg-type]
+    res = cli("ratio", str(dump), "--eps", "1e-6", "--skip-unreadable")
+    assert res.exit_code == 1, res
+    assert "Members: 2 layers (+4 companions) in the file, 1 analysed\n" in res.stdout
