@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.conftest import Result
 
@@ -53,3 +54,18 @@ def test_members_line_with_a_skipped_layer(cli: Callable[..., Result], tmp_path:
     res = cli("ratio", str(dump), "--eps", "1e-6", "--skip-unreadable")
     assert res.exit_code == 1, res
     assert "Members: 2 layers (+4 companions) in the file, 1 analysed\n" in res.stdout
+
+
+def test_output_equal_to_the_input_is_one_clear_line(
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "q.npy", np.ones(4))
+    data = (tmp_path / "q.npy").read_bytes()
+    res = cli("ratio", "q.npy", "--eps", "1e-6", "-o", "./q.npy")
+    assert res.exit_code == 2
+    assert res.stderr == (
+        "rmsnorm-eps: error: -o/--output q.npy is the same file as input q.npy (the dump): "
+        "refusing to overwrite an input (give the output its own path)\n"
+    )
+    assert (tmp_path / "q.npy").read_bytes() == data
