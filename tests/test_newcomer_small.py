@@ -3,6 +3,7 @@ layers and companions apart, ..."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,3 +70,36 @@ def test_output_equal_to_the_input_is_one_clear_line(
         "refusing to overwrite an input (give the output its own path)\n"
     )
     assert (tmp_path / "q.npy").read_bytes() == data
+
+
+def test_force_color_colours_a_pipe_and_no_color_wins(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """https://force-color.org: FORCE_COLOR set and not empty adds colour off a terminal (a
+    CI log); https://no-color.org: NO_COLOR set and not empty wins; never in an -o file."""
+    np.save(tmp_path / "q.npy", np.array([1e-9, 1.0, 2.0]))
+    args = ("ratio", str(tmp_path / "q.npy"), "--eps", "1e-6")
+    forced = cli(*args, env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    assert forced.exit_code == 1 and "\x1b[" in forced.stdout, forced
+    plain = cli(*args, env={"NO_COLOR": ""})
+    assert "\x1b[" not in plain.stdout
+    # the same report, colour aside
+    assert re.sub(r"\x1b\[[0-9;]*m", "", forced.stdout) == plain.stdout
+    for env in ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, {"FORCE_COLOR": "", "NO_COLOR": ""}):
+        assert "\x1b[" not in cli(*args, env=env).stdout, env
+    res = cli(*args, "-o", str(tmp_path / "r.txt"), env={"FORCE_COLOR": "1", "NO_COLOR": ""})
+    assert res.exit_code == 1 and "\x1b[" not in (tmp_path / "r.txt").read_text()
+
+
+def test_docs_use_save_data_not_the_deprecated_out() -> None:
+    """``--out`` is the deprecated spelling of ``--save-data``: no example uses it (only
+    docs/cli.md says it is deprecated)."""
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found = [
+        f"{page.name}:{n}"
+        for page in pages
+        for n, text in enumerate(page.read_text("utf-8").splitlines(), 1)
+        if re.search(r"--out(?=[ =`])", text) and "deprecated" not in text
+    ]
+    assert found == []
