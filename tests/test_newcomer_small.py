@@ -103,3 +103,30 @@ def test_docs_use_save_data_not_the_deprecated_out() -> None:
         if re.search(r"--out(?=[ =`])", text) and "deprecated" not in text
     ]
     assert found == []
+
+
+def test_defaults_table_fits_80_columns_off_a_terminal(cli: Callable[..., Result]) -> None:
+    from rmsnorm_eps.config.defaults import FRAMEWORK_DEFAULTS
+
+    res = cli("defaults")
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80, max(lines, key=len)
+    assert lines[0] == "torch: torch.nn.RMSNorm / torch.nn.functional.rms_norm"
+    heads = [x.split(":", 1)[0] for x in lines if x and not x.startswith(" ")]
+    assert heads == [row.name for row in FRAMEWORK_DEFAULTS]
+    one = cli("defaults", "--framework", "torch", "--dtype", "bf16").stdout.splitlines()
+    assert one[0] == "1.1920929e-07" and max(len(x) for x in one) <= 80
+
+
+def test_defaults_on_a_terminal_wraps_at_its_width_without_a_lone_header() -> None:
+    from rmsnorm_eps.config.defaults import framework_defaults
+    from rmsnorm_eps.reports import RenderOptions, render
+
+    result = framework_defaults(None, None, None)
+    for width in (100, 160):
+        lines = render(result, "text", RenderOptions(width=width)).splitlines()
+        assert lines[0].startswith("torch: ") and max(len(x) for x in lines) <= width
+    # the JSON document is the table's rows, whatever the text layout
+    res = render(result, "json", RenderOptions())
+    assert '"name": "torch"' in res and '"rule (versions) [source]"' not in res
