@@ -130,3 +130,45 @@ def test_defaults_on_a_terminal_wraps_at_its_width_without_a_lone_header() -> No
     # the JSON document is the table's rows, whatever the text layout
     res = render(result, "json", RenderOptions())
     assert '"name": "torch"' in res and '"rule (versions) [source]"' not in res
+
+
+_TQDM_AFTER_MAIN = """
+import sys
+sys.argv = ["rmsnorm-eps", "--version"]
+from rmsnorm_eps.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+import torch  # imports tqdm, as in capture: the bar's settings are read then
+from tqdm.auto import tqdm
+for _ in tqdm(range(3), desc="third-party-bar", mininterval=0):
+    pass
+"""
+
+
+@pytest.mark.slow  # two interpreters importing torch: about 10 s
+def test_third_party_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
+    """capture's stderr to a file gets no tqdm bar (transformers' GGUF loader uses one): the
+    CLI sets TQDM_DISABLE before torch imports tqdm. Checked on the real SmolLM2 GGUF by hand:
+    its stderr is then the one summary line, no carriage return."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    pytest.importorskip("tqdm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    with open(tmp_path / "err.txt", "w", encoding="utf-8") as err:
+        proc = subprocess.run(
+            [sys.executable, "-c", _TQDM_AFTER_MAIN], stderr=err, env=env, timeout=120
+        )
+    assert proc.returncode == 0
+    log = (tmp_path / "err.txt").read_text("utf-8")
+    assert "third-party-bar" not in log and "\r" not in log, log
+    # a user's own TQDM_DISABLE still decides
+    env["TQDM_DISABLE"] = ""
+    with open(tmp_path / "err2.txt", "w", encoding="utf-8") as err:
+        subprocess.run([sys.executable, "-c", _TQDM_AFTER_MAIN], stderr=err, env=env, timeout=120)
+    assert "third-party-bar" in (tmp_path / "err2.txt").read_text("utf-8")
