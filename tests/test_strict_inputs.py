@@ -51,7 +51,7 @@ def test_dtype_on_float_npz_names_the_member_and_csv_is_refused(
     np.savez(tmp_path / "q.npz", **{"model.norm": Q.astype(np.float64), "second": Q})
     res = cli("ratio", *EPS, str(tmp_path / "q.npz"), "--dtype", "bfloat16")
     assert res.exit_code == 2
-    assert "q.npz [model.norm]: --dtype bfloat16 does not apply to float64 data (as every" in (
+    assert "q.npz [model.norm]: --dtype bfloat16 does not apply to float64 data (nor to any" in (
         res.stderr
     )
     (tmp_path / "q.csv").write_text("a\n0.5\n1.5\n", encoding="utf-8")

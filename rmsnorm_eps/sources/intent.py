@@ -62,7 +62,7 @@ def check_dtype_applies(path: Path, sources: list[Any], dtype: str | None) -> No
     if dtype is None or not sources or any(src.stored_as == dtype for src in sources):
         return
     first = sources[0]
-    others = " (as every member)" if len(sources) > 1 else ""
+    others = " (nor to any other member of the dump)" if len(sources) > 1 else ""
     raise InputFileError(
         path,
         f"--dtype {dtype} does not apply to {first.dtype_name} data{others}: it reads uint16, "
