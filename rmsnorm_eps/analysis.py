@@ -37,6 +37,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, evaluate_gate
+from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
 from rmsnorm_eps.summary import LayerAccumulator
@@ -154,6 +155,8 @@ class RatioReport(ReportTotals):
     # (layers and their companions); the others are in ``skipped``. 0 when not known (merged).
     members_total: int = 0
     members_analysed: int = 0
+    # Layers whose shape suggests a different question (sources.intent; the CLI prints them).
+    warnings: tuple[InputWarning, ...] = ()
 
     @property
     def below_bound(self) -> int:
@@ -344,6 +347,7 @@ def analyze_dump(
         skipped=read.skipped,
         members_total=read.members_total,
         members_analysed=read.members_analysed,
+        warnings=read.warnings,
     )
 
 

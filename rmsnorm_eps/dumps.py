@@ -19,6 +19,7 @@ import numpy as np
 
 from rmsnorm_eps.engine import Quantity, layer_quantities
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.sources.intent import InputWarning, shape_warnings
 from rmsnorm_eps.sources.interface import MAX_LAYERS, Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
 from rmsnorm_eps.sources.npz import COMPANION_SEP
@@ -177,6 +178,8 @@ class LayersRead(Generic[T]):
     skipped: tuple[Unreadable, ...]
     members_total: int
     members_analysed: int
+    #: Layers whose shape does not fit the reading (:func:`~.sources.intent.shape_warnings`).
+    warnings: tuple[InputWarning, ...] = ()
 
 
 def read_layers(
@@ -190,7 +193,8 @@ def read_layers(
     the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
     a LayerNorm). A layer that cannot be read raises, or with ``skip_unreadable`` is listed in
     ``skipped`` (:func:`map_layers`); ``members_analysed`` counts each analysed layer with its
-    companions."""
+    companions. ``warnings``: the layers whose shape suggests the reading answers a different
+    question (:func:`~rmsnorm_eps.sources.intent.shape_warnings`), returned, never printed."""
     reading.check()
     if isinstance(path, Opened):
         opened = path
@@ -218,6 +222,7 @@ def read_layers(
         tuple(skipped),
         opened.members_total,
         sum(src.members for src in sources if src.name not in failed),
+        shape_warnings(sources, reading.raw),
     )
 
 

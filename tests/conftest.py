@@ -33,6 +33,12 @@ class Result:
         return f"Result(exit={self.exit_code}, stdout={self.stdout!r}, stderr={self.stderr!r})"
 
 
+@pytest.fixture(autouse=True)
+def _no_forced_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FORCE_COLOR set by the CI runner would colour every text report: tests set it."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+
 @pytest.fixture
 def cli() -> Callable[..., Result]:
     """Run the CLI in-process: ``cli("ratio", "--eps", "1e-6", ...)``."""

@@ -66,7 +66,7 @@ def test_max_layers_5000_accepts_it(cli: Callable[..., Result], over_cap: Path) 
     assert res.exit_code == 0, res.stderr
     rows = re.findall(r"^ (l\d+) +1e-06 ", res.stdout, flags=re.MULTILINE)
     assert rows == [f"l{i}" for i in range(MAX_LAYERS + 1)]
-    assert "Members: 4098 in the file, 4098 analysed" in res.stdout
+    assert "Members: 4097 layers (+1 companion) in the file, 4097 analysed" in res.stdout
 
 
 def test_a_lower_cap_is_named_in_the_line(cli: Callable[..., Result], over_cap: Path) -> None:

@@ -98,3 +98,20 @@ def test_example_dump_is_what_its_script_writes() -> None:
         for name, array in expected.items():
             np.testing.assert_array_equal(shipped[name], array)
             assert shipped[name].dtype == np.float32
+
+
+def test_docs_workflow_block_is_the_shipped_file() -> None:
+    """docs/reports.md's GitHub Actions block is the shipped workflow's gate and upload steps,
+    verbatim: one step reads the dump once and writes every report (no --exit-zero step)."""
+    docs = (ROOT / "docs" / "reports.md").read_text("utf-8")
+    section = docs.split("## GitHub Actions", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    shipped = WORKFLOW.read_text("utf-8")
+    assert block in shipped
+    shown = yaml.safe_load(block)
+    wanted = [
+        {k: v for k, v in step.items() if k != "_env"}
+        for step in _steps()
+        if "rmsnorm-eps ratio" in step.get("run", "") or "upload-artifact" in step.get("uses", "")
+    ]
+    assert shown == wanted and len(shown) == 2

@@ -30,9 +30,15 @@ def main() -> None:
 
     OpenBLAS starts a thread per CPU when numpy is imported (about 40 ms here) for threading
     that level-1 kernels on rows never use; the tool runs its own reader threads instead, so the
-    command line asks for one BLAS thread unless the user chose otherwise.
+    command line asks for one BLAS thread unless the user chose otherwise. Off a terminal,
+    ``TQDM_DISABLE=1`` (unless set) keeps tqdm bars out of a log file.
     """
     import os
+    import sys
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if not sys.stderr.isatty():
+        # Third-party progress bars (transformers' GGUF loader) only on a terminal: tqdm reads
+        # TQDM_* when it is imported, and torch imports it, so it is set before anything runs.
+        os.environ.setdefault("TQDM_DISABLE", "1")
     app(prog_name="rmsnorm-eps")

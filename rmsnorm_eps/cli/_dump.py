@@ -11,7 +11,10 @@ import typer
 from rmsnorm_eps.cli._options import DtypeChoice
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rmsnorm_eps.dumps import DumpReading
+    from rmsnorm_eps.sources.intent import InputWarning
 
 __all__ = [
     "ColumnOpt",
@@ -20,6 +23,7 @@ __all__ = [
     "QFileOpt",
     "RawOpt",
     "one_dump",
+    "report_warnings",
     "with_raw_hint",
 ]
 
@@ -113,6 +117,19 @@ def with_raw_hint(exc: Exception, raw: bool, dtype: str | None = None) -> Except
         "shape (..., d) rather than q, add --raw"
     )
     return InputFileError(exc.path, exc.problem + hint, key=exc.key)
+
+
+def report_warnings(warnings: Sequence[InputWarning], strict: bool) -> None:
+    """Print each input warning as one ``rmsnorm-eps: warning:`` line on stderr; with
+    ``--strict``, the first one is the error instead (exit 2, nothing else written)."""
+    from rmsnorm_eps.cli._app import fail
+    from rmsnorm_eps.escape import message
+
+    if strict and warnings:
+        more = f" ({len(warnings) - 1} more such layer(s))" if len(warnings) > 1 else ""
+        fail(f"{warnings[0].message}{more} (--strict)")
+    for warning in warnings:
+        typer.echo(f"rmsnorm-eps: warning: {message(warning.message)}", err=True)
 
 
 def dump_reading(

@@ -41,6 +41,7 @@ __all__ = [
     "ReportOpt",
     "SkipUnreadableOpt",
     "SplitOpt",
+    "StrictOpt",
     "SummaryOpt",
     "TopOpt",
     "canonical_dtype",
@@ -229,6 +230,14 @@ AllowUnmatchedOpt = Annotated[
         "--allow-unmatched",
         help="Accept a --config layer pattern that matches no layer of the dump (by default "
         "an error naming it: a typo would leave every layer on the defaults).",
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Treat the input warnings (a q array shaped like activations without --raw, a "
+        "1-D array with --raw) as errors: exit 2 instead of a warning line on stderr.",
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]

@@ -22,12 +22,13 @@ def render_for(
     gate: GateResult | None = None,
     histogram: str = "auto",
 ) -> str:
-    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal)."""
+    """Render ``result`` for ``output`` (None: stdout, colour and width of the terminal;
+    colour also with FORCE_COLOR, never in an ``-o`` file: :func:`color_wanted`)."""
     from rmsnorm_eps.reports import RenderOptions, color_wanted
 
     to_terminal = output is None and sys.stdout.isatty()
     options = RenderOptions(
-        color=fmt == "text" and color_wanted(to_terminal),
+        color=fmt == "text" and output is None and color_wanted(to_terminal),
         width=shutil.get_terminal_size().columns if to_terminal else None,
         gate=gate,
         histogram=histogram,
@@ -42,7 +43,11 @@ def write_text(output: Path | None, text: str) -> None:
 
         atomic_write_text(output, text)
     else:
-        typer.echo(text, nl=False)
+        from rmsnorm_eps.reports.options import color_forced
+
+        # click strips colour off a terminal unless told: FORCE_COLOR tells it (names in the
+        # text are escaped, so the only escape sequences are the report's own styles)
+        typer.echo(text, nl=False, color=True if color_forced() else None)
 
 
 def emit(

@@ -35,7 +35,12 @@ def _identity(path: Path) -> tuple[object, ...] | None:
 
 
 def _show(label: str, path: Path) -> str:
-    return f"{label}{path}" if label.endswith("=") else f"{label} {path}"
+    """How a message names a file: after its option (``-o/--output r.json``, ``json=r.json``),
+    or, for a positional argument (``the dump``), the path with what it is in parentheses
+    (``q.npy (the dump)``)."""
+    if label.endswith("="):
+        return f"{label}{path}"
+    return f"{label} {path}" if label.startswith("-") else f"{path} ({label})"
 
 
 def check_outputs(inputs: Sequence[Named], outputs: Sequence[Named]) -> None:

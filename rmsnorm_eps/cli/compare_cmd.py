@@ -17,6 +17,7 @@ from rmsnorm_eps.cli._dump import (
     RawOpt,
     dump_reading,
     one_dump,
+    report_warnings,
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
@@ -34,6 +35,7 @@ from rmsnorm_eps.cli._options import (
     PlotOpt,
     ReportOpt,
     SkipUnreadableOpt,
+    StrictOpt,
     SummaryOpt,
     TopOpt,
 )
@@ -119,6 +121,7 @@ def compare(
     skip_unreadable: SkipUnreadableOpt = False,
     max_layers: MaxLayersOpt = MAX_LAYERS,
     allow_unmatched: AllowUnmatchedOpt = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -167,6 +170,7 @@ def compare(
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
+    report_warnings(report.warnings, strict)
     gate = evaluate_gate(report, max_violations, max_fraction)
 
     def draw(plot_fmt: str) -> bytes:

@@ -16,6 +16,7 @@ from rmsnorm_eps.cli._dump import (
     RawOpt,
     dump_reading,
     one_dump,
+    report_warnings,
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
@@ -34,6 +35,7 @@ from rmsnorm_eps.cli._options import (
     PlotOpt,
     ReportOpt,
     SkipUnreadableOpt,
+    StrictOpt,
     SummaryOpt,
     TopOpt,
 )
@@ -140,6 +142,7 @@ def ratio(
     skip_unreadable: SkipUnreadableOpt = False,
     max_layers: MaxLayersOpt = MAX_LAYERS,
     allow_unmatched: AllowUnmatchedOpt = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -185,6 +188,7 @@ def ratio(
         report = analyze_dump(q_path, eps, delta=delta, min_ratio=min_ratio, reading=reading)
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
+    report_warnings(report.warnings, strict)
     gate = evaluate_gate(report, max_violations, max_fraction)
     if save_summary is not None:
         from rmsnorm_eps.merge import write_summary

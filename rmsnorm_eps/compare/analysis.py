@@ -57,6 +57,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
+from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
 
@@ -163,6 +164,8 @@ class CompareReport(ReportTotals):
     # Members of the dump's container and how many were analysed (see RatioReport).
     members_total: int = 0
     members_analysed: int = 0
+    # Layers whose shape suggests a different question (sources.intent; the CLI prints them).
+    warnings: tuple[InputWarning, ...] = ()
 
     @property
     def moved(self) -> int:
@@ -435,6 +438,7 @@ def compare_dump(
         skipped=read.skipped,
         members_total=read.members_total,
         members_analysed=read.members_analysed,
+        warnings=read.warnings,
     )
 
 

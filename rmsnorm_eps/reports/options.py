@@ -21,6 +21,7 @@ __all__ = [
     "Format",
     "RenderOptions",
     "UnsupportedResult",
+    "color_forced",
     "color_wanted",
 ]
 
@@ -65,5 +66,12 @@ HISTOGRAM_AUTO_LAYERS = 8
 
 
 def color_wanted(stream_isatty: bool) -> bool:
-    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
-    return stream_isatty and not os.environ.get("NO_COLOR")
+    """Colour on a terminal, or anywhere when ``FORCE_COLOR`` is set and not empty
+    (https://force-color.org: CI logs); never when ``NO_COLOR`` is set and not empty
+    (https://no-color.org), which wins over ``FORCE_COLOR``: an opt-out always holds."""
+    return (stream_isatty and not os.environ.get("NO_COLOR")) or color_forced()
+
+
+def color_forced() -> bool:
+    """``FORCE_COLOR`` set and not empty, ``NO_COLOR`` not (see :func:`color_wanted`)."""
+    return bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("NO_COLOR")

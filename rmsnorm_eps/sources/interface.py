@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.sources.intent import check_dtype_applies
 from rmsnorm_eps.sources.sniff import Kind, check_regular_file, read_head, sniff
 
 if TYPE_CHECKING:
@@ -210,7 +211,8 @@ def open_sources(
     whole dump; a file that is not a readable dump at all still raises. ``column`` (CSV/TSV
     only) selects one column by header name or 0-based index (``--column``). A dump of more
     than ``max_layers`` layers (:data:`MAX_LAYERS`; companions not counted) raises
-    :class:`InputFileError` once its headers are read, before any array data is.
+    :class:`InputFileError` once its headers are read, before any array data is, and so does a
+    ``dtype`` that no layer is read as (:func:`~rmsnorm_eps.sources.intent.check_dtype_applies`).
     """
     if max_layers < 1:
         raise InvalidParameterError(f"max_layers must be >= 1, got {max_layers}")
@@ -230,4 +232,5 @@ def open_sources(
         opened = cast("ColumnOpener", opener)(p, size, dtype, lenient, column)
     else:
         opened = opener(p, size, dtype, lenient)
+    check_dtype_applies(p, opened.sources, dtype)
     return check_layer_count(p, opened, max_layers)

@@ -17,6 +17,9 @@ from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["position_split_parts", "tail_parts"]
 
+#: A member ``<layer>::<what>`` is a companion of its layer (as ``sources.npz.COMPANION_SEP``).
+_COMPANION_SEP = "::"
+
 
 def position_split_parts(
     layers: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], str]]]
@@ -63,8 +66,21 @@ def members_document(report: Any) -> dict[str, Any]:
 
 def members_parts(report: Any) -> list[RenderableType]:
     """One line saying how many entries the dump's file holds and how many were analysed
-    (for a container of several entries, or when one was not analysed)."""
+    (for a container of several entries, or when one was not analysed). Layers and their
+    companions (``<layer>::position``, ``::batch``, ...) are counted apart when there are
+    companions: ``Members: 61 layers (+122 companions) in the file, 61 analysed`` (analysed
+    layers); else ``Members: 4 in the file, 4 analysed``."""
     total, analysed = report.members_total, report.members_analysed
     if getattr(report, "shards", None) or not (total > 1 or analysed < total):
         return []
-    return [Text(f"Members: {total} in the file, {analysed} analysed")]
+    layers = len(report.layers) + sum(_COMPANION_SEP not in u.name for u in report.skipped)
+    companions = total - layers
+    if companions <= 0:
+        return [Text(f"Members: {total} in the file, {analysed} analysed")]
+    return [
+        Text(
+            f"Members: {layers} layer{'s' * (layers != 1)} (+{companions} "
+            f"companion{'s' * (companions != 1)}) in the file, "
+            f"{len(report.layers)} analysed"
+        )
+    ]

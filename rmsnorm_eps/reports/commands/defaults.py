@@ -12,7 +12,7 @@ from rmsnorm_eps.reports.options import RenderOptions
 if TYPE_CHECKING:
     from rmsnorm_eps.config.defaults import DefaultsResult
 
-__all__ = ["document", "text"]
+__all__ = ["PIPE_WIDTH", "document", "text"]
 
 
 def document(r: DefaultsResult) -> dict[str, Any]:
@@ -41,25 +41,49 @@ def document(r: DefaultsResult) -> dict[str, Any]:
     return doc
 
 
+#: Width of the text report off a terminal (a pipe, a file): a stable layout for scripts and
+#: docs, whatever the environment says.
+PIPE_WIDTH = 80
+
+
+def _wrap(first: str, body: str, width: int, indent: str) -> list[str]:
+    """``first`` + ``body`` wrapped at ``width``, continuation lines indented by ``indent``;
+    words (paths, ``>=``, version ranges) are never split."""
+    import textwrap
+
+    return textwrap.wrap(
+        body,
+        width=max(width, len(indent) + 20),
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def text(r: DefaultsResult, options: RenderOptions) -> str:
-    from rich import box
-    from rich.table import Table
-
-    from rmsnorm_eps.reports.formats.text import render_renderables
-
+    """One resolved number (first line, alone: ``defaults --framework hf-llama | head -1``)
+    and its explanation, or one record per row: ``name: api``, then its eps, rule, versions
+    and source, each wrapped at the terminal's width (:data:`PIPE_WIDTH` off a terminal)."""
+    width = options.width or PIPE_WIDTH
     if len(r.rows) == 1 and r.rows[0].eps is not None:
         x = r.rows[0]
-        return f"{x.eps:.8g}\n{x.row.api}: {x.explanation} [source: {x.row.source}]\n"
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("name", no_wrap=True)
-    table.add_column("api", ratio=3)
-    table.add_column("eps", justify="right", no_wrap=True)
-    table.add_column("rule (versions) [source]", overflow="fold", ratio=5)
+        body = f"{x.row.api}: {x.explanation} [source: {x.row.source}]"
+        return "\n".join([f"{x.eps:.8g}", *_wrap("", body, width, "  ")]) + "\n"
+    records: list[str] = []
     for x in r.rows:
         eps = f"{x.eps:.8g}" if x.eps is not None else "-"
         rule = x.explanation if x.row.framework == "torch" else x.row.rule
-        table.add_row(x.row.name, x.row.api, eps, f"{rule} ({x.row.versions}) [{x.row.source}]")
-    return render_renderables([table], options)
+        lines = _wrap("", f"{x.row.name}: {x.row.api}", width, "  ")
+        for label, value in (
+            ("eps", eps),
+            ("rule", rule),
+            ("versions", x.row.versions),
+            ("source", x.row.source),
+        ):
+            lines += _wrap(f"  {label:<9}", value, width, " " * 11)
+        records.append("\n".join(lines))
+    return "\n\n".join(records) + "\n"
 
 
 class DefaultsReporter(Reporter, TextRole["DefaultsResult"], DocumentRole["DefaultsResult"]):
