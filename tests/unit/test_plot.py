@@ -101,9 +101,3 @@ def test_plot_format() -> None:
             InvalidParameterError, match=f"--plot file must end in .png or .svg, got '{bad}'"
         ):
             plot_format(bad)
-
-
-def test_real_output_is_deterministic() -> None:
-    rep = _report({"l": np.array([1e-3, 1e-7])})
-    svg = plot_ratio(rep, "svg").data
-    assert svg == plot_ratio(rep, "svg").data and b"</svg>" in svg
