@@ -38,7 +38,7 @@ def make_model_dir(d: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from tests.test_capture_hooks import tiny_llama
+    from tests.test_capture_hook_models import tiny_llama
 
     tiny_llama().save_pretrained(d)  # type: ignore[attr-defined]
     vocab = ["[UNK]", "[PAD]"] + [f"w{i}" for i in range(40)] + WORDS  # 51 ids < vocab 64

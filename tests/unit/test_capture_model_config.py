@@ -1,0 +1,88 @@
+"""capture/model_config.py: a ``config.json`` whose sizes are not integers >= 1 (at any depth
+up to 4), that repeats a key, is not JSON or is too large is refused with one line naming the
+file and key; a directory without one is left alone; a build error becomes one CaptureError
+line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.capture.model_config import SIZE_KEYS, check_model_config, model_build_error
+from rmsnorm_eps.errors import InputFileError
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "config.json").write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def test_valid_and_missing_configs_pass(tmp_path: Path) -> None:
+    check_model_config(tmp_path)  # no config.json: a GGUF directory
+    doc = {
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "head_dim": None,
+        "text_config": {"vocab_size": 10},
+    }
+    check_model_config(_write(tmp_path, json.dumps(doc)))
+    assert {"hidden_size", "num_attention_heads", "vocab_size", "d_model"} <= SIZE_KEYS
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, "32", True])
+def test_bad_size_named_with_its_key(tmp_path: Path, value: object) -> None:
+    d = _write(tmp_path, json.dumps({"num_attention_heads": value}))
+    with pytest.raises(InputFileError, match="is not a size: expected an integer >= 1") as info:
+        check_model_config(d)
+    assert info.value.key == "num_attention_heads"
+    assert "config.json [num_attention_heads]" in str(info.value)
+
+
+def test_nested_key_path_and_depth_limit(tmp_path: Path) -> None:
+    d = _write(tmp_path, json.dumps({"text_config": {"encoder": {"d_model": 0}}}))
+    with pytest.raises(InputFileError) as info:
+        check_model_config(d)
+    assert info.value.key == "text_config.encoder.d_model"
+    # deeper than 4 levels of nesting: not looked at
+    deep: dict[str, object] = {"hidden_size": 0}
+    for i in range(6):
+        deep = {f"l{i}": deep}
+    check_model_config(_write(tmp_path, json.dumps(deep)))
+    shallow: dict[str, object] = {"hidden_size": 0}
+    for i in range(4):
+        shallow = {f"l{i}": shallow}
+    with pytest.raises(InputFileError, match=r"l3\.l2\.l1\.l0\.hidden_size"):
+        check_model_config(_write(tmp_path, json.dumps(shallow)))
+
+
+def test_duplicate_key_not_json_and_too_large(tmp_path: Path) -> None:
+    d = _write(tmp_path, '{"hidden_size": 32, "hidden_size": 0}')
+    with pytest.raises(
+        InputFileError, match=r"not a JSON model config .*duplicate key 'hidden_size'"
+    ):
+        check_model_config(d)
+    with pytest.raises(InputFileError, match="not a JSON model config"):
+        check_model_config(_write(tmp_path, "{hidden_size: 3"))
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(InputFileError, match="not a JSON model config"):
+        check_model_config(tmp_path)
+    (tmp_path / "config.json").write_bytes(b" " * ((1 << 20) + 1))
+    with pytest.raises(InputFileError, match="over 1 MiB: not a model config"):
+        check_model_config(tmp_path)
+
+
+def test_model_build_error_is_one_bounded_line(tmp_path: Path) -> None:
+    err = model_build_error(tmp_path, ZeroDivisionError("integer division\n  or modulo by zero"))
+    assert isinstance(err, CaptureError)
+    text = str(err)
+    assert "\n" not in text
+    assert text == (
+        f"{tmp_path}: the model cannot be built from its config.json "
+        "(ZeroDivisionError: integer division or modulo by zero)"
+    )
+    long = str(model_build_error(tmp_path, ValueError("x" * 500)))
+    assert "x" * 200 in long and "x" * 201 not in long
+    assert str(model_build_error(tmp_path, KeyError())).endswith("(KeyError: KeyError)")

@@ -1,0 +1,120 @@
+"""sensitivity/metrics.py: the per-change output metrics, against the formulas of the module
+docstring written out here in plain Python (math.exp/log over tiny hand-made logits): KL per
+position class, top-1 agreement, max |dz| over real tokens, NMSE at each text's last real
+token, and the perplexity of each next real token; padding never counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rmsnorm_eps.sensitivity.metrics import Accumulator, nll_sums  # noqa: E402
+
+
+def _log_softmax(z: list[float]) -> list[float]:
+    m = max(z)
+    s = math.log(math.fsum(math.exp(v - m) for v in z))
+    return [v - m - s for v in z]
+
+
+def _kl(z: list[float], zp: list[float]) -> float:
+    lp, lq = _log_softmax(z), _log_softmax(zp)
+    return math.fsum(math.exp(a) * (a - b) for a, b in zip(lp, lq, strict=True))
+
+
+def _argmax(z: list[float]) -> int:
+    return max(range(len(z)), key=lambda i: z[i])
+
+
+BASE = torch.tensor(
+    [
+        [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0], [2.0, 2.5, 1.0]],
+        [[0.3, 0.2, 0.1], [1.5, 0.5, -0.5], [9.0, 9.0, 9.0]],  # last token is padding
+    ],
+    dtype=torch.float32,
+)
+NEW = BASE + torch.tensor(
+    [
+        [[0.1, -0.2, 0.0], [0.0, 0.0, 0.0], [0.9, 0.0, 0.0]],  # top-1 flips at (0, 2)
+        [[0.0, 0.5, 0.0], [0.0, 0.3, 0.1], [50.0, -50.0, 0.0]],  # padding change ignored
+    ]
+)
+IDS = torch.tensor([[0, 2, 1], [1, 0, 2]])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+
+def _real() -> list[tuple[int, int]]:
+    return [(b, t) for b in range(2) for t in range(3) if MASK[b, t]]
+
+
+def test_metrics_match_the_formulas() -> None:
+    acc = Accumulator(torch.device("cpu"))
+    acc.add(BASE, NEW, IDS, MASK)
+    m = acc.metrics()
+    z, zn = BASE.double().tolist(), NEW.double().tolist()
+    first = [(b, t) for b, t in _real() if t == 0]
+    rest = [(b, t) for b, t in _real() if t > 0]
+    assert (m.tokens_first, m.tokens) == (2, 3)
+    assert m.kl_first == pytest.approx(
+        math.fsum(_kl(z[b][t], zn[b][t]) for b, t in first) / 2, rel=1e-12
+    )
+    assert m.kl == pytest.approx(math.fsum(_kl(z[b][t], zn[b][t]) for b, t in rest) / 3, rel=1e-12)
+    agree = [_argmax(z[b][t]) == _argmax(zn[b][t]) for b, t in rest]
+    assert m.top1_agreement == pytest.approx(sum(agree) / 3) and sum(agree) == 2
+    agree0 = [_argmax(z[b][t]) == _argmax(zn[b][t]) for b, t in first]
+    assert m.top1_agreement_first == sum(agree0) / 2 == 0.5  # (1, 0) flips to index 1
+    assert m.max_abs_logit_change == pytest.approx(0.9, rel=1e-6)  # not the padding's 50
+    last = {0: 2, 1: 1}
+    num = math.fsum((zn[b][t][v] - z[b][t][v]) ** 2 for b, t in last.items() for v in range(3))
+    den = math.fsum(z[b][t][v] ** 2 for b, t in last.items() for v in range(3))
+    assert m.nmse_last == pytest.approx(num / den, rel=1e-12)
+    # next real tokens: (0,0)->ids[0,1], (0,1)->ids[0,2], (1,0)->ids[1,1]; (1,1)->pad: none
+    nll = [-_log_softmax(zn[0][0])[2], -_log_softmax(zn[0][1])[1], -_log_softmax(zn[1][0])[0]]
+    assert m.perplexity == pytest.approx(math.exp(math.fsum(nll) / 3), rel=1e-12)
+
+
+def test_batches_accumulate_like_one() -> None:
+    one = Accumulator(torch.device("cpu"))
+    one.add(BASE, NEW, IDS, MASK)
+    two = Accumulator(torch.device("cpu"))
+    two.add(BASE[:1], NEW[:1], IDS[:1], MASK[:1])
+    two.add(BASE[1:], NEW[1:], IDS[1:], MASK[1:], base_lp=torch.log_softmax(BASE[1:].double(), -1))
+    a, b = one.metrics(), two.metrics()
+    for field in (
+        "kl",
+        "kl_first",
+        "top1_agreement",
+        "nmse_last",
+        "perplexity",
+        "max_abs_logit_change",
+    ):
+        assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), field
+    assert (a.tokens, a.tokens_first) == (b.tokens, b.tokens_first)
+
+
+def test_identical_logits_and_empty_classes() -> None:
+    acc = Accumulator(torch.device("cpu"))
+    one = BASE[:1, :1]  # one token per text: no position >= 1, no next token
+    acc.add(one, one.clone(), IDS[:1, :1], MASK[:1, :1])
+    m = acc.metrics()
+    assert m.kl is None and m.top1_agreement is None and m.perplexity is None and m.tokens == 0
+    assert m.kl_first == 0.0 and m.top1_agreement_first == 1.0
+    assert m.max_abs_logit_change == 0.0 and m.nmse_last == 0.0
+    zero = torch.zeros(1, 2, 3)
+    acc = Accumulator(torch.device("cpu"))
+    acc.add(zero, zero, IDS[:1, :2], MASK[:1, :2])
+    assert math.isnan(acc.metrics().nmse_last)  # 0/0: no base logit energy
+
+
+def test_nll_sums() -> None:
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8], [1 / 3, 1 / 3, 1 / 3]]]))
+    ids = torch.tensor([[0, 1, 2]])
+    nll, n = nll_sums(logits, ids, torch.tensor([[1, 1, 1]]))
+    assert float(n) == 2 and float(nll) == pytest.approx(-math.log(0.25) - math.log(0.8), rel=1e-6)
+    nll, n = nll_sums(logits, ids, torch.tensor([[1, 1, 0]]))
+    assert float(n) == 1 and float(nll) == pytest.approx(-math.log(0.25), rel=1e-6)
+    nll, n = nll_sums(logits[:, :1], ids[:, :1], torch.tensor([[1]]))
+    assert float(nll) == 0.0 and float(n) == 0.0 and nll.dtype == torch.float64
