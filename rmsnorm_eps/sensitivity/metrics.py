@@ -5,7 +5,9 @@ torch.distributed job when one is initialized.
 Per batch, with z the base logits and z' the changed ones ([B, T, V]), mask [B, T] the real
 tokens (right padding: position = index), lp = log_softmax(z) in float64:
 
-* KL per token = sum_v exp(lp_v) (lp_v - lp'_v), summed per position class (0 and >= 1);
+* KL per token = sum_v exp(lp_v) (lp_v - lp'_v) (0 log 0 = 0), summed per position class (0
+  and >= 1); padded positions are selected out, so whatever logits a model computes there
+  (NaN included) never reach a sum;
 * top-1: argmax z == argmax z' counted per class;
 * max |z' - z| over real tokens;
 * at each text's last real token: sum ||z' - z||^2 and sum ||z||^2 (NMSE = their ratio);
@@ -14,6 +16,7 @@ tokens (right padding: position = index), lp = log_softmax(z) in float64:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rmsnorm_eps.sensitivity.result import Metrics
@@ -35,7 +38,7 @@ def nll_sums(logits: Any, ids: Any, mask: Any) -> tuple[Any, Any]:
     target = ids[:, 1:].to(logits.device)
     keep = mask[:, 1:].to(logits.device).bool()
     picked = lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    return -(picked * keep).sum(), keep.sum().double()
+    return -torch.where(keep, picked, 0.0).sum(), keep.sum().double()
 
 
 class Accumulator:
@@ -56,20 +59,25 @@ class Accumulator:
         m = mask.to(dev).bool()
         lp = torch.log_softmax(base.double(), dim=-1) if base_lp is None else base_lp
         lq = torch.log_softmax(new.double(), dim=-1)
-        kl = (lp.exp() * (lp - lq)).sum(dim=-1)
+        # p log(p/q) with 0 log 0 = 0: a token the base gives probability 0 (logit -inf) adds
+        # nothing (p * (lp - lq) would be 0 * -inf = NaN there)
+        kl = torch.where(lp > -math.inf, lp.exp() * (lp - lq), 0.0).sum(dim=-1)
         first = torch.zeros_like(m)
         first[:, 0] = True
         classes = (m & first, m & ~first)
         agree = base.argmax(dim=-1) == new.argmax(dim=-1)
         s = self.sums
+        # padding is selected out, never multiplied by 0: a NaN or inf logit at a padded
+        # position (what a model computes there is arbitrary) must not reach the sums
         for i, cls in enumerate(classes):
-            s[_KL0 + i] += (kl * cls).sum()
+            s[_KL0 + i] += torch.where(cls, kl, 0.0).sum()
             s[_N0 + i] += cls.sum()
             s[_TOP0 + i] += (agree & cls).sum()
         diff = (new.double() - base.double()).abs().amax(dim=-1)
-        self.maxabs = torch.maximum(self.maxabs, (diff * m).amax())
-        last = (m.sum(dim=1) - 1).clamp(min=0)
-        rows = torch.arange(base.shape[0], device=dev)
+        self.maxabs = torch.maximum(self.maxabs, torch.where(m, diff, 0.0).amax())
+        real = m.any(dim=1)  # a text with no real token has no last token
+        last = (m.sum(dim=1) - 1).clamp(min=0)[real]
+        rows = torch.arange(base.shape[0], device=dev)[real]
         zb = base[rows, last].double()
         zn = new[rows, last].double()
         s[_NUM] += ((zn - zb) ** 2).sum()
@@ -80,7 +88,6 @@ class Accumulator:
 
     def metrics(self) -> Metrics:
         """The metrics over every batch (and every rank), on the host."""
-        import math
 
         import torch.distributed as dist
 

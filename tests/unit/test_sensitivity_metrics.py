@@ -118,3 +118,39 @@ def test_nll_sums() -> None:
     assert float(n) == 1 and float(nll) == pytest.approx(-math.log(0.25), rel=1e-6)
     nll, n = nll_sums(logits[:, :1], ids[:, :1], torch.tensor([[1]]))
     assert float(nll) == 0.0 and float(n) == 0.0 and nll.dtype == torch.float64
+
+
+def test_nonfinite_logits_at_padding_and_empty_texts_change_nothing() -> None:
+    """What a model computes at padded positions is arbitrary (NaN, inf): it is selected out,
+    never multiplied by 0 (NaN * 0 = NaN spoilt every metric); a text of padding only has no
+    last token for the NMSE."""
+    clean = Accumulator(torch.device("cpu"))
+    clean.add(BASE, NEW, IDS, MASK)
+    base, new = BASE.clone(), NEW.clone()
+    base[1, 2, 0] = float("nan")
+    new[1, 2, 1] = float("inf")
+    new[1, 2, 2] = -float("inf")
+    pad = torch.full((1, 3, 3), float("nan"))
+    dirty = Accumulator(torch.device("cpu"))
+    dirty.add(
+        torch.cat([base, pad]),
+        torch.cat([new, pad]),
+        torch.cat([IDS, IDS[:1]]),
+        torch.cat([MASK, torch.zeros(1, 3, dtype=MASK.dtype)]),
+    )
+    a, b = clean.metrics(), dirty.metrics()
+    assert a == b and math.isfinite(b.kl or math.nan) and math.isfinite(b.nmse_last)
+
+
+def test_a_token_the_base_never_predicts_adds_nothing_to_kl() -> None:
+    """p = 0 (base logit -inf) contributes 0 log 0 = 0, not NaN; q = 0 where p > 0 is inf."""
+    base = torch.tensor([[[0.0, 1.0, -float("inf")], [0.0, 1.0, 2.0]]])
+    new = torch.tensor([[[0.5, 1.0, 3.0], [0.0, -float("inf"), 2.0]]])
+    acc = Accumulator(torch.device("cpu"))
+    acc.add(base, new, torch.tensor([[0, 1]]), torch.tensor([[1, 1]]))
+    m = acc.metrics()
+    lp = _log_softmax([0.0, 1.0])
+    lq = _log_softmax([0.5, 1.0, 3.0])
+    want = math.fsum(math.exp(a) * (a - b) for a, b in zip(lp, lq[:2], strict=True))
+    assert m.kl_first == pytest.approx(want, rel=1e-12)
+    assert m.kl == math.inf
