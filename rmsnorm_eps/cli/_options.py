@@ -43,6 +43,7 @@ __all__ = [
     "SplitOpt",
     "SummaryOpt",
     "TopOpt",
+    "ZeroIsViolationOpt",
     "canonical_dtype",
     "complete_framework",
     "data_output",
@@ -229,6 +230,14 @@ AllowUnmatchedOpt = Annotated[
         "--allow-unmatched",
         help="Accept a --config layer pattern that matches no layer of the dump (by default "
         "an error naming it: a typo would leave every layer on the defaults).",
+    ),
+]
+ZeroIsViolationOpt = Annotated[
+    bool,
+    typer.Option(
+        "--zero-is-violation",
+        help="Count every zero vector (q = 0 exactly, e.g. a padding row) as a violation. By "
+        "default zero vectors are counted apart: their output is 0 under any eps.",
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]

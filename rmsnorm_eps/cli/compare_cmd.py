@@ -36,6 +36,7 @@ from rmsnorm_eps.cli._options import (
     SkipUnreadableOpt,
     SummaryOpt,
     TopOpt,
+    ZeroIsViolationOpt,
 )
 
 
@@ -119,6 +120,7 @@ def compare(
     skip_unreadable: SkipUnreadableOpt = False,
     max_layers: MaxLayersOpt = MAX_LAYERS,
     allow_unmatched: AllowUnmatchedOpt = False,
+    zero_is_violation: ZeroIsViolationOpt = False,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -163,7 +165,13 @@ def compare(
     )
     try:
         report = compare_dump(
-            q_path, spec_from, spec_to, tolerance=tolerance, scale=scale, reading=reading
+            q_path,
+            spec_from,
+            spec_to,
+            tolerance=tolerance,
+            scale=scale,
+            reading=reading,
+            zero_is_violation=zero_is_violation,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
@@ -173,6 +181,8 @@ def compare(
         from rmsnorm_eps.plot import plot_compare
 
         return plot_compare(report, plot_fmt, plot_layers).data
+
+    from rmsnorm_eps.reports.commands.ratio import zero_part
 
     worst = report.max_abs_change
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
@@ -184,7 +194,7 @@ def compare(
         skipped=report.skipped,
         draw=draw,
         message=f"{report.violations} violation(s) ({report.moved} moved by more than "
-        f"{report.tolerance:g}, {report.nonfinite} nonfinite) in "
+        f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
         f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}{budget}",
     )
