@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, evaluate_gate
-from rmsnorm_eps.safe_eps import margin_decades, safe_eps_note
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
@@ -92,11 +92,8 @@ class LayerResult:
     """Per-layer figures. ``violations = below_bound + nonfinite`` (``+ zero_count`` when
     ``zeros_violate``, i.e. ``--zero-is-violation``).
 
-    ``below_bound`` counts positive finite q with ``q/eps < min_ratio``; zero vectors (q = 0
-    exactly: output 0 under any eps) are ``zero_count``, apart, and never in ``worst``.
-    ``min_q`` is the true minimum (0 when the layer has a zero vector), ``min_pos_q`` the
-    smallest positive finite q. ``safe_eps`` (:mod:`rmsnorm_eps.safe_eps`) is the largest eps
-    at which every positive finite q meets the bound (None: see :attr:`safe_eps_note`).
+    ``below_bound``: positive finite q below the bound; zero vectors (q = 0: output 0 under any
+    eps) are ``zero_count``, never in ``worst``. ``safe_eps``: :mod:`rmsnorm_eps.safe_eps`.
     """
 
     name: str
@@ -203,35 +200,6 @@ class RatioReport(ReportTotals):
     @property
     def safe_eps_note(self) -> str:
         return model_safe_eps(self.layers)[2]
-
-
-def model_safe_eps(layers: tuple[Any, ...]) -> tuple[float | None, float | None, str]:
-    """``(safe eps, margin, note)`` of a model: the minimum over layers of the safe eps and of
-    the margin; a layer with no safe eps because of its zero vectors (``--zero-is-violation``)
-    leaves the model none; layers without a positive finite q do not bound it."""
-    blocked = [ly for ly in layers if ly.safe_eps is None and ly.safe_eps_note.startswith("none")]
-    if blocked:
-        return None, None, blocked[0].safe_eps_note
-    bounded = [ly for ly in layers if ly.safe_eps is not None]
-    if not bounded:
-        return None, None, "any: no positive finite q"
-    margins = [ly.safe_eps_margin for ly in bounded]
-    return min(ly.safe_eps for ly in bounded), min(m for m in margins if m is not None), ""
-
-
-def apply_zero_rule(layer: LayerResult, zero_is_violation: bool) -> LayerResult:
-    """The layer (and its position split) under ``--zero-is-violation``: zero vectors become
-    violations and a layer with one has no safe eps. Without the flag: the layer as it is."""
-    if not zero_is_violation:
-        return layer
-    first, other = layer.first_token, layer.other_tokens
-    return replace(
-        layer,
-        zeros_violate=True,
-        safe_eps=None if layer.zero_count else layer.safe_eps,
-        first_token=None if first is None else apply_zero_rule(first, True),
-        other_tokens=None if other is None else apply_zero_rule(other, True),
-    )
 
 
 def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:

@@ -19,10 +19,23 @@ no safe eps (:func:`safe_eps_note` says why). The margin in decades is
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from rmsnorm_eps.numerics import q_threshold
 
-__all__ = ["margin_decades", "passes_at", "safe_eps", "safe_eps_note"]
+__all__ = [
+    "apply_zero_rule",
+    "margin_decades",
+    "model_safe_eps",
+    "passes_at",
+    "safe_eps",
+    "safe_eps_note",
+]
+
+#: A frozen per-layer result with ``zero_count``, ``safe_eps``, ``zeros_violate`` and its
+#: position split (``LayerResult`` of ratio/merge, ``CompareLayer`` of compare).
+L = TypeVar("L")
 
 #: More steps than rounding can ever need (``m / min_ratio`` is within a few ulps).
 _MAX_STEPS = 64
@@ -79,3 +92,34 @@ def safe_eps_note(*, zeros_violate: bool, zero_count: int, has_pos: bool) -> str
     if not has_pos:
         return "any: no positive finite q"
     return ""
+
+
+def model_safe_eps(layers: tuple[Any, ...]) -> tuple[float | None, float | None, str]:
+    """``(safe eps, margin, note)`` of a model: the minimum over layers of the safe eps and of
+    the margin; a layer with no safe eps because of its zero vectors (``--zero-is-violation``)
+    leaves the model none; layers without a positive finite q do not bound it."""
+    blocked = [ly for ly in layers if ly.safe_eps is None and ly.safe_eps_note.startswith("none")]
+    if blocked:
+        return None, None, blocked[0].safe_eps_note
+    bounded = [ly for ly in layers if ly.safe_eps is not None]
+    if not bounded:
+        return None, None, "any: no positive finite q"
+    margins = [ly.safe_eps_margin for ly in bounded]
+    return min(ly.safe_eps for ly in bounded), min(m for m in margins if m is not None), ""
+
+
+def apply_zero_rule(layer: L, zero_is_violation: bool) -> L:
+    """The layer (and its position split) under ``--zero-is-violation``: zero vectors become
+    violations and a layer with one has no safe eps. Without the flag: the layer as it is."""
+    if not zero_is_violation:
+        return layer
+    item: Any = layer
+    first, other = item.first_token, item.other_tokens
+    out: L = replace(
+        item,
+        zeros_violate=True,
+        safe_eps=None if item.zero_count else item.safe_eps,
+        first_token=None if first is None else apply_zero_rule(first, True),
+        other_tokens=None if other is None else apply_zero_rule(other, True),
+    )
+    return out

@@ -27,7 +27,7 @@ writes; not with ``raw``) also gets the same figures for the first token of each
 (position 0) and for the other tokens, split exactly as ``ratio`` splits them
 (:class:`rmsnorm_eps.engine.PositionSplit`).
 
-Why ~470 lines in one module: the result types, the accumulator that fills them and the driver
+Why ~570 lines in one module: the result types, the accumulator that fills them and the driver
 are the compare command's library, read together; the shared data path is in
 :mod:`rmsnorm_eps.engine`.
 """
@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from rmsnorm_eps.analysis import model_safe_eps
 from rmsnorm_eps.compare.factor import factor as compute_factor
 from rmsnorm_eps.compare.spec import (
     EpsSpec,
@@ -66,7 +65,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
-from rmsnorm_eps.safe_eps import margin_decades, safe_eps_note
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
@@ -516,26 +515,11 @@ def compare_dump(
         tolerance=tol,
         scale=c,
         top_k=how.top_k,
-        layers=tuple(_zero_rule(ly, zero_is_violation) for ly in read.layers),
+        layers=tuple(apply_zero_rule(ly, zero_is_violation) for ly in read.layers),
         skipped=read.skipped,
         members_total=read.members_total,
         members_analysed=read.members_analysed,
         zero_is_violation=zero_is_violation,
-    )
-
-
-def _zero_rule(layer: CompareLayer, zero_is_violation: bool) -> CompareLayer:
-    """The layer under ``--zero-is-violation`` (as
-    :func:`rmsnorm_eps.analysis.apply_zero_rule`)."""
-    if not zero_is_violation:
-        return layer
-    first, other = layer.first_token, layer.other_tokens
-    return replace(
-        layer,
-        zeros_violate=True,
-        safe_eps=None if layer.zero_count else layer.safe_eps,
-        first_token=None if first is None else _zero_rule(first, True),
-        other_tokens=None if other is None else _zero_rule(other, True),
     )
 
 

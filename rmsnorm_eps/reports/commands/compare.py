@@ -1,6 +1,9 @@
 """``compare`` reports: how much each layer's output moves when eps (or its placement, dtype)
 changes from one setting to another: the document, the text tables, and two checks per layer
-(``moved`` and ``nonfinite``)."""
+(``moved`` and ``nonfinite``), with the zero vectors and the safe eps of the ``--to`` side.
+
+Why one module of ~510 lines: it is the compare command's whole reporter (document, text and
+checks), the unit a new field touches; the pieces it shares with ratio live there."""
 
 from __future__ import annotations
 
@@ -351,6 +354,75 @@ def _spec_text(spec: Any) -> str:
     return str(spec.describe())
 
 
+def _moved_check(layer: CompareLayer, tol: float, bad: Level) -> Check:
+    """``compare/moved``: fails when some input moves by more than the tolerance (or, with
+    ``--zero-is-violation``, when the layer has a zero vector)."""
+    nums: dict[str, Number] = {
+        "count": layer.count,
+        "moved": layer.moved,
+        "fraction": layer.moved / layer.count if layer.count else 0.0,
+        "max_abs_change": layer.max_abs_change,
+        "min_factor": layer.min_factor,
+        "max_factor": layer.max_factor,
+        "tolerance": tol,
+        "zero_vectors": layer.zero_count,
+        "min_pos_q": layer.min_pos_q,
+        "safe_eps": layer.safe_eps,
+        "safe_eps_margin_decades": layer.safe_eps_margin,
+        "within_safe_eps": _tristate(layer.within_safe_eps),
+    }
+    zeros = layer.zero_count if layer.zeros_violate else 0
+    moved = layer.moved + zeros
+    zero_text = f"; {zeros} zero vector(s), each a violation" if zeros else ""
+    if layer.zero_count and not zeros:
+        zero_text = f"; {layer.zero_count} zero vector(s) (output 0 under any eps)"
+    safe_text = _safe_text(layer)
+    if layer.moved:
+        w = layer.worst[0] if layer.worst else None
+        where = (
+            f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
+            f"{layer.quantity}/eps_from {_g(w.ratio)}, "
+            f"change {w.change:+.6g})"
+            if w is not None
+            else ""
+        )
+        msg = (
+            f"{layer.name}: {layer.moved} of {layer.count} inputs "
+            f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}{where}{zero_text}{safe_text}"
+        )
+    elif layer.max_abs_change is not None:
+        msg = (
+            f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}{zero_text}{safe_text}"
+        )
+    else:
+        msg = f"{layer.name}: no finite factor to check{zero_text}"
+    return Check("compare/moved", layer.name, moved == 0, "note" if moved == 0 else bad, msg, nums)
+
+
+def _nonfinite_check(layer: CompareLayer, bad: Level) -> Check:
+    """``compare/nonfinite``: fails when some q is NaN/+inf or some factor is nonfinite."""
+    nf = layer.nonfinite_q + layer.nonfinite_factor
+    nf_nums: dict[str, Number] = {
+        "count": layer.count,
+        "nonfinite": nf,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "nonfinite_factor": layer.nonfinite_factor,
+    }
+    if nf:
+        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+        where = f", first at index {_idx(first.index)}" if first is not None else ""
+        msg = (
+            f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
+            f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
+        )
+    else:
+        msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
+    return Check("compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
+
+
 def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
 
@@ -363,79 +435,8 @@ def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
     tol = report.tolerance
     checks: list[Check] = []
     for layer in report.layers:
-        nums: dict[str, Number] = {
-            "count": layer.count,
-            "moved": layer.moved,
-            "fraction": layer.moved / layer.count if layer.count else 0.0,
-            "max_abs_change": layer.max_abs_change,
-            "min_factor": layer.min_factor,
-            "max_factor": layer.max_factor,
-            "tolerance": tol,
-            "zero_vectors": layer.zero_count,
-            "min_pos_q": layer.min_pos_q,
-            "safe_eps": layer.safe_eps,
-            "safe_eps_margin_decades": layer.safe_eps_margin,
-            "within_safe_eps": _tristate(layer.within_safe_eps),
-        }
-        zeros = layer.zero_count if layer.zeros_violate else 0
-        moved = layer.moved + zeros
-        zero_text = f"; {zeros} zero vector(s), each a violation" if zeros else ""
-        if layer.zero_count and not zeros:
-            zero_text = f"; {layer.zero_count} zero vector(s) (output 0 under any eps)"
-        safe_text = _safe_text(layer)
-        if layer.moved:
-            w = layer.worst[0] if layer.worst else None
-            where = (
-                f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
-                f"{layer.quantity}/eps_from {_g(w.ratio)}, "
-                f"change {w.change:+.6g})"
-                if w is not None
-                else ""
-            )
-            msg = (
-                f"{layer.name}: {layer.moved} of {layer.count} inputs "
-                f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}{where}{zero_text}{safe_text}"
-            )
-        elif layer.max_abs_change is not None:
-            msg = (
-                f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}{zero_text}{safe_text}"
-            )
-        else:
-            msg = f"{layer.name}: no finite factor to check{zero_text}"
-        checks.append(
-            Check(
-                "compare/moved",
-                layer.name,
-                moved == 0,
-                "note" if moved == 0 else bad,
-                msg,
-                nums,
-            )
-        )
-        nf = layer.nonfinite_q + layer.nonfinite_factor
-        nf_nums: dict[str, Number] = {
-            "count": layer.count,
-            "nonfinite": nf,
-            "nan": layer.nan_count,
-            "inf": layer.inf_count,
-            "nonfinite_factor": layer.nonfinite_factor,
-        }
-        if nf:
-            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-            where = f", first at index {_idx(first.index)}" if first is not None else ""
-            msg = (
-                f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
-                f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
-            )
-        else:
-            msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
-        checks.append(
-            Check(
-                "compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums
-            )
-        )
+        checks.append(_moved_check(layer, tol, bad))
+        checks.append(_nonfinite_check(layer, bad))
     verdict = (
         gate.reason
         if gate is not None

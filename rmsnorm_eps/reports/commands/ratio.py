@@ -4,7 +4,7 @@ canonical document (json), and two checks per layer (markdown, github, junit, sa
 A merged report (``merge``: a ratio report of shards) is rendered here too, with each worst
 input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
 
-Why one module of ~490 lines: it is the ratio command's whole reporter (text, document and
+Why one module of ~620 lines: it is the ratio command's whole reporter (text, document and
 checks), the unit a new format or field touches; merge and compare reuse its pieces.
 """
 
