@@ -206,6 +206,10 @@ def test_every_format_shows_the_zero_vectors(
         assert "zero_vectors = 40" in out
     if fmt == "text":
         assert "q = 0" in out and ("violation" if strict else "zero vectors") in out
+        # the worst rows are the real ones: the input below the bound first, no zero listed
+        worst = out[out.index("worst 3 input(s)") :].splitlines()[4:7]
+        assert worst[0].split()[:3] == ["[6,", "2]", "0.0002"], worst
+        assert all(float(row.split()[2]) > 0 for row in worst)
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "sarif"])
