@@ -37,6 +37,8 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import GateResult, evaluate_gate
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
+from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
@@ -54,9 +56,11 @@ __all__ = [
     "RatioReport",
     "WorstInput",
     "analyze_dump",
+    "apply_zero_rule",
     "decisions_for",
     "evaluate_gate",
     "layer_result",
+    "model_safe_eps",
     "ratio_position_split",
     "resolve_bound",
 ]
@@ -92,7 +96,12 @@ class NonfiniteInput:
 
 @dataclass(frozen=True)
 class LayerResult:
-    """Per-layer figures. ``violations = below_bound + nonfinite``."""
+    """Per-layer figures. ``violations = below_bound + nonfinite`` (``+ zero_count`` when
+    ``zeros_violate``, i.e. ``--zero-is-violation``).
+
+    ``below_bound``: positive finite q below the bound; zero vectors (q = 0: output 0 under any
+    eps) are ``zero_count``, never in ``worst``. ``safe_eps``: :mod:`rmsnorm_eps.safe_eps`.
+    """
 
     name: str
     eps: float
@@ -104,10 +113,10 @@ class LayerResult:
     inf_count: int
     zero_count: int
     below_bound: int
-    min_q: float | None  # None when the layer has no finite q
+    min_q: float | None  # None when the layer has no finite q (0 with a zero vector)
     max_q: float | None
-    min_ratio: float | None
-    min_attenuation: float | None
+    min_ratio: float | None  # min_pos_q / eps: of the positive q (None: no positive finite q)
+    min_attenuation: float | None  # A(min_ratio)
     worst: tuple[WorstInput, ...]
     nonfinite_examples: tuple[NonfiniteInput, ...]
     decades: tuple[tuple[int, int], ...]  # (k, count): 10**k <= q/eps < 10**(k+1)
@@ -122,6 +131,9 @@ class LayerResult:
     # (LayerNorm: its norm is `layer` in the config, or --norm layer). Every field named q
     # (min_q, worst q, ...) then holds v, and ratio is v/eps.
     quantity: Quantity = "q"
+    min_pos_q: float | None = None  # None when the layer has no positive finite q
+    safe_eps: float | None = None
+    zeros_violate: bool = False  # --zero-is-violation: every zero vector is a violation
 
     @property
     def nonfinite(self) -> int:
@@ -129,7 +141,22 @@ class LayerResult:
 
     @property
     def violations(self) -> int:
-        return self.below_bound + self.nonfinite
+        zeros = self.zero_count if self.zeros_violate else 0
+        return self.below_bound + self.nonfinite + zeros
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        """``log10(safe_eps / eps)`` in decades (negative: the configured eps fails)."""
+        return margin_decades(self.safe_eps, self.eps)
+
+    @property
+    def safe_eps_note(self) -> str:
+        """Why there is no safe eps (``""`` when there is one)."""
+        return safe_eps_note(
+            zeros_violate=self.zeros_violate,
+            zero_count=self.zero_count,
+            has_pos=self.min_pos_q is not None,
+        )
 
     @property
     def violation_fraction(self) -> float:
@@ -158,9 +185,30 @@ class RatioReport(ReportTotals):
     # Layers whose shape suggests a different question (sources.intent; the CLI prints them).
     warnings: tuple[InputWarning, ...] = ()
 
+    zero_is_violation: bool = False  # --zero-is-violation (each layer's zeros_violate)
+
     @property
     def below_bound(self) -> int:
         return sum(layer.below_bound for layer in self.layers)
+
+    @property
+    def zero_count(self) -> int:
+        return sum(layer.zero_count for layer in self.layers)
+
+    @property
+    def safe_eps(self) -> float | None:
+        """The model's safe eps: the smallest safe eps of its layers (None when a layer has
+        none, or when no layer has a positive finite q); see :attr:`safe_eps_note`."""
+        return model_safe_eps(self.layers)[0]
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        """The smallest margin (decades) of the layers from their configured eps."""
+        return model_safe_eps(self.layers)[1]
+
+    @property
+    def safe_eps_note(self) -> str:
+        return model_safe_eps(self.layers)[2]
 
 
 def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:
@@ -212,7 +260,9 @@ def layer_result(
     eps = acc.eps
     qs = acc.worst_q.tolist()
     has_finite = acc.count > acc.nonfinite
-    min_r = acc.min_q / eps if has_finite else None
+    min_pos = acc.min_pos_q if math.isfinite(acc.min_pos_q) else None
+    # the smallest ratio of the positive inputs (a zero vector's output is 0 under any eps)
+    min_r = min_pos / eps if min_pos is not None else None
     # One vectorized call for every ratio of the layer (the same float64 operations, element by
     # element, as one call per value: identical results; a dump of many tiny layers pays the
     # call overhead once per layer, not once per value).
@@ -245,6 +295,8 @@ def layer_result(
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
+        min_pos_q=min_pos,
+        safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
     )
 
 
@@ -285,6 +337,7 @@ def analyze_dump(
     min_ratio: float | None = None,
     eps_sources: Mapping[str, str] | None = None,
     reading: DumpReading | None = None,
+    zero_is_violation: bool = False,
     **fields: Unpack[ReadingFields],
 ) -> RatioReport:
     """Analyse every layer of a dump against ``A >= 1 - delta``.
@@ -304,7 +357,8 @@ def analyze_dump(
     arrays as bfloat16 bit patterns. ``fast`` (raw mode) computes q with float32 sums and
     recomputes exactly every q that decides or shows anything; ``fast=False`` computes every q
     exactly. Reports are identical. ``eps_sources`` (layer name -> where its eps came from) is
-    copied into each layer's ``eps_source``.
+    copied into each layer's ``eps_source``. A zero vector (q = 0 exactly) is counted in
+    ``zero_count`` and is not a violation, unless ``zero_is_violation``.
 
     A layer (container member) that cannot be read, or holds invalid data, raises, unless
     ``skip_unreadable``: then it is left out and listed in ``RatioReport.skipped`` with the
@@ -343,11 +397,12 @@ def analyze_dump(
         delta=d_value,
         min_ratio=ratio,
         top_k=how.top_k,
-        layers=read.layers,
+        layers=tuple(apply_zero_rule(ly, zero_is_violation) for ly in read.layers),
         skipped=read.skipped,
         members_total=read.members_total,
         members_analysed=read.members_analysed,
         warnings=read.warnings,
+        zero_is_violation=zero_is_violation,
     )
 
 

@@ -234,8 +234,9 @@ def refine_rows(
     ``exact(rows)`` returns the exact q of the given row indices. Recomputed are the rows whose
     uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one of the sorted ``thresholds``
     (the bound and the decade edges: so every count equals the float64 one), the rows that
-    could be among the ``top_k`` smallest or be the largest (so every reported q is exact), and
-    rows whose fast value is not finite or below 2**-100. Returns the number recomputed.
+    could be among the ``top_k`` smallest positive q (zero vectors are counted apart, never
+    listed) or be the largest (so every reported q is exact), and rows whose fast value is not
+    finite or below 2**-100 (zeros included). Returns the number recomputed.
     """
     with np.errstate(invalid="ignore"):
         lo = q / (1.0 + rel)
@@ -244,7 +245,7 @@ def refine_rows(
             thresholds, hi, side="right"
         )
         mark |= ~(q >= _F32_SMALL) | np.isinf(q)
-        finite = q[np.isfinite(q)]
+        finite = q[np.isfinite(q) & (q > 0.0)]
         if finite.size:
             grow = (1.0 + rel) ** 2 / (1.0 - rel) ** 2
             k = min(max(1, top_k), finite.size)  # at least the minimum, which is reported

@@ -166,11 +166,11 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     if layer.min_ratio is not None:
         low = f"min q/eps {layer.min_ratio:.4g} (A {layer.min_attenuation:.4g})"
     else:
-        low = "no finite q value"
+        low = "no positive finite q value"
     ax.set_title(
         f"{plot_label(layer.name)} (eps {layer.eps:.3g}): {layer.count} inputs, {status}; {low}\n"
         f"below bound {layer.below_bound}; NaN {layer.nan_count}, inf {layer.inf_count}, "
-        f"q=0 {layer.zero_count} (counted, not plotted)",
+        f"zero vectors (q=0) {layer.zero_count} (counted, not plotted)",
         fontsize=8,
         loc="left",
     )
@@ -346,7 +346,7 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
     ax.set_title(
         f"{plot_label(layer.name)}: {layer.count} inputs, {status}; moved {layer.moved}, "
         f"max |change| {worst}\nNaN {layer.nan_count}, inf {layer.inf_count}, nonfinite factor "
-        f"{layer.nonfinite_factor}, q=0 {layer.zero_count} (counted, not plotted); "
+        f"{layer.nonfinite_factor}, zero vectors (q=0) {layer.zero_count} (counted, not plotted); "
         "bars: moved/count",
         fontsize=8,
         loc="left",

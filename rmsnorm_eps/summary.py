@@ -10,6 +10,11 @@ Decision rules (the same everywhere in the tool):
 * An input violates the bound when ``r < min_ratio``. **Tie rule:** an input exactly at the
   bound (``r == min_ratio``) passes, since ``A(min_ratio) = 1 - delta`` meets ``A >= 1 - delta``.
 * NaN and +inf q values are never dropped: each is counted as nonfinite and as a violation.
+* ``q == 0`` exactly (a zero vector, e.g. a padding row) is counted apart (``zero_count``): its
+  output is 0 under any eps, so it is not below the bound (``below`` counts ``0 < q < t``) and
+  is not in the worst-k list; ``min_q`` stays the true minimum (0 then) and ``min_pos_q`` is
+  the smallest positive finite q. Whether zeros count as violations is the caller's rule
+  (``--zero-is-violation``), not the accumulator's.
 * A negative q (NaN excluded) is not a mean of squares: it is an input error.
 
 Comparisons use exact thresholds (:func:`rmsnorm_eps.numerics.q_threshold`), so the result is
@@ -96,6 +101,7 @@ class LayerAccumulator:
     below: int = 0
     min_q: float = math.inf
     min_index: int = -1
+    min_pos_q: float = math.inf
     max_q: float = -math.inf
     worst_q: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     worst_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
@@ -172,13 +178,27 @@ class LayerAccumulator:
             self.min_q = mn_f
             self.min_index = int(flat(np.array([int(np.argmin(v))]))[0])
         self.max_q = max(self.max_q, float(mx))
-        # violations of the bound: r < min_ratio  <=>  q < t
-        self.below += int(np.count_nonzero(v < self._t(self.min_ratio, dtype)))
-        # decade histogram of r = q/eps, zeros kept apart
         zeros = int(np.count_nonzero(v == 0)) if mn_f == 0.0 else 0
         self.zero_count += zeros
+        # below the bound: 0 < q < t (r < min_ratio; every zero is below t > 0, counted apart)
+        self.below += int(np.count_nonzero(v < self._t(self.min_ratio, dtype))) - zeros
+        # decade histogram of r = q/eps, zeros kept apart
         self._fold_decades(v, zeros, mn_f, float(mx), dtype)
-        # worst k: smallest q, ties broken by the smaller flat index
+        if zeros == v.size:
+            return
+        # the positive values only: zeros must not fill the worst list of a padded dump
+        if zeros:
+            pos = np.flatnonzero(v > 0)
+            v = v[pos]
+
+            def flat_pos(i: np.ndarray) -> np.ndarray:
+                return flat(pos[i])
+
+            self.min_pos_q = min(self.min_pos_q, float(v.min()))
+            self._fold_worst(v, flat_pos)
+            return
+        self.min_pos_q = min(self.min_pos_q, mn_f)
+        # worst k: smallest positive q, ties broken by the smaller flat index
         self._fold_worst(v, flat)
 
     def _fold_decades(
@@ -289,6 +309,7 @@ class LayerAccumulator:
             self.min_q = other.min_q
             self.min_index = o_min_index
         self.max_q = max(self.max_q, other.max_q)
+        self.min_pos_q = min(self.min_pos_q, other.min_pos_q)
         for k, c in other.decades.items():
             self.decades[k] = self.decades.get(k, 0) + c
         mine = zip(self.nonfinite_index, self.nonfinite_value, strict=True)
@@ -309,5 +330,5 @@ class LayerAccumulator:
 
     @property
     def violations(self) -> int:
-        """Inputs below the bound plus nonfinite inputs."""
+        """Positive inputs below the bound plus nonfinite inputs (zeros are not counted)."""
         return self.below + self.nonfinite

@@ -51,7 +51,7 @@ def test_json_and_output(cli, dump: Path, tmp_path: Path) -> None:  # type: igno
     )
     assert r.exit_code == 1 and r.stdout == ""
     doc = json.loads(out.read_text())
-    assert doc["command"] == "compare" and doc["schema_version"] == 1
+    assert doc["command"] == "compare" and doc["schema_version"] == 2
     assert doc["summary"]["moved"] == 2 and doc["gate"]["passed"] is False
     layer = doc["layers"][0]
     assert [w["index"] for w in layer["worst"][:2]] == [[1, 1], [0, 0]]

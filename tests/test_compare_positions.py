@@ -55,8 +55,9 @@ def test_compare_cli_text_and_json(tmp_path: Path, cli: Callable[..., Any]) -> N
     assert r.exit_code == 1, r
     assert "By token position: first token (position 0) | other tokens" in r.stdout
     rows = [line.split() for line in r.stdout.splitlines() if line.startswith(" L ")]
-    # the layer row, then its split: |change| at q = 8e-5 (first) and q = 1e-2 (others)
-    assert rows[1] == ["L", "3", "0.05132", "2", "2", "9", "0.0004497", "0", "0"]
+    # the layer row, its safe eps row, then its split: |change| at q = 8e-5 (first) and
+    # q = 1e-2 (others)
+    assert rows[2] == ["L", "3", "0.05132", "2", "2", "9", "0.0004497", "0", "0"]
     r = cli(*args, "--format", "json")
     full = json.loads(r.stdout)
     jsonschema.Draft202012Validator(load_schema("compare")).validate(full)

@@ -108,14 +108,16 @@ def test_edited_below_bound_never_merges_into_a_false_pass(
     out = _WORK / "s.json"
     out.write_text(json.dumps(doc))
     merged = merge_summaries([out])
-    assert merged.layers[0].below_bound == sum(1 for v in q if v / 1e-5 < report.min_ratio)
+    # zero vectors (q = 0) are counted apart, not below the bound
+    assert merged.layers[0].below_bound == sum(1 for v in q if 0 < v / 1e-5 < report.min_ratio)
     true = doc["layers"][0]["below_bound"]
     if edit == 0 or true + edit < 0:
         return
     doc["layers"][0]["below_bound"] = true + edit
     out.write_text(json.dumps(doc))
     t = q_threshold(1e-5, report.min_ratio)
-    decided = any(w["q"] >= t for w in doc["layers"][0]["worst"]) or len(q) <= top_k
+    positive = sum(1 for v in q if v > 0)
+    decided = any(w["q"] >= t for w in doc["layers"][0]["worst"]) or positive <= top_k
     try:
         load_summary(out)
     except InputFileError as exc:

@@ -198,7 +198,9 @@ def test_constant_activations_have_v_zero(tmp_path: Path) -> None:
     path = tmp_path / "c.npy"
     np.save(path, x)
     layer = analyze_dump(path, EPS, raw=True, norm="layer").layers[0]
-    assert layer.zero_count == 3 and layer.below_bound == 3 and layer.min_q == 0.0
+    # v = 0: (x - mean x) is a zero vector, its output b under any eps: counted apart
+    assert layer.zero_count == 3 and layer.below_bound == 0 and layer.min_q == 0.0
+    assert layer.violations == 0 and layer.min_pos_q is None and layer.safe_eps is None
 
 
 def _config(tmp_path: Path) -> Path:

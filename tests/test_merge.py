@@ -149,7 +149,7 @@ def test_cli_save_summary_and_merge(tmp_path: Path, cli: Callable[..., Any]) -> 
         )
         assert res.exit_code == 0
     doc = json.loads((tmp_path / "a.json").read_text())
-    assert doc["schema"] == "rmsnorm-eps-summary" and doc["schema_version"] == 1
+    assert doc["schema"] == "rmsnorm-eps-summary" and doc["schema_version"] == 2
     merged = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-f", "json")
     whole = cli("ratio", "--eps", "1e-5", "-q", str(tmp_path / "all.npy"), "--raw", "-f", "json")
     assert merged.exit_code == whole.exit_code == 1
@@ -367,7 +367,7 @@ def test_below_bound_contradicting_the_figures_is_refused(tmp_path: Path) -> Non
 def test_worst_list_and_histogram_must_agree(tmp_path: Path) -> None:
     doc = _doc(tmp_path, [1e-9, 1.0, 2.0], top_k=2)
     doc["layers"][0]["worst"].append({"index": [2], "q": 2.0})  # longer than top_k
-    _refused(tmp_path, doc, r"3 worst inputs listed; top_k 2 and 3 finite values give 2")
+    _refused(tmp_path, doc, r"3 worst inputs listed; top_k 2 and 3 finite positive values give 2")
     doc = _doc(tmp_path, [1.0, 2.0, 3.0])
     doc["layers"][0]["decades"] = [[k + 1, c] for k, c in doc["layers"][0]["decades"]]
     _refused(tmp_path, doc, "the decade histogram contradicts the layer's min_q or max_q")
@@ -400,8 +400,7 @@ def test_merged_shape_beyond_int64_is_one_line(tmp_path: Path, cli: Callable[...
     layer = doc["layers"][0]
     big = 2**62
     layer.update(shape=[big], count=big, zero=big, decades=[], min_q=0.0, max_q=0.0)
-    layer["worst"] = [{"index": [i], "q": 0.0} for i in range(5)]
-    layer["below_bound"] = big
+    layer.update(worst=[], below_bound=0, min_pos_q=None)  # zero vectors: apart, not listed
     paths = []
     for i in range(2):
         paths.append(tmp_path / f"s{i}.json")

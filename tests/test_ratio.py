@@ -17,12 +17,13 @@ R1 = 49.25125628140703  # min q/eps for delta = 1%
 
 
 def _direct(q: np.ndarray, eps: float, ratio: float = R1) -> dict[str, float | int]:
-    """Independent in-memory computation with a float64 division per value."""
+    """Independent in-memory computation with a float64 division per value (zero vectors,
+    q = 0, are counted apart: not below the bound)."""
     q64 = q.astype(np.float64).ravel()
     finite = q64[np.isfinite(q64)]
     r = finite / eps
     return {
-        "below": int(np.count_nonzero(r < ratio)),
+        "below": int(np.count_nonzero((r < ratio) & (finite > 0))),
         "nonfinite": int(q64.size - finite.size),
         "min_q": float(finite.min()),
         "argmin": int(np.flatnonzero(q64 == finite.min())[0]),
@@ -48,10 +49,14 @@ def test_chunked_stream_equals_in_memory(dtype: type, write_npy: Callable[..., P
     assert layer.nonfinite == ref["nonfinite"] == 2
     assert layer.nan_count == 1 and layer.inf_count == 1
     assert layer.min_q == ref["min_q"] == 0.0
-    assert layer.worst[0].index == tuple(int(i) for i in np.unravel_index(ref["argmin"], q.shape))
+    assert layer.zero_count == int(np.count_nonzero(q == 0))  # float16 underflows to 0 too
     assert layer.count == q.size
-    # worst inputs are the k smallest finite q in ascending order
-    finite = np.sort(q.astype(np.float64)[np.isfinite(q)].ravel())[:7]
+    # worst inputs are the k smallest positive finite q in ascending order
+    q64 = q.astype(np.float64)
+    finite = np.sort(q64[np.isfinite(q64) & (q64 > 0)].ravel())[:7]
+    assert layer.min_pos_q == finite[0]
+    first = int(np.flatnonzero(q64.ravel() == finite[0])[0])
+    assert layer.worst[0].index == tuple(int(i) for i in np.unravel_index(first, q.shape))
     assert [w.q for w in layer.worst] == finite.tolist()
     # the decade histogram accounts for every finite, positive input
     assert sum(c for _, c in layer.decades) + layer.zero_count == q.size - 2
@@ -150,7 +155,8 @@ def test_raw_no_overflow_or_underflow(write_npy: Callable[..., Path]) -> None:
     layer = analyze_dump(write_npy(x), 1e-6, raw=True).layers[0]
     assert layer.nonfinite == 0
     assert layer.max_q == pytest.approx(float(np.float32(3e38)) ** 2, rel=1e-12)
-    assert layer.worst[1].q == pytest.approx(float(np.float32(1e-30)) ** 2, rel=1e-12)
+    assert layer.zero_count == 1  # the zero row: counted apart, not listed
+    assert layer.worst[0].q == pytest.approx(float(np.float32(1e-30)) ** 2, rel=1e-12)
     x64 = np.array([[1e154] * 8, [1e-160] * 8])
     layer = analyze_dump(write_npy(x64, "x64.npy"), 1e-6, raw=True).layers[0]
     assert layer.max_q == pytest.approx(1e308, rel=1e-12)  # the sum overflows, the mean does not
@@ -248,7 +254,7 @@ def test_json_document_matches_library(write_npz: Callable[..., Path]) -> None:
     path = write_npz(a=10.0 ** rng.uniform(-9, -3, 50), b=np.array([np.nan, 1.0, np.inf]))
     rep = analyze_dump(path, 1e-6, top_k=3)
     doc = json.loads(render(rep, "json", RenderOptions(gate=evaluate_gate(rep))))
-    assert doc["schema_version"] == 1 and doc["command"] == "ratio"
+    assert doc["schema_version"] == 2 and doc["command"] == "ratio"
     assert doc["min_ratio"] == R1
     assert doc["summary"]["violations"] == rep.violations
     a = doc["layers"][0]

@@ -388,7 +388,7 @@ def test_compare_plot_with_nan(write_npz: Callable[..., Path]) -> None:
     )
     rep = compare_dump(path, parse_spec("eps=1e-6", "--from"), parse_spec("eps=1e-5", "--to"))
     svg = plot_compare(rep, "svg").data.decode("utf-8")
-    assert "NaN 1, inf 1, nonfinite factor 0, q=0 1 (counted, not plotted)" in svg
+    assert "NaN 1, inf 1, nonfinite factor 0, zero vectors (q=0) 1 (counted, not plotted)" in svg
     assert _png_size(plot_compare(rep, "png").data) == (800, 520)
 
 

@@ -335,7 +335,7 @@ def test_histogram_fills_empty_decades_and_counts_zeros(write_npy: Callable[...,
     rep = analyze_dump(write_npy(np.array([0.0, 1e-9, 1e-3], np.float64)), 1e-6)
     rows = histogram_rows(rep.layers[0], rep.min_ratio)
     assert rows == [
-        ("q = 0", 1, "below bound"),
+        ("q = 0", 1, "zero vectors"),
         ("1e-3 <= r < 1e-2", 1, "below bound"),
         ("1e-2 <= r < 1e-1", 0, "below bound"),
         ("1e-1 <= r < 1e0", 0, "below bound"),

@@ -48,8 +48,8 @@ def test_nan_counted_not_plotted(write_npz: Callable[..., Path]) -> None:
     rep = analyze_dump(write_npz(a=q, b=np.array([np.nan], np.float64)), 1e-5)
     svg = plot_ratio(rep, "svg").data.decode("utf-8")
     assert svg.lstrip().startswith("<?xml") and "</svg>" in svg
-    assert "NaN 2, inf 1, q=0 1 (counted, not plotted)" in svg
-    assert "no finite q value" in svg  # layer b has only a NaN
+    assert "NaN 2, inf 1, zero vectors (q=0) 1 (counted, not plotted)" in svg
+    assert "no positive finite q value" in svg  # layer b has only a NaN
     assert png_size(plot_ratio(rep, "png").data) == (800, 520)
 
 

@@ -258,7 +258,8 @@ def test_below_the_table_width_records_are_blocks(tmp_path: Path) -> None:
     result, gate, _, _ = _ratio(tmp_path)
     lines = _text(result, gate, 60).splitlines()
     i = lines.index("13.post_attention_layernorm")
-    assert lines[i + 1].startswith("  eps: 1e-05  count: 64  nonfinite: 0  min q: ")
+    assert lines[i + 1] == "  eps: 1e-05  count: 64  nonfinite: 0  zero: 0"
+    assert lines[i + 2].startswith("  min q > 0: ")
 
 
 def test_capture_in_a_file_keeps_whole_module_names(tmp_path: Path) -> None:

@@ -98,11 +98,11 @@ def _min_ratio(m: ModuleRecord) -> float | None:
     if m.eps is None or m.eps == 0:
         return None
     if m.q is not None and m.q.size:
-        finite = m.q[~(m.q != m.q)]  # drop NaN
-        return float(finite.min()) / m.eps if finite.size else None
+        positive = m.q[m.q > 0]  # NaN and zero vectors (output 0 under any eps) dropped
+        return float(positive.min()) / m.eps if positive.size else None
     if m.summaries:
         acc = m.summaries["all"]
-        return acc.min_q / m.eps if math.isfinite(acc.min_q) else None
+        return acc.min_pos_q / m.eps if math.isfinite(acc.min_pos_q) else None
     return None
 
 

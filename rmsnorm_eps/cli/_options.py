@@ -44,6 +44,7 @@ __all__ = [
     "StrictOpt",
     "SummaryOpt",
     "TopOpt",
+    "ZeroIsViolationOpt",
     "canonical_dtype",
     "complete_framework",
     "data_output",
@@ -238,6 +239,14 @@ StrictOpt = Annotated[
         "--strict",
         help="Treat the input warnings (a q array shaped like activations without --raw, a "
         "1-D array with --raw) as errors: exit 2 instead of a warning line on stderr.",
+    ),
+]
+ZeroIsViolationOpt = Annotated[
+    bool,
+    typer.Option(
+        "--zero-is-violation",
+        help="Count every zero vector (q = 0 exactly, e.g. a padding row) as a violation. By "
+        "default zero vectors are counted apart: their output is 0 under any eps.",
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]

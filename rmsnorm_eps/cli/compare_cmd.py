@@ -38,6 +38,7 @@ from rmsnorm_eps.cli._options import (
     StrictOpt,
     SummaryOpt,
     TopOpt,
+    ZeroIsViolationOpt,
 )
 
 
@@ -122,6 +123,7 @@ def compare(
     max_layers: MaxLayersOpt = MAX_LAYERS,
     allow_unmatched: AllowUnmatchedOpt = False,
     strict: StrictOpt = False,
+    zero_is_violation: ZeroIsViolationOpt = False,
 ) -> None:
     """Per input, factor = y_to/y_from = den_from(q)/den_to(q); report |factor - 1| per layer.
 
@@ -166,7 +168,13 @@ def compare(
     )
     try:
         report = compare_dump(
-            q_path, spec_from, spec_to, tolerance=tolerance, scale=scale, reading=reading
+            q_path,
+            spec_from,
+            spec_to,
+            tolerance=tolerance,
+            scale=scale,
+            reading=reading,
+            zero_is_violation=zero_is_violation,
         )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
@@ -178,6 +186,8 @@ def compare(
 
         return plot_compare(report, plot_fmt, plot_layers).data
 
+    from rmsnorm_eps.reports.commands.ratio import zero_part
+
     worst = report.max_abs_change
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     finish(
@@ -188,7 +198,7 @@ def compare(
         skipped=report.skipped,
         draw=draw,
         message=f"{report.violations} violation(s) ({report.moved} moved by more than "
-        f"{report.tolerance:g}, {report.nonfinite} nonfinite) in "
+        f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
         f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}{budget}",
     )

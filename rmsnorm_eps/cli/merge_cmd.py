@@ -20,6 +20,7 @@ from rmsnorm_eps.cli._options import (
     PlotOpt,
     ReportOpt,
     SummaryOpt,
+    ZeroIsViolationOpt,
 )
 
 
@@ -75,6 +76,7 @@ def merge(
     summary: SummaryOpt = False,
     plot: PlotOpt = None,
     plot_layers: PlotLayersOpt = 6,
+    zero_is_violation: ZeroIsViolationOpt = False,
 ) -> None:
     """Merge per-shard summaries into exactly the report of the shards concatenated along axis 0.
 
@@ -98,13 +100,21 @@ def merge(
     if delta is not None and min_ratio is not None:
         raise usage_error("give either --delta or --min-ratio, not both")
     paths: list[str | os.PathLike[str]] = list(summaries)
-    report = merge_summaries(paths, delta=delta, min_ratio=min_ratio, top_k=top)
+    report = merge_summaries(
+        paths,
+        delta=delta,
+        min_ratio=min_ratio,
+        top_k=top,
+        zero_is_violation=zero_is_violation,
+    )
     gate = evaluate_gate(report, max_violations, max_fraction)
 
     def draw(plot_fmt: str) -> bytes:
         from rmsnorm_eps.plot import plot_ratio
 
         return plot_ratio(report, plot_fmt, plot_layers).data
+
+    from rmsnorm_eps.reports.commands.ratio import zero_part
 
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
     finish(
@@ -114,7 +124,7 @@ def merge(
         passed=gate.passed,
         draw=draw,
         message=f"{report.violations} violation(s) ({report.below_bound} below q/eps "
-        f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
+        f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs from {len(report.shards)} shard(s){budget}",
     )

@@ -38,6 +38,7 @@ from rmsnorm_eps.cli._options import (
     StrictOpt,
     SummaryOpt,
     TopOpt,
+    ZeroIsViolationOpt,
 )
 
 
@@ -143,6 +144,7 @@ def ratio(
     max_layers: MaxLayersOpt = MAX_LAYERS,
     allow_unmatched: AllowUnmatchedOpt = False,
     strict: StrictOpt = False,
+    zero_is_violation: ZeroIsViolationOpt = False,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -150,7 +152,8 @@ def ratio(
     For a LayerNorm (--norm layer, or norm: layer in --config) every figure is of the variance
     v = mean((x - mean x)^2) instead of q.
     An input violates when q/eps < (1-delta)^2/(delta(2-delta)); exactly at the bound passes.
-    NaN and inf q values are counted and listed, and each is a violation.
+    NaN and inf q values are counted and listed, and each is a violation. A zero vector
+    (q = 0: output 0 under any eps) is counted apart, not a violation (--zero-is-violation).
     """
     from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
@@ -185,7 +188,14 @@ def ratio(
         allow_unmatched=allow_unmatched,
     )
     try:
-        report = analyze_dump(q_path, eps, delta=delta, min_ratio=min_ratio, reading=reading)
+        report = analyze_dump(
+            q_path,
+            eps,
+            delta=delta,
+            min_ratio=min_ratio,
+            reading=reading,
+            zero_is_violation=zero_is_violation,
+        )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
     report_warnings(report.warnings, strict)
@@ -200,7 +210,7 @@ def ratio(
 
         return plot_ratio(report, plot_fmt, plot_layers).data
 
-    from rmsnorm_eps.reports.commands.ratio import quantity_label
+    from rmsnorm_eps.reports.commands.ratio import quantity_label, zero_part
 
     qv = quantity_label(report.layers)
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
@@ -212,7 +222,8 @@ def ratio(
         skipped=report.skipped,
         draw=draw,
         message=f"{report.violations} violation(s) ({report.below_bound} below {qv}/eps "
-        f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite) in "
+        f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite"
+        f"{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs{budget}",
     )

@@ -11,7 +11,15 @@ Decision rules:
   rule:** ``|change| == tolerance`` does not move (passes).
 * Violations = moved + non-finite q (NaN, +inf: never dropped) + non-finite factors (a
   denominator that overflowed or vanished, e.g. eps rounded to 0 in float16 at q = 0).
-* ``q == 0`` (x == 0): both outputs are 0, factor 1, unless a denominator is 0 (then NaN).
+* ``q == 0`` (x == 0, a zero vector): both outputs are 0, factor 1, unless a denominator is 0
+  (then NaN: eps itself vanished in that dtype, a nonfinite factor). Zero vectors are counted
+  apart (``zero_count``) and are not violations, unless ``zero_is_violation``
+  (``--zero-is-violation``): then each one is.
+* The safe eps of a layer (:mod:`rmsnorm_eps.safe_eps`) is the largest ``--to`` eps at which
+  its smallest positive finite q, scaled as the ``--to`` side sees it (``scale**2 q``), meets
+  the ratio bound of ``delta = tolerance`` (``q/eps >= min_ratio(tolerance)``, ties pass);
+  ``within_safe_eps`` says whether the ``--to`` eps is at most that. It is the ``ratio`` view
+  of the target; moved inputs remain the factor test above.
 * A negative q raises :class:`~rmsnorm_eps.errors.InputFileError`.
 
 A layer whose dump carries token positions (a ``<layer>::position`` companion, as ``capture``
@@ -19,7 +27,7 @@ writes; not with ``raw``) also gets the same figures for the first token of each
 (position 0) and for the other tokens, split exactly as ``ratio`` splits them
 (:class:`rmsnorm_eps.engine.PositionSplit`).
 
-Why ~470 lines in one module: the result types, the accumulator that fills them and the driver
+Why ~570 lines in one module: the result types, the accumulator that fills them and the driver
 are the compare command's library, read together; the shared data path is in
 :mod:`rmsnorm_eps.engine`.
 """
@@ -57,6 +65,8 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
+from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
@@ -125,10 +135,36 @@ class CompareLayer:
     # "q" = mean(x^2), or "v" = mean((x - mean x)^2) for a LayerNorm layer (its figures, q and
     # r = q/eps_from, are then of v): see rmsnorm_eps.engine.layer_quantities.
     quantity: Quantity = "q"
+    min_pos_q: float | None = None  # the smallest positive finite q (None: there is none)
+    safe_eps: float | None = None  # the largest --to eps meeting the ratio bound (module doc)
+    zeros_violate: bool = False  # --zero-is-violation
 
     @property
     def nonfinite_q(self) -> int:
         return self.nan_count + self.inf_count
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        """``log10(safe_eps / eps_to)`` in decades (negative: the target eps fails)."""
+        return margin_decades(self.safe_eps, self.spec_to.eps)
+
+    @property
+    def safe_eps_note(self) -> str:
+        return safe_eps_note(
+            zeros_violate=self.zeros_violate,
+            zero_count=self.zero_count,
+            has_pos=self.min_pos_q is not None,
+        )
+
+    @property
+    def within_safe_eps(self) -> bool | None:
+        """Whether the ``--to`` eps is at most the safe eps (None: the bound is undefined,
+        tolerance outside (0, 1)). A layer without a positive finite q is within at any eps,
+        one whose zero vectors are violations at none."""
+        if self.safe_eps is not None:
+            return self.spec_to.eps <= self.safe_eps
+        note = self.safe_eps_note
+        return None if not note else note.startswith("any")
 
     @property
     def nonfinite(self) -> int:
@@ -137,7 +173,8 @@ class CompareLayer:
 
     @property
     def violations(self) -> int:
-        return self.moved + self.nonfinite_q + self.nonfinite_factor
+        zeros = self.zero_count if self.zeros_violate else 0
+        return self.moved + self.nonfinite_q + self.nonfinite_factor + zeros
 
     @property
     def violation_fraction(self) -> float:
@@ -166,15 +203,52 @@ class CompareReport(ReportTotals):
     members_analysed: int = 0
     # Layers whose shape suggests a different question (sources.intent; the CLI prints them).
     warnings: tuple[InputWarning, ...] = ()
+    zero_is_violation: bool = False  # --zero-is-violation
 
     @property
     def moved(self) -> int:
         return sum(layer.moved for layer in self.layers)
 
     @property
+    def zero_count(self) -> int:
+        return sum(layer.zero_count for layer in self.layers)
+
+    @property
+    def bound_ratio(self) -> float | None:
+        """The ratio bound of the safe eps: ``min_ratio(tolerance)`` (None outside (0, 1))."""
+        return _bound_ratio(self.tolerance)
+
+    @property
+    def safe_eps(self) -> float | None:
+        """The smallest safe eps of the layers (see :func:`rmsnorm_eps.analysis.model_safe_eps`)."""
+        return model_safe_eps(self.layers)[0]
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        return model_safe_eps(self.layers)[1]
+
+    @property
+    def within_safe_eps(self) -> bool | None:
+        """Every layer's ``--to`` eps within its safe eps (None when the bound is undefined)."""
+        values = [layer.within_safe_eps for layer in self.layers]
+        if any(v is None for v in values):
+            return None
+        return all(values)
+
+    @property
+    def safe_eps_note(self) -> str:
+        return model_safe_eps(self.layers)[2]
+
+    @property
     def max_abs_change(self) -> float | None:
         values = [x.max_abs_change for x in self.layers if x.max_abs_change is not None]
         return max(values) if values else None
+
+
+def _bound_ratio(tolerance: float) -> float | None:
+    from rmsnorm_eps.numerics import min_ratio
+
+    return float(min_ratio(tolerance)) if 0.0 < tolerance < 1.0 else None
 
 
 #: Decade edges 1e{k} (float64 literals, as the ratio analysis uses) for k = DECADE_MIN-1 ..
@@ -209,6 +283,7 @@ class CompareAccumulator:
     zero_count: int = 0
     nonfinite_factor: int = 0
     moved: int = 0
+    min_pos_q: float = math.inf
     max_abs_change: float = -math.inf
     min_factor: float = math.inf
     max_factor: float = -math.inf
@@ -241,6 +316,9 @@ class CompareAccumulator:
             return
         v = q[fin_pos]
         self.zero_count += int(np.count_nonzero(v == 0.0))
+        positive = v[v > 0.0]
+        if positive.size:
+            self.min_pos_q = min(self.min_pos_q, float(positive.min()))
         f = compute_factor(v, self.spec_from, self.spec_to, self.scale)
         ok = np.isfinite(f)
         bad_f = np.flatnonzero(~ok)
@@ -315,6 +393,11 @@ class CompareAccumulator:
             return MovedInput(unravel(flat, shape, order), q, q / eps, f, f - 1.0)
 
         has = self.max_abs_change != -math.inf
+        min_pos = self.min_pos_q if math.isfinite(self.min_pos_q) else None
+        bound = _bound_ratio(self.tolerance)
+        safe = None
+        if min_pos is not None and bound is not None:
+            safe = compute_safe_eps(self.scale * self.scale * min_pos, bound)
         return CompareLayer(
             name=name,
             shape=shape,
@@ -340,6 +423,8 @@ class CompareAccumulator:
             ),
             spec_from=self.spec_from,
             spec_to=self.spec_to,
+            min_pos_q=min_pos,
+            safe_eps=safe,
         )
 
 
@@ -388,6 +473,7 @@ def compare_dump(
     tolerance: float = 0.01,
     scale: float = 1.0,
     reading: DumpReading | None = None,
+    zero_is_violation: bool = False,
     **fields: Unpack[ReadingFields],
 ) -> CompareReport:
     """Compare ``spec_from`` with ``spec_to`` on every input of a dump, read as ``reading``
@@ -406,6 +492,7 @@ def compare_dump(
     :func:`rmsnorm_eps.analysis.analyze_dump`. ``norm`` (``"rms"`` or ``"layer"``) is the kind
     of the layers whose config entry (if any) gives no ``norm``: a LayerNorm layer is compared
     on its variance ``v = mean((x - mean x)**2)`` (raw: computed here) in place of q.
+    Zero vectors (q = 0) are counted apart and are no violations unless ``zero_is_violation``.
     """
     tol = float(tolerance)
     if not (math.isfinite(tol) and tol >= 0.0):
@@ -434,11 +521,12 @@ def compare_dump(
         tolerance=tol,
         scale=c,
         top_k=how.top_k,
-        layers=read.layers,
+        layers=tuple(apply_zero_rule(ly, zero_is_violation) for ly in read.layers),
         skipped=read.skipped,
         members_total=read.members_total,
         members_analysed=read.members_analysed,
         warnings=read.warnings,
+        zero_is_violation=zero_is_violation,
     )
 
 

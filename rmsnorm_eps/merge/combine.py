@@ -55,6 +55,7 @@ from rmsnorm_eps.analysis import (
     NonfiniteInput,
     RatioReport,
     WorstInput,
+    apply_zero_rule,
     layer_result,
     resolve_bound,
 )
@@ -74,15 +75,16 @@ __all__ = ["merge_reports", "merge_summaries"]
 
 
 def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | None:
-    """Exact count of finite q with q/eps < ratio in one shard layer, or None if unknown."""
+    """Exact count of positive finite q with q/eps < ratio in one shard layer (zeros apart),
+    or None if unknown."""
     if ratio == shard.min_ratio:
         return layer.below_bound
     t = q_threshold(layer.eps, ratio)
-    finite = layer.count - layer.nan - layer.inf
-    if len(layer.worst) == finite or (layer.worst and layer.worst[-1][1] >= t):
+    positive = layer.count - layer.nan - layer.inf - layer.zero
+    if len(layer.worst) == positive or (layer.worst and layer.worst[-1][1] >= t):
         return sum(1 for _, q in layer.worst if q < t)
     decades = dict(layer.decades)
-    below_zero = layer.zero  # ratio > 0: every zero is below
+    below_zero = 0  # zero vectors are counted apart
     k0 = math.floor(math.log10(ratio))  # the decade of ``ratio``, give or take one
     for k in range(max(DECADE_MIN, k0 - 2), min(DECADE_MAX, k0 + 2) + 1):
         lo = q_threshold(layer.eps, decade_edge(k))
@@ -215,9 +217,12 @@ class _Fold:
         acc.below = below
         if ly.min_q is not None:
             acc.min_q = ly.min_q
-            acc.min_index = self._flat(ly.worst[0][0], off) if ly.worst else off
+            first_is_min = bool(ly.worst) and not ly.zero  # a zero minimum is not listed
+            acc.min_index = self._flat(ly.worst[0][0], off) if first_is_min else off
         if ly.max_q is not None:
             acc.max_q = ly.max_q
+        if ly.min_pos_q is not None:
+            acc.min_pos_q = ly.min_pos_q
         worst = ly.worst[:k]
         acc.worst_q = np.array([q for _, q in worst], np.float64)
         acc.worst_index = np.array([self._flat(i, off) for i, _ in worst], np.int64)
@@ -272,13 +277,15 @@ def merge_summaries(
     delta: float | None = None,
     min_ratio: float | None = None,
     top_k: int | None = None,
+    zero_is_violation: bool = False,
 ) -> RatioReport:
     """Merge shard summaries into the report of their concatenation along axis 0.
 
     The bound defaults to the shards' own (they must then agree); with ``delta``/``min_ratio``
     the counts below the new bound are derived where a summary determines them exactly (see the
     module docstring), else :class:`InvalidParameterError` is raised. ``top_k`` defaults to the
-    smallest ``top_k`` of the shards and cannot exceed it.
+    smallest ``top_k`` of the shards and cannot exceed it. Zero vectors are counted apart and
+    are no violations, unless ``zero_is_violation``.
 
     The summaries are read and folded one at a time (memory: one summary and one accumulator
     per layer, whatever the number of shards); ``paths`` may be an iterator that makes each
@@ -322,8 +329,9 @@ def merge_summaries(
         delta=bound[0],
         min_ratio=bound[1],
         top_k=k,
-        layers=tuple(results),
+        layers=tuple(apply_zero_rule(ly, zero_is_violation) for ly in results),
         shards=tuple(sources),
+        zero_is_violation=zero_is_violation,
     )
 
 

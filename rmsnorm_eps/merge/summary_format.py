@@ -10,12 +10,12 @@ Reading validates it in two steps:
   parsed, or raises :class:`~rmsnorm_eps.errors.InputFileError` naming the file and the key path
   (``layers[3].worst[0].index``). Adding a field is adding a row;
 * **consistency** (:func:`check_figures`): counts that add up, a histogram covering every finite
-  value once and agreeing with min_q and max_q, a sorted worst list of exactly
-  ``min(top_k, finite)`` values, and ``below_bound`` agreeing with min_q, the worst list and the
-  histogram at the bound; ``min_ratio`` must be the one ``delta`` gives (recomputed, not
-  trusted). A summary that breaks these was edited or corrupted; merging it would report wrong
-  counts (a false PASS), so it is refused. Duplicate JSON keys are refused (a reader taking the
-  last one and a reader taking the first would merge different figures).
+  value once and agreeing with min_q and max_q, a sorted worst list of exactly ``min(top_k,
+  positive)`` positive values, and ``below_bound`` agreeing with min_pos_q, the worst list and the
+  histogram at the bound; ``min_ratio`` must be the one ``delta`` gives (recomputed, not trusted).
+  A summary that breaks these was edited or corrupted; merging it would report wrong counts (a
+  false PASS), so it is refused. Duplicate JSON keys are refused (a reader taking the last one and
+  a reader taking the first would merge different figures).
 
 Memory: a file over :data:`MAX_SUMMARY_BYTES` (4 MiB) is refused before it is read. The parsed
 JSON costs up to about 35 bytes per byte of text on hostile inputs (small containers such as
@@ -23,7 +23,14 @@ JSON costs up to about 35 bytes per byte of text on hostile inputs (small contai
 measured); a real summary holds a few KB per layer at the default ``--top 5`` (a 160-layer
 capture summary with positions: about 0.4 MB).
 
-Why one module of ~640 lines: the writer and the validator describe the same format and must
+Version 2 (this one): zero vectors (q = 0 exactly) are counted in ``zero`` only: ``below_bound``
+counts the positive finite q below the bound, ``worst`` lists the smallest positive q, and
+``min_pos_q`` is the smallest positive finite q (``min_q`` stays the true minimum). Version 1
+counted zeros in ``below_bound`` and listed them in ``worst``; its worst list cannot be turned
+into version 2's (the positive inputs it crowded out are lost), so a version 1 file is refused
+with one line saying to write it again.
+
+Why one module of ~670 lines: the writer and the validator describe the same format and must
 change together (a field added to :func:`summary_document` is a row added to a table here).
 """
 
@@ -61,7 +68,7 @@ __all__ = [
 ]
 
 SUMMARY_SCHEMA = "rmsnorm-eps-summary"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 #: Larger summary files are refused before they are read (see the module docstring).
 MAX_SUMMARY_BYTES = 4 << 20
 #: Counts, sizes and indices must fit in int64 (numpy's index arithmetic).
@@ -95,6 +102,7 @@ def summary_document(report: RatioReport) -> dict[str, Any]:
         "min_ratio": report.min_ratio,
         "top_k": report.top_k,
         "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+        "zero_rule": "q == 0 is counted in zero, not in below_bound nor in worst",
         "layers": [_layer_document(layer) for layer in report.layers],
     }
 
@@ -108,6 +116,7 @@ def _figures(layer: LayerResult) -> dict[str, Any]:
         "zero": layer.zero_count,
         "below_bound": layer.below_bound,
         "min_q": layer.min_q,
+        "min_pos_q": layer.min_pos_q,
         "max_q": layer.max_q,
         "worst": [{"index": list(w.index), "q": w.q} for w in layer.worst],
         "nonfinite_examples": [
@@ -163,6 +172,7 @@ class ShardLayer:
     zero: int
     below_bound: int
     min_q: float | None
+    min_pos_q: float | None
     max_q: float | None
     worst: tuple[tuple[tuple[int, ...], float], ...]
     nonfinite: tuple[tuple[tuple[int, ...], float], ...]
@@ -363,6 +373,7 @@ FIGURE_FIELDS: Table = (
     ("zero", _int()),
     ("below_bound", _int()),
     ("min_q", _number_or_null),
+    ("min_pos_q", _number_or_null),
     ("max_q", _number_or_null),
 )
 #: The document's tail (after the layers).
@@ -394,10 +405,10 @@ def _check_counts(r: _Reader, layer: ShardLayer, w: str) -> int:
         raise r.fail(
             f"{w}count", f"count {layer.count} < nan {layer.nan} + inf {layer.inf} (nonfinite)"
         )
-    if layer.zero > finite or layer.below_bound > finite:
+    if layer.zero + layer.below_bound > finite:
         raise r.fail(
             f"{w}below_bound",
-            f"zero {layer.zero} or below_bound {layer.below_bound} exceeds the {finite} finite "
+            f"zero {layer.zero} + below_bound {layer.below_bound} exceeds the {finite} finite "
             "values",
         )
     decades = [k for k, _ in layer.decades]
@@ -419,24 +430,33 @@ def _check_counts(r: _Reader, layer: ShardLayer, w: str) -> int:
 
 def check_figures(r: _Reader, layer: ShardLayer, w: str) -> None:
     """The figures of one layer (or part) must be those of one array: counts that add up, a
-    histogram that covers every finite nonzero q once, minimum and worst list consistent."""
+    histogram that covers every finite nonzero q once, minima and worst list consistent (the
+    worst list holds positive q only; min_q is 0 exactly when there are zeros, else min_pos_q).
+    """
     finite = _check_counts(r, layer, w)
+    positive = finite - layer.zero
     if (layer.min_q is None) != (finite == 0) or (layer.max_q is None) != (finite == 0):
         raise r.fail(f"{w}min_q", "min_q and max_q are null exactly when no q is finite")
+    if (layer.min_pos_q is None) != (positive == 0):
+        raise r.fail(f"{w}min_pos_q", "min_pos_q is null exactly when no q is finite and > 0")
     qs = [q for _, q in layer.worst]
-    if len(qs) > finite or any(q < 0.0 for q in qs) or qs != sorted(qs):
+    if len(qs) > positive or any(q <= 0.0 for q in qs) or qs != sorted(qs):
         raise r.fail(
-            f"{w}worst", f"expected at most {finite} q values >= 0 in ascending order, got {qs!r}"
+            f"{w}worst",
+            f"expected at most {positive} q values > 0 in ascending order, got {qs!r}",
         )
-    if (
-        layer.min_q is not None
-        and layer.max_q is not None
-        and (not 0.0 <= layer.min_q <= layer.max_q or (qs and qs[0] != layer.min_q))
-    ):
+    if layer.min_q is None or layer.max_q is None:
+        return
+    expected_min = 0.0 if layer.zero else layer.min_pos_q
+    pos_ok = layer.min_pos_q is None or (
+        0.0 < layer.min_pos_q <= layer.max_q and (not qs or qs[0] == layer.min_pos_q)
+    )
+    if layer.min_q != expected_min or not pos_ok:
         raise r.fail(
             f"{w}min_q",
-            f"expected 0 <= min_q <= max_q and min_q = the first worst q, got "
-            f"{layer.min_q!r}, {layer.max_q!r}",
+            "expected min_q = 0 with zeros (else min_pos_q), 0 < min_pos_q <= max_q and "
+            f"min_pos_q = the first worst q, got {layer.min_q!r}, {layer.min_pos_q!r}, "
+            f"{layer.max_q!r}",
         )
 
 
@@ -448,13 +468,14 @@ def _decade_span(eps: float, k: int) -> tuple[float, float]:
 
 
 def _check_lists(r: _Reader, layer: ShardLayer, w: str, finite: int) -> None:
-    """The worst list holds exactly ``min(top_k, finite)`` inputs, the nonfinite examples at
-    most ``top_k``."""
-    if len(layer.worst) != min(r.top_k, finite):
+    """The worst list holds exactly ``min(top_k, positive)`` inputs (zeros are not listed),
+    the nonfinite examples at most ``top_k``."""
+    positive = finite - layer.zero
+    if len(layer.worst) != min(r.top_k, positive):
         raise r.fail(
             f"{w}worst",
-            f"{len(layer.worst)} worst inputs listed; top_k {r.top_k} and {finite} finite "
-            f"values give {min(r.top_k, finite)}",
+            f"{len(layer.worst)} worst inputs listed; top_k {r.top_k} and {positive} finite "
+            f"positive values give {min(r.top_k, positive)}",
         )
     if len(layer.nonfinite) > r.top_k:
         raise r.fail(f"{w}nonfinite_examples", f"more than top_k {r.top_k} examples")
@@ -463,38 +484,40 @@ def _check_lists(r: _Reader, layer: ShardLayer, w: str, finite: int) -> None:
 def _below_range(
     layer: ShardLayer, finite: int, t: float, spans: dict[int, tuple[float, float]]
 ) -> tuple[int, int]:
-    """The least and the most finite q below the threshold ``t`` that the worst list, min_q and
-    the decade histogram (zeros below; a decade wholly below counts whole, one wholly above not
-    at all) allow."""
+    """The least and the most positive finite q below the threshold ``t`` that the worst list,
+    min_pos_q and the decade histogram (zeros apart; a decade wholly below counts whole, one
+    wholly above not at all) allow."""
+    positive = finite - layer.zero
     listed = sum(1 for _, q in layer.worst if q < t)
-    at_least, at_most = listed, listed if listed < len(layer.worst) else finite
-    if layer.min_q is not None:
-        at_least = max(at_least, int(layer.min_q < t))
-        if layer.min_q >= t:
+    at_least, at_most = listed, listed if listed < len(layer.worst) else positive
+    if layer.min_pos_q is not None:
+        at_least = max(at_least, int(layer.min_pos_q < t))
+        if layer.min_pos_q >= t:
             at_most = 0
-    whole = layer.zero + sum(c for k, c in layer.decades if c and spans[k][1] <= t)
-    partial = layer.zero + sum(c for k, c in layer.decades if c and spans[k][0] < t)
+    whole = sum(c for k, c in layer.decades if c and spans[k][1] <= t)
+    partial = sum(c for k, c in layer.decades if c and spans[k][0] < t)
     return max(at_least, whole), min(at_most, partial)
 
 
 def _check_extremes(
     r: _Reader, layer: ShardLayer, w: str, spans: dict[int, tuple[float, float]]
 ) -> None:
-    """min_q and max_q lie in the lowest and the highest nonempty decade (or are 0)."""
-    if not spans or layer.min_q is None or layer.max_q is None:
+    """min_pos_q and max_q lie in the lowest and the highest nonempty decade."""
+    if not spans or layer.min_pos_q is None or layer.max_q is None:
         return
     lo_k, hi_k = min(spans), max(spans)
-    min_ok = layer.min_q == 0.0 or spans[lo_k][0] <= layer.min_q < spans[lo_k][1]
-    max_ok = layer.max_q == 0.0 or spans[hi_k][0] <= layer.max_q < spans[hi_k][1]
-    if not (min_ok and max_ok and (layer.min_q > 0.0 or layer.zero > 0)):
+    min_ok = spans[lo_k][0] <= layer.min_pos_q < spans[lo_k][1]
+    max_ok = spans[hi_k][0] <= layer.max_q < spans[hi_k][1]
+    if not (min_ok and max_ok):
         raise r.fail(f"{w}decades", "the decade histogram contradicts the layer's min_q or max_q")
 
 
 def check_bound(r: _Reader, layer: ShardLayer, w: str) -> None:
-    """``below_bound`` (finite q with ``q/eps < min_ratio``) against what else the figures
-    say: the worst list (the smallest finite q, ascending, exactly ``min(top_k, finite)`` of
-    them), min_q, and the decade histogram (zeros are below; a decade wholly below the bound
-    counts whole, one wholly above not at all); and the histogram against min_q and max_q."""
+    """``below_bound`` (positive finite q with ``q/eps < min_ratio``) against what else the
+    figures say: the worst list (the smallest positive q, ascending, exactly
+    ``min(top_k, positive)`` of them), min_pos_q, and the decade histogram (zeros apart; a
+    decade wholly below the bound counts whole, one wholly above not at all); and the
+    histogram against min_pos_q and max_q."""
     finite = layer.count - layer.nan - layer.inf
     _check_lists(r, layer, w, finite)
     t = q_threshold(layer.eps, r.min_ratio)
@@ -552,6 +575,12 @@ def _check_schema(r: _Reader, doc: Any) -> None:
     if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA:
         raise r.fail("schema", f"not an rmsnorm-eps summary (expected {SUMMARY_SCHEMA!r})")
     version = doc.get("schema_version")
+    if version == 1:
+        raise r.fail(
+            "schema_version",
+            "summary version 1 counts q = 0 as below the bound and lists zeros as the worst "
+            f"inputs; write it again with this rmsnorm-eps (it reads version {SUMMARY_VERSION})",
+        )
     if version != SUMMARY_VERSION:
         raise r.fail(
             "schema_version",

@@ -720,9 +720,9 @@ def merge_wrong_schema(path: Path) -> None:
     _write(path, _summary(_top(schema="rmsnorm-eps-report")))
 
 
-@case("merge", "schema_version_2.json", MERGE, 2, "unsupported summary version 2")
+@case("merge", "schema_version_3.json", MERGE, 2, "unsupported summary version 3")
 def merge_schema_version(path: Path) -> None:
-    _write(path, _summary(_top(schema_version=2)))
+    _write(path, _summary(_top(schema_version=3)))
 
 
 @case(

@@ -225,7 +225,7 @@ def merge_shape_2e62(path: Path) -> None:
     big = 2**62
     layer = doc["layers"][0]
     layer.update(shape=[big], count=big, zero=big, decades=[], min_q=0.0, max_q=0.0)
-    layer.update(below_bound=big, worst=[{"index": [i], "q": 0.0} for i in range(5)])
+    layer.update(below_bound=0, worst=[], min_pos_q=None)  # zero vectors: apart, not listed
     layer.update(nan=0, inf=0, nonfinite_examples=[])
     _write_json(path, doc)
 

@@ -41,7 +41,8 @@ def test_round_trip(tmp_path: Path) -> None:
     shard = load_summary(tmp_path / "s.json")
     (layer,) = shard.layers
     assert (layer.name, layer.shape, layer.count, layer.nan) == ("q", (2, 3), 6, 1)
-    assert layer.worst == (((1, 0), 0.0), ((0, 0), 1e-9))
+    assert layer.worst == (((0, 0), 1e-9), ((1, 1), 3e-7))  # positive q only
+    assert (layer.zero, layer.min_q, layer.min_pos_q) == (1, 0.0, 1e-9)
     assert layer.below_bound == report.below_bound
     assert shard.top_k == 2 and shard.min_ratio == doc["min_ratio"]
 
@@ -61,7 +62,8 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("path", "value", "key", "message"),
     [
-        (["schema_version"], 2, "schema_version", "unsupported summary version 2"),
+        (["schema_version"], 3, "schema_version", "unsupported summary version 3"),
+        (["schema_version"], 1, "schema_version", "summary version 1 counts q = 0 as below"),
         (["raw"], "yes", "raw", "expected true or false, got 'yes'"),
         (["source"], KeyError, "source", "missing"),
         (["layers"], [], "layers", "expected a non-empty list"),

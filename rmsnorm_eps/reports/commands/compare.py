@@ -1,6 +1,9 @@
 """``compare`` reports: how much each layer's output moves when eps (or its placement, dtype)
 changes from one setting to another: the document, the text tables, and two checks per layer
-(``moved`` and ``nonfinite``)."""
+(``moved`` and ``nonfinite``), with the zero vectors and the safe eps of the ``--to`` side.
+
+Why one module of ~510 lines: it is the compare command's whole reporter (document, text and
+checks), the unit a new field touches; the pieces it shares with ratio live there."""
 
 from __future__ import annotations
 
@@ -26,7 +29,16 @@ from rmsnorm_eps.reports.commands._layers import (
     position_split_parts,
     tail_parts,
 )
-from rmsnorm_eps.reports.commands.ratio import quantity_kind, quantity_label
+from rmsnorm_eps.reports.commands.ratio import (
+    DOCUMENT_VERSION,
+    ZERO_RULE,
+    ZERO_RULE_VIOLATION,
+    quantity_kind,
+    quantity_label,
+    safe_eps_document,
+    safe_eps_parts,
+    zero_part,
+)
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
 from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
@@ -88,6 +100,7 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
         "nan": layer.nan_count,
         "inf": layer.inf_count,
         "zero": layer.zero_count,
+        "min_pos_q": jnum(layer.min_pos_q),
         "nonfinite_factor": layer.nonfinite_factor,
         "moved": layer.moved,
         "violations": layer.violations,
@@ -106,6 +119,8 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
             }
             for d in layer.decades
         ],
+        **safe_eps_document(layer),
+        "within_safe_eps": layer.within_safe_eps,
     }
     if layer.first_token is not None and layer.other_tokens is not None:
         # dumps with token positions: position 0 and the others, with the same keys as the
@@ -118,6 +133,7 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
 def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
     """The compare document."""
     doc: dict[str, Any] = head("compare")
+    doc["schema_version"] = DOCUMENT_VERSION
     doc.update(
         {
             "source": result.source,
@@ -128,16 +144,27 @@ def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
             "scale": result.scale,
             "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
             "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
+            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+            "zero_is_violation": result.zero_is_violation,
+            "safe_eps_bound": {
+                "delta": result.tolerance,
+                "min_ratio": jnum(result.bound_ratio),
+                "rule": "safe_eps: largest --to eps with scale^2*q/eps >= min_ratio(tolerance) "
+                "for every positive finite q",
+            },
             "top_k": result.top_k,
             "summary": {
                 "layers": len(result.layers),
                 "count": result.count,
                 "moved": result.moved,
+                "zero": result.zero_count,
                 "nonfinite": result.nonfinite,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
                 "max_abs_change": jnum(result.max_abs_change),
                 "layers_affected": list(result.layers_affected),
+                **safe_eps_document(result),
+                "within_safe_eps": result.within_safe_eps,
                 **members_document(result),
             },
             "gate": gate_document(gate),
@@ -170,7 +197,8 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
                 _f(d.max_abs_change),
             )
         if layer.zero_count:
-            dec.add_row("q = 0", str(layer.zero_count), "0", "0")
+            moved = str(layer.zero_count) if layer.zeros_violate else "0"
+            dec.add_row(f"{q} = 0 (zero vectors)", str(layer.zero_count), moved, "0")
         out.append(dec)
     if layer.nonfinite_examples:
         shown = ", ".join(
@@ -254,6 +282,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
             style="bold" if layer.violations else None,
         )
     parts.append(NamedTable(table))
+    parts.extend(_safe_eps_parts(report))
     parts.extend(_position_table(report))
     for layer in report.layers:
         if layer.violations:
@@ -263,12 +292,38 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
         Text(
             f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
             f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
-            f"{report.tolerance:g}, {report.nonfinite} nonfinite) out of {report.count} inputs; "
+            f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) out of "
+            f"{report.count} inputs; "
             f"max |change| {_f(report.max_abs_change)}"
         )
     )
     parts.extend(tail_parts(report.skipped, options))
     return parts
+
+
+def _within_text(report: CompareReport) -> str:
+    """Whether the ``--to`` eps is within the safe eps, overall and which layers are not."""
+    within = report.within_safe_eps
+    if within is None:
+        return f"--to eps vs safe eps: undefined (tolerance {report.tolerance:g} is not in (0, 1))"
+    if within:
+        return f"--to eps within the safe eps: yes, in all {len(report.layers)} layer(s)"
+    out = [_e(ly.name) for ly in report.layers if ly.within_safe_eps is False]
+    shown = ", ".join(out[:4]) + (f" and {len(out) - 4} more" if len(out) > 4 else "")
+    return f"--to eps within the safe eps: no, in {len(out)} layer(s): {shown}"
+
+
+def _safe_eps_parts(report: CompareReport) -> list[RenderableType]:
+    bound = report.bound_ratio
+    qv = quantity_label(report.layers)
+    title = (
+        f"Safe eps for --to: the largest eps at which every positive finite {qv}, as the --to "
+        f"side sees it, has {qv}/eps >= {_f(bound, 12)} (delta = tolerance {report.tolerance:g})"
+        if bound is not None
+        else f"Safe eps for --to: undefined (tolerance {report.tolerance:g} is not in (0, 1))"
+    )
+    parts = safe_eps_parts(report.layers, report, "--to eps", compare=True, title=title)
+    return [*parts, Text(_within_text(report) + "\n")]
 
 
 def text(result: CompareReport, options: RenderOptions) -> str:
@@ -299,6 +354,75 @@ def _spec_text(spec: Any) -> str:
     return str(spec.describe())
 
 
+def _moved_check(layer: CompareLayer, tol: float, bad: Level) -> Check:
+    """``compare/moved``: fails when some input moves by more than the tolerance (or, with
+    ``--zero-is-violation``, when the layer has a zero vector)."""
+    nums: dict[str, Number] = {
+        "count": layer.count,
+        "moved": layer.moved,
+        "fraction": layer.moved / layer.count if layer.count else 0.0,
+        "max_abs_change": layer.max_abs_change,
+        "min_factor": layer.min_factor,
+        "max_factor": layer.max_factor,
+        "tolerance": tol,
+        "zero_vectors": layer.zero_count,
+        "min_pos_q": layer.min_pos_q,
+        "safe_eps": layer.safe_eps,
+        "safe_eps_margin_decades": layer.safe_eps_margin,
+        "within_safe_eps": _tristate(layer.within_safe_eps),
+    }
+    zeros = layer.zero_count if layer.zeros_violate else 0
+    moved = layer.moved + zeros
+    zero_text = f"; {zeros} zero vector(s), each a violation" if zeros else ""
+    if layer.zero_count and not zeros:
+        zero_text = f"; {layer.zero_count} zero vector(s) (output 0 under any eps)"
+    safe_text = _safe_text(layer)
+    if layer.moved:
+        w = layer.worst[0] if layer.worst else None
+        where = (
+            f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
+            f"{layer.quantity}/eps_from {_g(w.ratio)}, "
+            f"change {w.change:+.6g})"
+            if w is not None
+            else ""
+        )
+        msg = (
+            f"{layer.name}: {layer.moved} of {layer.count} inputs "
+            f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}{where}{zero_text}{safe_text}"
+        )
+    elif layer.max_abs_change is not None:
+        msg = (
+            f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
+            f"max |change| {_g(layer.max_abs_change)}{zero_text}{safe_text}"
+        )
+    else:
+        msg = f"{layer.name}: no finite factor to check{zero_text}"
+    return Check("compare/moved", layer.name, moved == 0, "note" if moved == 0 else bad, msg, nums)
+
+
+def _nonfinite_check(layer: CompareLayer, bad: Level) -> Check:
+    """``compare/nonfinite``: fails when some q is NaN/+inf or some factor is nonfinite."""
+    nf = layer.nonfinite_q + layer.nonfinite_factor
+    nf_nums: dict[str, Number] = {
+        "count": layer.count,
+        "nonfinite": nf,
+        "nan": layer.nan_count,
+        "inf": layer.inf_count,
+        "nonfinite_factor": layer.nonfinite_factor,
+    }
+    if nf:
+        first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
+        where = f", first at index {_idx(first.index)}" if first is not None else ""
+        msg = (
+            f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
+            f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
+        )
+    else:
+        msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
+    return Check("compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
+
+
 def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
     """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
 
@@ -311,68 +435,8 @@ def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
     tol = report.tolerance
     checks: list[Check] = []
     for layer in report.layers:
-        nums: dict[str, Number] = {
-            "count": layer.count,
-            "moved": layer.moved,
-            "fraction": layer.moved / layer.count if layer.count else 0.0,
-            "max_abs_change": layer.max_abs_change,
-            "min_factor": layer.min_factor,
-            "max_factor": layer.max_factor,
-            "tolerance": tol,
-        }
-        if layer.moved:
-            w = layer.worst[0] if layer.worst else None
-            where = (
-                f"; largest at index {_idx(w.index)} ({layer.quantity} {_g(w.q)}, "
-                f"{layer.quantity}/eps_from {_g(w.ratio)}, "
-                f"change {w.change:+.6g})"
-                if w is not None
-                else ""
-            )
-            msg = (
-                f"{layer.name}: {layer.moved} of {layer.count} inputs "
-                f"({_g(100.0 * layer.moved / layer.count, 3)}%) move by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}{where}"
-            )
-        elif layer.max_abs_change is not None:
-            msg = (
-                f"{layer.name}: no input moves by more than {_g(tol, 12)}; "
-                f"max |change| {_g(layer.max_abs_change)}"
-            )
-        else:
-            msg = f"{layer.name}: no finite factor to check"
-        checks.append(
-            Check(
-                "compare/moved",
-                layer.name,
-                layer.moved == 0,
-                "note" if layer.moved == 0 else bad,
-                msg,
-                nums,
-            )
-        )
-        nf = layer.nonfinite_q + layer.nonfinite_factor
-        nf_nums: dict[str, Number] = {
-            "count": layer.count,
-            "nonfinite": nf,
-            "nan": layer.nan_count,
-            "inf": layer.inf_count,
-            "nonfinite_factor": layer.nonfinite_factor,
-        }
-        if nf:
-            first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-            where = f", first at index {_idx(first.index)}" if first is not None else ""
-            msg = (
-                f"{layer.name}: {nf} nonfinite of {layer.count} inputs ({layer.nan_count} NaN q, "
-                f"{layer.inf_count} inf q, {layer.nonfinite_factor} nonfinite factor){where}"
-            )
-        else:
-            msg = f"{layer.name}: no NaN/inf q and no nonfinite factor among {layer.count} inputs"
-        checks.append(
-            Check(
-                "compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums
-            )
-        )
+        checks.append(_moved_check(layer, tol, bad))
+        checks.append(_nonfinite_check(layer, bad))
     verdict = (
         gate.reason
         if gate is not None
@@ -392,9 +456,11 @@ def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
         ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
         (
             "violations",
-            f"{report.violations} ({report.moved} moved, {report.nonfinite} nonfinite) in "
-            f"{len(report.layers_affected)} layer(s); max |change| {_g(report.max_abs_change)}",
+            f"{report.violations} ({report.moved} moved, {report.nonfinite} nonfinite"
+            f"{zero_part(report)}) in {len(report.layers_affected)} layer(s); "
+            f"max |change| {_g(report.max_abs_change)}",
         ),
+        ("safe eps", _safe_fact(report)),
         verdict_fact(passed, verdict),
     )
     checked = CheckReport(
@@ -409,6 +475,26 @@ def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
         facts=facts,
     )
     return with_skipped(checked, tuple(report.skipped))
+
+
+def _tristate(value: bool | None) -> str:
+    return "undefined" if value is None else "yes" if value else "no"
+
+
+def _safe_text(layer: CompareLayer) -> str:
+    if layer.safe_eps is None:
+        return f"; safe eps {layer.safe_eps_note or 'undefined'}"
+    return (
+        f"; safe eps {_g(layer.safe_eps, 6)}, --to eps within it: "
+        f"{_tristate(layer.within_safe_eps)}"
+    )
+
+
+def _safe_fact(report: CompareReport) -> str:
+    within = f"; --to eps within it: {_tristate(report.within_safe_eps)}"
+    if report.safe_eps is None:
+        return (report.safe_eps_note or "undefined") + within
+    return f"{_g(report.safe_eps, 6)} (margin {_g(report.safe_eps_margin, 3)} decades){within}"
 
 
 class CompareReporter(

@@ -4,7 +4,7 @@ canonical document (json), and two checks per layer (markdown, github, junit, sa
 A merged report (``merge``: a ratio report of shards) is rendered here too, with each worst
 input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
 
-Why one module of ~490 lines: it is the ratio command's whole reporter (text, document and
+Why one module of ~620 lines: it is the ratio command's whole reporter (text, document and
 checks), the unit a new format or field touches; merge and compare reuse its pieces.
 """
 
@@ -42,8 +42,41 @@ __all__ = [
     "histogram_rows",
     "quantity_kind",
     "quantity_label",
+    "safe_eps_document",
+    "safe_eps_parts",
     "text",
+    "zero_part",
 ]
+
+#: ``schema_version`` of the ratio, merge and compare documents: 2 since zero vectors are
+#: counted apart (below_bound, violations, min_ratio and worst changed meaning) and the safe
+#: eps was added.
+DOCUMENT_VERSION = 2
+
+#: What every document says about zero vectors (q = 0 exactly).
+ZERO_RULE = "q == 0 is a zero vector (output 0 under any eps): counted in zero, not a violation"
+ZERO_RULE_VIOLATION = "q == 0 is a zero vector: each one is a violation (--zero-is-violation)"
+
+
+def zero_part(report: Any) -> str:
+    """``, N zero vector(s) ...`` for a report's one-line summary (``""`` without zeros)."""
+    n = report.zero_count
+    if not n:
+        return ""
+    if report.zero_is_violation:
+        return f", {n} zero vector(s), each a violation"
+    return f"; {n} zero vector(s), output 0 under any eps, not counted"
+
+
+def safe_eps_document(item: Any) -> dict[str, Any]:
+    """The safe eps fields of a layer or a report: the value, the margin in decades from the
+    configured eps (``log10(safe_eps / eps)``) and why there is none (``""`` when there is)."""
+    return {
+        "safe_eps": jnum(item.safe_eps),
+        "safe_eps_margin_decades": jnum(item.safe_eps_margin),
+        "safe_eps_note": item.safe_eps_note,
+    }
+
 
 HISTOGRAM_BAR = 40  # characters of the longest bar
 
@@ -84,6 +117,7 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "violations": layer.violations,
         "violation_fraction": layer.violation_fraction,
         "min_q": jnum(layer.min_q),
+        "min_pos_q": jnum(layer.min_pos_q),
         "max_q": jnum(layer.max_q),
         "min_ratio": jnum(layer.min_ratio),
         "min_attenuation": jnum(layer.min_attenuation),
@@ -103,12 +137,14 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
             for n in layer.nonfinite_examples
         ],
         "decades": [{"decade": k, "count": c} for k, c in layer.decades],
+        **safe_eps_document(layer),
     }
 
 
 def document(result: RatioReport, gate: GateResult | None) -> dict[str, Any]:
     """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
     doc = head("merge" if result.shards else "ratio")
+    doc["schema_version"] = DOCUMENT_VERSION
     doc.update(
         {
             "source": result.source,
@@ -116,15 +152,19 @@ def document(result: RatioReport, gate: GateResult | None) -> dict[str, Any]:
             "delta": result.delta,
             "min_ratio": result.min_ratio,
             "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+            "zero_is_violation": result.zero_is_violation,
             "top_k": result.top_k,
             "summary": {
                 "layers": len(result.layers),
                 "count": result.count,
                 "below_bound": result.below_bound,
+                "zero": result.zero_count,
                 "nonfinite": result.nonfinite,
                 "violations": result.violations,
                 "violation_fraction": result.violation_fraction,
                 "layers_affected": list(result.layers_affected),
+                **safe_eps_document(result),
                 **members_document(result),
             },
             "gate": gate_document(gate),
@@ -186,7 +226,8 @@ def _layer_row(layer: LayerResult) -> list[str]:
         fmt(layer.eps),
         str(layer.count),
         str(layer.nonfinite),
-        fmt(layer.min_q),
+        str(layer.zero_count),
+        fmt(layer.min_pos_q),
         fmt(layer.min_ratio),
         fmt(layer.min_attenuation),
         str(layer.below_bound),
@@ -195,7 +236,8 @@ def _layer_row(layer: LayerResult) -> list[str]:
 
 
 def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str]]:
-    """``(label, count, mark)`` per decade of r = q/eps, then q = 0 and NaN/inf when present.
+    """``(label, count, mark)`` per decade of r = q/eps, q = 0 (zero vectors, first) and
+    NaN/inf when present.
 
     Decade k holds 10**k <= r < 10**(k+1). ``mark`` is "below bound" when the whole decade is
     below the bound (10**(k+1) <= bound), "<- bound" when the bound falls inside it (some of
@@ -207,7 +249,8 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
     counts = dict(layer.decades)
     rows: list[tuple[str, int, str]] = []
     if layer.zero_count:
-        rows.append(("q = 0", layer.zero_count, "below bound"))
+        mark = "violation" if layer.zeros_violate else "zero vectors"
+        rows.append((f"{layer.quantity} = 0", layer.zero_count, mark))
     if counts:
         for k in range(min(counts), max(counts) + 1):
             lo, hi = decade_edge(k), decade_edge(k + 1)
@@ -271,7 +314,8 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         ("eps", "right"),
         ("count", "right"),
         ("nonfinite", "right"),
-        (f"min {qv}", "right"),
+        ("zero", "right"),
+        (f"min {qv} > 0", "right"),
         (f"min {qv}/eps", "right"),
         ("min A", "right"),
         ("below bound", "right"),
@@ -282,6 +326,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
     parts.append(NamedTable(table))
     parts.extend(_eps_source_parts(report))
+    parts.extend(safe_eps_parts(report.layers, report, "eps"))
     parts.extend(_position_parts(report))
     for layer in report.layers:
         if _wants_histogram(layer, report, options):
@@ -322,12 +367,51 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         Text(
             f"Total: {report.violations} violation(s) in {len(affected)} of "
             f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite) out of {report.count} inputs"
+            f"{report.nonfinite} nonfinite{zero_part(report)}) out of {report.count} inputs"
             + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
         )
     )
     parts.extend(tail_parts(report.skipped, options))
     return parts
+
+
+def _margin(m: float | None) -> str:
+    return "-" if m is None else f"{m:+.3g}"
+
+
+def safe_eps_parts(
+    layers: Any, report: Any, eps_name: str, compare: bool = False, title: str | None = None
+) -> list[RenderableType]:
+    """The safe eps table: per layer its safe eps and the margin in decades from the configured
+    eps (``eps_name``: ``eps``, or ``--to eps`` for compare, whose table also shows the zero
+    vectors, the smallest positive q and whether the target is within), then the model's line
+    (the minimum over layers)."""
+    qv = quantity_label(layers)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["layer", "safe eps", "margin (dec)"]
+    if compare:
+        columns = ["layer", "zero", f"min {qv} > 0", "safe eps", "margin (dec)", "within"]
+    for name in columns:
+        table.add_column(name, justify="left" if name == "layer" else "right")
+    for layer in layers:
+        safe = fmt(layer.safe_eps) if layer.safe_eps is not None else layer.safe_eps_note[:4]
+        row = [_e(layer.name), safe.rstrip(":"), _margin(layer.safe_eps_margin)]
+        if compare:
+            within = layer.within_safe_eps
+            yes = "-" if within is None else "yes" if within else "no"
+            row = [row[0], str(layer.zero_count), fmt(layer.min_pos_q), *row[1:], yes]
+        table.add_row(*row)
+    model = report.safe_eps
+    if model is not None:
+        line = (
+            f"Safe eps (model): {fmt(model, 6)}; margin {_margin(report.safe_eps_margin)} "
+            f"decade(s) from the configured {eps_name} (negative: it already fails)"
+        )
+    else:
+        line = f"Safe eps (model): {report.safe_eps_note}"
+    if title is None:
+        title = f"Safe eps: the largest eps at which every positive finite {qv} meets the bound"
+    return [Text(title), NamedTable(table), Text(line + "\n")]
 
 
 def text(result: RatioReport, options: RenderOptions) -> str:
@@ -383,7 +467,24 @@ def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> 
         "min_attenuation": layer.min_attenuation,
         "bound_min_ratio": bound,
         "delta": report.delta,
+        "zero_vectors": layer.zero_count,
+        "min_pos_q": layer.min_pos_q,
+        "safe_eps": layer.safe_eps,
+        "safe_eps_margin_decades": layer.safe_eps_margin,
     }
+    zeros = layer.zero_count
+    zero_text = ""
+    if zeros and getattr(layer, "zeros_violate", False):
+        below += zeros
+        zero_text = f"; {zeros} zero vector(s) ({qv} = 0), each a violation"
+    elif zeros:
+        zero_text = f"; {zeros} zero vector(s) ({qv} = 0: output 0 under any eps) not counted"
+    safe = layer.safe_eps
+    safe_text = (
+        f"; safe eps {_g(safe, 6)} ({_g(layer.safe_eps_margin, 3)} decades from eps)"
+        if safe is not None
+        else f"; safe eps {layer.safe_eps_note}"
+    )
     loc: str | None = None
     if below:
         w = layer.worst[0] if layer.worst else None
@@ -395,12 +496,13 @@ def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> 
             f"{layer.name}: {below} of {layer.count} inputs "
             f"({_g(100.0 * below / layer.count, 3)}%) have {qv}/eps below {_g(bound, 12)} "
             f"(A < {_g(1.0 - report.delta, 12)}); min {qv}/eps {_g(layer.min_ratio)} "
-            f"(A = {_g(layer.min_attenuation)}){where}"
+            f"(A = {_g(layer.min_attenuation)}){where}{zero_text}{safe_text}"
         )
     elif finite:
         msg = (
-            f"{layer.name}: all {finite} finite inputs have {qv}/eps >= {_g(bound, 12)}; "
-            f"min {qv}/eps {_g(layer.min_ratio)} (A = {_g(layer.min_attenuation)})"
+            f"{layer.name}: all {finite - zeros} finite positive inputs have {qv}/eps >= "
+            f"{_g(bound, 12)}; min {qv}/eps {_g(layer.min_ratio)} "
+            f"(A = {_g(layer.min_attenuation)}){zero_text}{safe_text}"
         )
     else:
         msg = f"{layer.name}: no finite {qv} value to check"
@@ -472,9 +574,10 @@ def checks(report: RatioReport, gate: GateResult | None) -> CheckReport:
         (
             "violations",
             f"{report.violations} ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite) in {len(report.layers_affected)} "
-            f"layer(s)",
+            f"{report.nonfinite} nonfinite{zero_part(report)}) in "
+            f"{len(report.layers_affected)} layer(s)",
         ),
+        ("safe eps", _safe_fact(report)),
         ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
     )
     command = "merge" if shards else "ratio"
@@ -492,6 +595,16 @@ def checks(report: RatioReport, gate: GateResult | None) -> CheckReport:
         facts=facts,
     )
     return with_skipped(checked, tuple(getattr(report, "skipped", ())))
+
+
+def _safe_fact(report: Any) -> str:
+    """The model's safe eps and margin, for the facts of a check report."""
+    if report.safe_eps is None:
+        return str(report.safe_eps_note)
+    return (
+        f"{_g(report.safe_eps, 6)} (margin {_g(report.safe_eps_margin, 3)} decades from the "
+        "configured eps)"
+    )
 
 
 class RatioReporter(
