@@ -5,6 +5,10 @@ a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The strea
 :mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` and
 ``GateResult`` are importable from here too); each layer is read by the per-layer driver
 :func:`rmsnorm_eps.dumps.read_layers`. Nothing here prints or exits.
+
+Why one module: the frozen result types (:class:`LayerResult`, :class:`RatioReport`), the
+accumulator-to-result step and :func:`analyze_dump` are the ratio command's one contract;
+split, each part would import the others.
 """
 
 from __future__ import annotations
