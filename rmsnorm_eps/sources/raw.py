@@ -22,16 +22,18 @@ import zipfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -441,6 +443,10 @@ class _ParallelReader:
         return chunk
 
     def run(self, fn: Callable[[int, np.ndarray], T]) -> Iterator[tuple[int, T]]:
+        # imported here: concurrent.futures (with logging and queue) costs about 25 ms of
+        # start-up that a one-thread run never needs
+        from concurrent.futures import ThreadPoolExecutor
+
         src, per, total = self.src, self.per, self.total
         try:
             fd = os.open(src.path, os.O_RDONLY)
