@@ -24,7 +24,8 @@ installed package has it), whatever PYTHONDONTWRITEBYTECODE says here. Printed:
   fraction of float32's in the same rounds (target >= 0.8);
 * a q dump of 1e8 float32 values (1e7 with --quick) through the whole analysis;
 * start-up: ``python -c 'import numpy'`` vs ``rmsnorm-eps --help`` vs ``bound --delta 0.01``,
-  whole processes, interleaved (target: both below import numpy).
+  whole processes, interleaved (target: both below import numpy), and ``ratio --raw`` on a
+  16-row file: the fixed cost every ``ratio`` process pays before it reads.
 """
 
 from __future__ import annotations
@@ -316,6 +317,8 @@ def run(args: argparse.Namespace, data: Path) -> None:
     print(f"  whole process {t:7.3f} s {qbytes / t / 1e9:6.2f} GB/s")
     print()
     print("## start-up, whole processes, 11 interleaved rounds (target: below import numpy)")
+    tiny = data / "tiny.npy"
+    np.save(tiny, np.ones((16, D), np.float32))
     start = rounds(
         {
             "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
@@ -323,6 +326,7 @@ def run(args: argparse.Namespace, data: Path) -> None:
             "bound --delta 0.01": [
                 *(sys.executable, "-m", "rmsnorm_eps", "bound", "--delta", "0.01")
             ],
+            "ratio --raw, 16 rows": ratio_cmd(tiny, "--raw"),
         },
         11,
     )["walls"]

@@ -31,6 +31,7 @@ argument, and the tests compare them with each other.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable
 
@@ -347,8 +348,10 @@ class Refiner:
         self.thresholds = thresholds
         self.top_k = max(1, top_k)  # at least the minimum, which is reported
         self._smallest = np.empty(0, np.float64)  # the top_k smallest upper bounds so far
+        self._kth = np.inf  # their largest, once there are top_k of them
         self._largest = -np.inf  # the largest lower bound so far
         self._lock = threading.Lock()
+        self._edges = [float(t) for t in thresholds]  # for bisect on a chunk's two extremes
 
     def refine(self, q: np.ndarray, rel: float, exact: Callable[[np.ndarray], np.ndarray]) -> int:
         """Replace, in place, every fast ``q`` that could change a decision or be reported by
@@ -372,7 +375,7 @@ class Refiner:
                         pool = np.partition(pool, k - 1)[:k]
                     self._smallest = pool
                     self._largest = max(self._largest, float(los.max()))
-                    kth = float(pool.max()) if pool.size >= k else np.inf
+                    kth = self._kth = float(pool.max()) if pool.size >= k else np.inf
                     top = self._largest
                 mark |= lo <= kth
                 mark |= hi >= top
@@ -394,13 +397,10 @@ class Refiner:
         if not (low >= _F32_SMALL and high < np.inf):
             return False
         lo, hi = low / (1.0 + rel), high / (1.0 - rel)
-        ts = self.thresholds
-        if ts.searchsorted(lo, side="right") != ts.searchsorted(hi, side="right"):
+        if bisect.bisect_right(self._edges, lo) != bisect.bisect_right(self._edges, hi):
             return False
         with self._lock:
-            seen = self._smallest
-            kth = float(seen.max()) if seen.size >= self.top_k else np.inf
-            return lo > kth and hi < self._largest
+            return lo > self._kth and hi < self._largest
 
 
 # --------------------------------------------------------------------------- LayerNorm variance
