@@ -98,3 +98,18 @@ def test_smollm2_gguf_is_parsed_once_and_captures_the_same_q(monkeypatch: Any) -
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
     assert got.size == 26
     assert float(got.min()) / float(rec.eps or 0) == pytest.approx(695.112, rel=2e-3)
+
+
+def test_debug_prints_load_and_forward_times_apart(
+    cli: Any, model_dir: Path, tmp_path: Path
+) -> None:
+    args = ["capture", "--model", str(model_dir), "--text", "the quick brown fox"]
+    out = ["--save-data", str(tmp_path / "q.npz")]
+    r = cli("--debug", *args, *out)
+    assert r.exit_code == 0, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "timing:" in ln)
+    load, forward = (float(line.split(w)[1].split()[0]) for w in ("load ", "forward "))
+    assert load > 0 and forward > 0
+    assert "1 text(s) under the hooks" in line
+    r = cli(*args, *out)  # without --debug: no timing line
+    assert r.exit_code == 0 and "timing:" not in r.stderr
