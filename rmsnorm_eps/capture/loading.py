@@ -353,9 +353,9 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
     from transformers import modeling_gguf_pytorch_utils as hf_gguf
 
     parses = GgufParses()
-    make_reader = gguf.GGUFReader
-    load_checkpoint = hf_gguf.load_gguf_checkpoint
-    name_map = gguf.get_tensor_name_map
+    make_reader: Any = getattr(gguf, "GGUFReader", None)
+    load_checkpoint: Any = getattr(hf_gguf, "load_gguf_checkpoint", None)
+    name_map: Any = getattr(gguf, "get_tensor_name_map", None)
     metadata: dict[str, Any] = {}
 
     def shared_name_map(arch: Any, n_blocks: int) -> Any:
@@ -382,10 +382,14 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
             metadata[key] = load_checkpoint(path, return_tensors=False, **kw)
         return copy.deepcopy(metadata[key])
 
-    patches = [
-        (gguf, "GGUFReader", make_reader, shared_reader),
-        (hf_gguf, "load_gguf_checkpoint", load_checkpoint, shared_checkpoint),
-        (gguf, "get_tensor_name_map", name_map, shared_name_map),
+    patches = [  # only what this gguf / transformers has: a missing one is left alone
+        (module, attr, original, shared)
+        for module, attr, original, shared in (
+            (gguf, "GGUFReader", make_reader, shared_reader),
+            (hf_gguf, "load_gguf_checkpoint", load_checkpoint, shared_checkpoint),
+            (gguf, "get_tensor_name_map", name_map, shared_name_map),
+        )
+        if original is not None
     ]
     for module, attr, _, shared in patches:
         setattr(module, attr, shared)
