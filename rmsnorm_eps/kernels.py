@@ -385,43 +385,54 @@ class Refiner:
     def refine(self, q: np.ndarray, rel: float, exact: Callable[[np.ndarray], np.ndarray]) -> int:
         """Replace, in place, every fast ``q`` that could change a decision or be reported by
         its exact value (``exact(rows)``); returns the number recomputed."""
-        k = self.top_k
-        if self._decides_nothing(q, rel):
+        plain = self._plain_chunk(q, rel)
+        if plain is None:
             return 0
         with np.errstate(invalid="ignore", over="ignore"):
             lo = q / (1.0 + rel)
             hi = q / (1.0 - rel)
-            mark = np.searchsorted(self.thresholds, lo, side="right") != np.searchsorted(
-                self.thresholds, hi, side="right"
-            )
-            mark |= ~(q >= _F32_SMALL) | np.isinf(q)
-            finite = np.isfinite(q)
-            if finite.any():
-                his, los = hi[finite], lo[finite]
-                with self._lock:
-                    pool = np.concatenate((self._smallest, his))
-                    if pool.size > k:
-                        pool = np.partition(pool, k - 1)[:k]
-                    self._smallest = pool
-                    self._largest = max(self._largest, float(los.max()))
-                    kth = self._kth = float(pool.max()) if pool.size >= k else np.inf
-                    top = self._largest
-                mark |= lo <= kth
+            if plain:  # all finite, none small, no threshold straddled: the extremes only
+                kth, top = self._seen(hi, lo)
+                mark = lo <= kth
                 mark |= hi >= top
+            else:
+                mark = np.searchsorted(self.thresholds, lo, side="right") != np.searchsorted(
+                    self.thresholds, hi, side="right"
+                )
+                mark |= ~(q >= _F32_SMALL) | np.isinf(q)
+                finite = np.isfinite(q)
+                if finite.any():
+                    kth, top = self._seen(hi[finite], lo[finite])
+                    mark |= lo <= kth
+                    mark |= hi >= top
         rows = np.flatnonzero(mark)
         if rows.size:
             q[rows] = exact(rows)
         return int(rows.size)
 
-    def _decides_nothing(self, q: np.ndarray, rel: float) -> bool:
-        """Whether no row of ``q`` needs its exact value, judged from the chunk's extremes
-        alone (the usual case, two reductions): every q finite and >= 2**-100, no threshold
-        between the smallest lower bound and the largest upper bound, every lower bound above
-        the k-th smallest upper bound seen and every upper bound below the largest lower bound
-        seen (then neither bound changes either). The bounds of the rows are monotone in q, so
-        the extremes' bounds are the extremes of the bounds."""
+    def _seen(self, his: np.ndarray, los: np.ndarray) -> tuple[float, float]:
+        """Fold finite rows' bounds into the ones kept; returns (k-th smallest upper bound,
+        largest lower bound) over every row seen, these included."""
+        k = self.top_k
+        with self._lock:
+            pool = np.concatenate((self._smallest, his))
+            if pool.size > k:
+                pool = np.partition(pool, k - 1)[:k]
+            self._smallest = pool
+            self._largest = max(self._largest, float(los.max()))
+            self._kth = float(pool.max()) if pool.size >= k else np.inf
+            return self._kth, self._largest
+
+    def _plain_chunk(self, q: np.ndarray, rel: float) -> bool | None:
+        """What the chunk's extremes alone say (two reductions): ``None`` when no row needs
+        its exact value (every q finite and >= 2**-100, no threshold between the smallest
+        lower bound and the largest upper bound, every lower bound above the k-th smallest
+        upper bound seen and every upper bound below the largest lower bound seen: then
+        neither bound changes either); ``True`` when only the smallest/largest tests remain
+        to be made row by row; ``False`` when every test must be. The bounds of the rows are
+        monotone in q, so the extremes' bounds are the extremes of the bounds."""
         if not q.size:
-            return True
+            return None
         low, high = float(q.min()), float(q.max())  # NaN when a row is NaN: not decided here
         if not (low >= _F32_SMALL and high < np.inf):
             return False
@@ -429,7 +440,9 @@ class Refiner:
         if bisect.bisect_right(self._edges, lo) != bisect.bisect_right(self._edges, hi):
             return False
         with self._lock:
-            return lo > self._kth and hi < self._largest
+            if lo > self._kth and hi < self._largest:
+                return None
+        return True
 
 
 # --------------------------------------------------------------------------- LayerNorm variance
