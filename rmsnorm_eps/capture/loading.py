@@ -13,14 +13,25 @@ with ``AutoModel``. When that Auto class does not map the config (Chameleon's
 ``ChameleonForConditionalGeneration`` is no ``AutoModelForCausalLM``), the class the config's
 ``architectures`` names is loaded, as transformers' module for the model type defines it
 (:func:`model_class`). Any other architecture is refused with its name.
+
+A GGUF file is parsed once per load (:func:`gguf_parsed_once`): transformers' loader for the
+architectures its fast GGUF reader does not cover (llama among them, so SmolLM2) builds a
+``gguf.GGUFReader`` for the config, again for the tokenizer's config, again for the model's
+config and once more for the weights -- four parses of every metadata field (the 49k-entry
+vocabulary included), about 70% of a small model's capture. Here the config is read once and
+handed to the tokenizer-free steps (``config=``), and for the duration of the load the parsed
+reader and the parsed metadata are shared between the calls that remain.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +40,10 @@ from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
 __all__ = [
     "DTYPES",
+    "GgufParses",
     "LoadedModel",
     "forward",
+    "gguf_parsed_once",
     "input_device",
     "load_model",
     "model_class",
@@ -70,6 +83,8 @@ class LoadedModel:
     source: str
     family: str = "causal"
     device: str = "cpu"
+    #: Wall seconds of the load (config, tokenizer and weights), for ``--debug`` timing.
+    load_seconds: float = 0.0
 
 
 def model_family(config: Any) -> str:
@@ -258,6 +273,7 @@ def load_model(
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
         os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    started = time.perf_counter()
     import transformers
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -269,10 +285,12 @@ def load_model(
     if gguf is not None:
         kw["gguf_file"] = gguf
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(d), **kw)
-        config = AutoConfig.from_pretrained(str(d), **kw)
-        family = model_family(config)
-        model = model_class(config, family).from_pretrained(str(d), **where_to, **kw)
+        with gguf_parsed_once() if gguf is not None else _nothing():
+            config = AutoConfig.from_pretrained(str(d), **kw)
+            tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
+            family = model_family(config)
+            cls = model_class(config, family)
+            model = cls.from_pretrained(str(d), config=config, **where_to, **kw)
     except (OSError, ValueError, KeyError) as exc:
         where = d / gguf if gguf else d
         raise InputFileError(
@@ -289,8 +307,97 @@ def load_model(
     shown = f"{d.resolve().name}/{gguf}" if gguf else d.resolve().name
     source = f"live modules of {shown} (transformers {transformers.__version__})"
     return LoadedModel(
-        model, tokenizer, name, source, family, str(where_to.get("device_map", "cpu"))
+        model,
+        tokenizer,
+        name,
+        source,
+        family,
+        str(where_to.get("device_map", "cpu")),
+        time.perf_counter() - started,
     )
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@dataclass
+class GgufParses:
+    """What :func:`gguf_parsed_once` shared: the files parsed (``readers``: one
+    ``gguf.GGUFReader`` per file) and the metadata requests answered from the first parse
+    (``reused``)."""
+
+    readers: dict[str, Any] = field(default_factory=dict)
+    reused: int = 0
+    name_maps: dict[tuple[Any, int], Any] = field(default_factory=dict)
+
+
+@contextmanager
+def gguf_parsed_once() -> Iterator[GgufParses]:
+    """For the ``with`` block only: every ``gguf.GGUFReader(path)`` of one file returns the
+    same reader, and transformers' ``load_gguf_checkpoint(path)`` without tensors (the config
+    and tokenizer metadata) is parsed once and handed out as deep copies, so that callers may
+    change theirs; ``gguf.get_tensor_name_map(arch, n_blocks)``, which transformers rebuilds
+    for every submodule of the model while it maps the weights' names (about 400 times for
+    SmolLM2), is built once per ``(arch, n_blocks)``. All three are put back when the block
+    ends, also on an error.
+
+    Why this is sound: a ``GGUFReader`` opened read-only is a memory map plus the parsed
+    field and tensor tables; transformers only reads them (the weights are dequantized into
+    new arrays), so one reader serves every call. The file must not change during the load
+    (the reader of a changed file would be wrong for the first caller too). A
+    ``TensorNameMap`` is a lookup table filled by its constructor and only read afterwards.
+    """
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    parses = GgufParses()
+    make_reader: Any = getattr(gguf, "GGUFReader", None)
+    load_checkpoint: Any = getattr(hf_gguf, "load_gguf_checkpoint", None)
+    name_map: Any = getattr(gguf, "get_tensor_name_map", None)
+    metadata: dict[str, Any] = {}
+
+    def shared_name_map(arch: Any, n_blocks: int) -> Any:
+        key = (arch, n_blocks)
+        if key not in parses.name_maps:
+            parses.name_maps[key] = name_map(arch, n_blocks)
+        return parses.name_maps[key]
+
+    def shared_reader(path: str | os.PathLike[str], mode: Any = "r") -> Any:
+        if mode != "r":
+            return make_reader(path, mode)
+        key = os.path.realpath(path)
+        if key not in parses.readers:
+            parses.readers[key] = make_reader(path, mode)
+        return parses.readers[key]
+
+    def shared_checkpoint(path: str, return_tensors: bool = False, **kw: Any) -> Any:
+        if return_tensors:
+            return load_checkpoint(path, return_tensors=True, **kw)
+        key = os.path.realpath(path)
+        if key in metadata:
+            parses.reused += 1
+        else:
+            metadata[key] = load_checkpoint(path, return_tensors=False, **kw)
+        return copy.deepcopy(metadata[key])
+
+    patches = [  # only what this gguf / transformers has: a missing one is left alone
+        (module, attr, original, shared)
+        for module, attr, original, shared in (
+            (gguf, "GGUFReader", make_reader, shared_reader),
+            (hf_gguf, "load_gguf_checkpoint", load_checkpoint, shared_checkpoint),
+            (gguf, "get_tensor_name_map", name_map, shared_name_map),
+        )
+        if original is not None
+    ]
+    for module, attr, _, shared in patches:
+        setattr(module, attr, shared)
+    try:
+        yield parses
+    finally:
+        for module, attr, original, _ in patches:
+            setattr(module, attr, original)
 
 
 def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:

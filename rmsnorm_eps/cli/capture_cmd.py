@@ -226,9 +226,16 @@ def capture(
         except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
             raise model_build_error(model, exc) from None
         job = _Job(rank, world, summary_only, ratio if summary_only else None)
+        ran_at = time.perf_counter()
         result, order = _capture(
             loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
         )
+        if _debug() and rank == 0:  # where the time went: loading vs the forward passes
+            summary_line(
+                f"timing: load {loaded.load_seconds:.2f} s (config, tokenizer, weights), "
+                f"forward {time.perf_counter() - ran_at:.2f} s (tokenize, "
+                f"{len(order)} text(s) under the hooks)"
+            )
         _report(result, order, loaded, job, d_value, out, config_out, fmt.value, output)
     finally:
         if world > 1:
@@ -246,6 +253,16 @@ def capture(
         sys.stderr.flush()
         os._exit(EXIT_OK)
     raise typer.Exit(EXIT_OK)
+
+
+def _debug() -> bool:
+    """Whether ``--debug`` (or RMSNORM_EPS_DEBUG) is on for this invocation."""
+    import click
+
+    from rmsnorm_eps.cli._app import _debug_enabled
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and _debug_enabled(ctx)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def ratio(
             "--threads",
             min=1,
             help="Threads reading and computing chunks.",
-            show_default="2, or 1 on a single CPU",
+            show_default="2 when a second CPU is free, else 1",
         ),
     ] = None,
     dtype: DumpDtypeOpt = None,

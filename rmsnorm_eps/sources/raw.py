@@ -22,16 +22,18 @@ import zipfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -130,19 +132,34 @@ def check_float_dtype(
 
 
 def default_threads() -> int:
-    """Worker threads used when none are asked for: 2, or 1 on a single available CPU.
+    """Worker threads used when none are asked for: 2 when a second CPU is free now, else 1.
 
-    Measured with benchmarks/bench_stream.py on the idle 2-CPU development machine, whole
-    processes on N x 4096 float32 dumps: 1 GiB in 0.214 s with two threads against 0.264 s
-    with one, 4 GiB in 0.374 s against 0.428 s. More threads do not help: the copy out of the
-    page cache and numpy's kernels already saturate memory bandwidth with two. (On a machine
-    whose CPUs are busy with other work, one thread can be faster: ``--threads 1``.)
+    The rule follows measurements (benchmarks/bench_stream.py, whole processes on N x 4096
+    dumps): on the idle 2-CPU development machine two threads read 1 GiB of float32 in
+    0.214 s against 0.264 s with one (4 GiB: 0.374 s against 0.428 s); on the same machine
+    shared with other work (load average about 4) two threads are slower than one (4 GiB:
+    2.09 s against 1.83 s; 1 GiB in-process, same run: 0.44 s against 0.35 s), because the
+    second thread only waits for a CPU and adds the hand-off. More than two never helped: the
+    copy out of the page cache and the kernels saturate memory bandwidth with two. So: the
+    CPUs this process may use, less the 1-minute load average (``os.getloadavg``: the CPUs
+    the rest of the machine keeps busy), rounded down, capped at 2, at least 1.
+    ``--threads N`` overrides it.
     """
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         cpus = os.cpu_count() or 1
-    return min(2, max(1, cpus))
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform: assume idle
+        busy = 0.0
+    return threads_for(cpus, busy)
+
+
+def threads_for(cpus: int, load: float) -> int:
+    """:func:`default_threads`'s rule: ``min(2, floor(cpus - load))``, at least 1."""
+    free = int(cpus - load) if load == load else cpus  # a NaN load: assume idle
+    return min(2, max(1, free))
 
 
 @lru_cache(maxsize=64)
@@ -426,6 +443,10 @@ class _ParallelReader:
         return chunk
 
     def run(self, fn: Callable[[int, np.ndarray], T]) -> Iterator[tuple[int, T]]:
+        # imported here: concurrent.futures (with logging and queue) costs about 25 ms of
+        # start-up that a one-thread run never needs
+        from concurrent.futures import ThreadPoolExecutor
+
         src, per, total = self.src, self.per, self.total
         try:
             fd = os.open(src.path, os.O_RDONLY)

@@ -73,3 +73,14 @@ def test_dtype_helpers() -> None:
     with pytest.raises(InputFileError, match="int32"):
         check_float_dtype(np.dtype("<i4"), Path("q.npy"), "k")
     assert default_threads() in (1, 2)
+
+
+def test_threads_rule_follows_the_free_cpus() -> None:
+    from rmsnorm_eps.sources.raw import threads_for
+
+    assert threads_for(2, 0.0) == 2  # idle: a second thread overlaps reading and kernels
+    assert threads_for(2, 0.9) == 1  # the second CPU is mostly busy
+    assert threads_for(2, 4.0) == 1  # a shared machine: one thread
+    assert threads_for(16, 1.0) == 2  # more than two never helped
+    assert threads_for(1, 0.0) == 1
+    assert threads_for(4, float("nan")) == 2
