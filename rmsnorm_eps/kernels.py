@@ -401,7 +401,8 @@ class Refiner:
                     self.thresholds, hi, side="right"
                 )
                 mark |= ~(q >= _F32_SMALL) | np.isinf(q)
-                finite = np.isfinite(q)
+                # zero vectors are never listed among the worst: the bounds are over q > 0
+                finite = np.isfinite(q) & (q > 0.0)
                 if finite.any():
                     kth, top = self._seen(hi[finite], lo[finite])
                     mark |= lo <= kth

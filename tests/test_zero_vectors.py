@@ -6,6 +6,7 @@ Each figure is checked against plain Python over the data (no accumulator involv
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -245,3 +246,24 @@ def test_cli_flag_on_ratio_compare_and_merge(tmp_path: Path, cli: Callable[..., 
         v, vs = (json.loads(r.stdout)["summary"]["violations"] for r in (plain, strict))
         assert vs == v + 40, args
         assert strict.exit_code == 1
+
+
+def test_fast_raw_worst_list_is_exact_after_chunks_of_zero_rows(tmp_path: Path) -> None:
+    """The fast --raw path keeps its refinement bounds across chunks: rows of zeros seen first
+    must not fill them (zero vectors are never listed), or the positive worst rows of later
+    chunks would keep their float32 q."""
+    from rmsnorm_eps.analysis import analyze_dump
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4096, 16)).astype(np.float32) * 1e-3
+    x[:1024] = 0.0  # the first chunks: padding only
+    x[3000:3010] *= rng.uniform(1e-3, 1e-2, size=(10, 1)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    kw = {"raw": True, "top_k": 8, "chunk_bytes": 16 * 4 * 256, "threads": 1}
+    fast = analyze_dump(tmp_path / "x.npy", 1e-9, fast=True, **kw).layers[0]
+    exact = analyze_dump(tmp_path / "x.npy", 1e-9, fast=False, **kw).layers[0]
+    assert fast.zero_count == exact.zero_count == 1024
+    assert [(w.index, w.q) for w in fast.worst] == [(w.index, w.q) for w in exact.worst]
+    assert fast.min_pos_q == exact.min_pos_q
+    want = min(math.fsum(float(v) ** 2 for v in row) / 16 for row in x[1024:].tolist())
+    assert fast.min_pos_q == pytest.approx(want, rel=1e-15, abs=0)
