@@ -116,8 +116,9 @@ class CheckOptions:
     """How :func:`check` reads and judges the data: ``raw`` (activations x of shape
     ``(..., d)``, q = mean(x^2) over the last axis), the bound (``delta``, default 0.01, or
     ``min_ratio`` = q/eps directly), the ``norm`` ('rms', or 'layer': the variance v in place
-    of q), ``top_k`` worst inputs kept per layer, and the gate's budget (``max_violations``,
-    ``max_fraction``: default none allowed)."""
+    of q), ``top_k`` worst inputs kept per layer, the gate's budget (``max_violations``,
+    ``max_fraction``: default none allowed), and ``zero_is_violation`` (a zero vector, q = 0
+    exactly, is counted apart by default: its output is 0 under any eps)."""
 
     raw: bool = False
     delta: float | None = None
@@ -126,6 +127,7 @@ class CheckOptions:
     top_k: int = 5
     max_violations: int | None = None
     max_fraction: float | None = None
+    zero_is_violation: bool = False
 
 
 class CheckFields(TypedDict, total=False):
@@ -138,6 +140,7 @@ class CheckFields(TypedDict, total=False):
     top_k: int
     max_violations: int | None
     max_fraction: float | None
+    zero_is_violation: bool
 
 
 def check(
@@ -178,6 +181,7 @@ def check(
         delta=o.delta,
         min_ratio=o.min_ratio,
         reading=DumpReading(raw=still_raw, top_k=o.top_k, norm=norm, threads=1),
+        zero_is_violation=o.zero_is_violation,
     )
     if raw and not still_raw:  # torch activations: q was computed on their device
         report = replace(report, raw=True)

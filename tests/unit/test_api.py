@@ -125,3 +125,13 @@ def test_assert_eps_safe_names_the_layer() -> None:
     assert "bad.norm: 1 of 2" in message and "min q/eps 3" in message
     assert "ok:" not in message
     assert_eps_safe({"bad.norm": np.array([1.0, 3e-5])}, eps=1e-5, max_violations=1)
+
+
+def test_zero_vectors_are_apart_unless_asked() -> None:
+    q = {"pad": np.array([0.0, 0.0, 1.0, 2e-6])}
+    result = rmsnorm_eps.check(q, eps=1e-6)
+    layer = result.report.layers[0]
+    assert layer.zero_count == 2 and result.violations == 1 and not result.passed
+    assert rmsnorm_eps.check(q, eps=1e-6, max_violations=1).passed
+    strict = rmsnorm_eps.check(q, eps=1e-6, zero_is_violation=True, max_violations=1)
+    assert strict.violations == 3 and not strict.passed
