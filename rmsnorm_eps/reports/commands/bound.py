@@ -71,13 +71,8 @@ def _bound_parts(result: BoundResult) -> list[RenderableType]:
     table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
     table.add_column("what")
     table.add_column("value", justify="right")
-    table.add_row("delta (tolerated attenuation loss)", _g(result.delta, 12))
-    table.add_row("A must be >=", _g(1.0 - result.delta, 12))
-    table.add_row("min q/eps", _g(result.min_ratio, 12))
-    if result.eps is not None:
-        table.add_row("eps", _g(result.eps, 12))
-        table.add_row("min q (mean square)", _g(result.min_q, 12))
-        table.add_row("min input RMS sqrt(q)", _g(result.min_rms, 12))
+    for row in _bound_rows(result):
+        table.add_row(*row)
     return [Text("Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"), table]
 
 
@@ -102,8 +97,50 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]
     return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
 
 
+def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
+    rows = [
+        ("delta (tolerated attenuation loss)", _g(result.delta, 12)),
+        ("A must be >=", _g(1.0 - result.delta, 12)),
+        ("min q/eps", _g(result.min_ratio, 12)),
+    ]
+    if result.eps is not None:
+        rows += [
+            ("eps", _g(result.eps, 12)),
+            ("min q (mean square)", _g(result.min_q, 12)),
+            ("min input RMS sqrt(q)", _g(result.min_rms, 12)),
+        ]
+    return rows
+
+
+def _plain_text(result: BoundResult | tuple[RatioFigures, ...]) -> str:
+    """The text report without colour, by the plain table writer (rich's layout, without
+    importing rich: ``bound`` starts faster than ``import numpy``)."""
+    from rmsnorm_eps.reports.table import Column, table_lines
+
+    rows = _figures(result)
+    if rows is not None:
+        with_q = any(r.q is not None for r in rows)
+        heads = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
+        body = [
+            [_g(r.ratio)] + ([_g(r.q)] if with_q else []) + [f"{r.attenuation:.6f}", _g(r.loss)]
+            for r in rows
+        ]
+        title = "Attenuation A = sqrt(r/(r+1)) at r = q/eps"
+        lines = table_lines([Column(h, "right") for h in heads], body, title)
+    else:
+        assert isinstance(result, BoundResult)
+        title = "Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"
+        columns = [Column("what"), Column("value", "right")]
+        lines = table_lines(columns, _bound_rows(result), title, show_header=False)
+    return "".join(line.rstrip(" ") + "\n" for line in lines)
+
+
 def text(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
-    """The text report."""
+    """The text report (without colour and where it fits: the plain table writer)."""
+    if not options.color:
+        plain = _plain_text(result)
+        if options.width is None or max(map(len, plain.splitlines())) <= options.width:
+            return plain
     from rmsnorm_eps.reports.formats.text import render_renderables
 
     rows = _figures(result)
