@@ -21,6 +21,10 @@ config and once more for the weights -- four parses of every metadata field (the
 vocabulary included), about 70% of a small model's capture. Here the config is read once and
 handed to the tokenizer-free steps (``config=``), and for the duration of the load the parsed
 reader and the parsed metadata are shared between the calls that remain.
+
+Why one module: finding the model class, the offline load with its one GGUF parse, and
+running the texts are the one path from a directory to hooked forward passes; the GGUF
+sharing only exists for that load.
 """
 
 from __future__ import annotations

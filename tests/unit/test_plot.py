@@ -61,9 +61,10 @@ def test_panel_data(figures: list[Any]) -> None:
     colors = {round(math.log10(p.get_x())): p.get_facecolor()[:3] for p in bars.patches}
     assert colors[-2] != colors[3]  # below the bound: another colour than above it
     title = ax.get_title(loc="left")
-    assert "layers.0 (eps 1e-05): 6 inputs, 3 violation(s)" in title
-    assert "NaN 1, inf 0, q=0 1 (counted, not plotted)" in title
-    assert "min q/eps 0 (A 0)\nbelow bound 2;" in title  # q = 0 is the smallest q/eps
+    # the zero vector is counted apart (output 0 under any eps), not a violation
+    assert "layers.0 (eps 1e-05): 6 inputs, 2 violation(s)" in title
+    assert "NaN 1, inf 0, zero vectors (q=0) 1 (counted, not plotted)" in title
+    assert "min q/eps 0.02 (A 0.14)\nbelow bound 1;" in title  # the smallest q > 0
 
 
 def test_worst_layers_rank_and_limit() -> None:
