@@ -1,6 +1,6 @@
 """reports/commands/bound.py: without colour, the text report is written by the plain table
-writer (rich's console is not imported: ``bound`` starts faster than ``import numpy``) and is byte for byte
-what rich renders, for the bound and for A at given ratios, at every width it fits."""
+writer (``bound`` does not import rich's console, a large part of its start-up) and is byte
+for byte what rich renders, for the bound and for A at given ratios, at every width."""
 
 from __future__ import annotations
 

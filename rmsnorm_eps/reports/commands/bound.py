@@ -114,7 +114,7 @@ def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
 
 def _plain_text(result: BoundResult | tuple[RatioFigures, ...]) -> str:
     """The text report without colour, by the plain table writer (rich's layout, without
-    importing rich: ``bound`` starts faster than ``import numpy``)."""
+    importing rich's console: a large part of ``bound``'s start-up)."""
     from rmsnorm_eps.reports.table import Column, table_lines
 
     rows = _figures(result)
