@@ -73,7 +73,22 @@ def _bound_parts(result: BoundResult) -> list[RenderableType]:
     table.add_column("value", justify="right")
     for row in _bound_rows(result):
         table.add_row(*row)
-    return [Text("Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"), table]
+    return [Text(_BOUND_TITLE), table]
+
+
+_RATIOS_TITLE = "Attenuation A = sqrt(r/(r+1)) at r = q/eps"
+_BOUND_TITLE = "Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"
+
+
+def _ratio_table(rows: tuple[RatioFigures, ...]) -> tuple[list[str], list[list[str]]]:
+    """The headers and cells of the A-at-ratios table (a q column when eps was given)."""
+    with_q = any(r.q is not None for r in rows)
+    heads = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
+    body = [
+        [_g(r.ratio)] + ([_g(r.q)] if with_q else []) + [f"{r.attenuation:.6f}", _g(r.loss)]
+        for r in rows
+    ]
+    return heads, body
 
 
 def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]:
@@ -81,20 +96,13 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]
     from rich.table import Table
     from rich.text import Text
 
-    with_q = any(r.q is not None for r in rows)
+    heads, body = _ratio_table(rows)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("q/eps", justify="right")
-    if with_q:
-        table.add_column("q", justify="right")
-    table.add_column("A", justify="right")
-    table.add_column("1 - A", justify="right")
-    for r in rows:
-        cells = [_g(r.ratio)]
-        if with_q:
-            cells.append(_g(r.q))
-        cells += [f"{r.attenuation:.6f}", _g(r.loss)]
+    for name in heads:
+        table.add_column(name, justify="right")
+    for cells in body:
         table.add_row(*cells)
-    return [Text("Attenuation A = sqrt(r/(r+1)) at r = q/eps"), table]
+    return [Text(_RATIOS_TITLE), table]
 
 
 def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
@@ -119,19 +127,12 @@ def _plain_text(result: BoundResult | tuple[RatioFigures, ...]) -> str:
 
     rows = _figures(result)
     if rows is not None:
-        with_q = any(r.q is not None for r in rows)
-        heads = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
-        body = [
-            [_g(r.ratio)] + ([_g(r.q)] if with_q else []) + [f"{r.attenuation:.6f}", _g(r.loss)]
-            for r in rows
-        ]
-        title = "Attenuation A = sqrt(r/(r+1)) at r = q/eps"
-        lines = table_lines([Column(h, "right") for h in heads], body, title)
+        heads, body = _ratio_table(rows)
+        lines = table_lines([Column(h, "right") for h in heads], body, _RATIOS_TITLE)
     else:
         assert isinstance(result, BoundResult)
-        title = "Attenuation bound: A = sqrt(q/(q+eps)) >= 1 - delta"
         columns = [Column("what"), Column("value", "right")]
-        lines = table_lines(columns, _bound_rows(result), title, show_header=False)
+        lines = table_lines(columns, _bound_rows(result), _BOUND_TITLE, show_header=False)
     return "".join(line.rstrip(" ") + "\n" for line in lines)
 
 
