@@ -1,28 +1,33 @@
 """Command-line interface: parse options, call the library, report, map to an exit code.
 
-Each command lives in its own module and registers itself on the shared ``app``; heavy imports
-(numpy, yaml, rich tables) happen inside the command functions so ``--help`` starts fast.
+Each command lives in its own module and registers itself on the shared ``app``; the table in
+:mod:`rmsnorm_eps.cli._commands` names them, and a command is built only when it is used (the
+console script imports no command module for ``--help``). Heavy imports (numpy, yaml, rich)
+happen inside the command functions.
+
+``rmsnorm_eps.cli.app`` is the application with every command registered (for
+``typer.testing.CliRunner`` and for embedding); :func:`main` is the console script.
 """
 
 from __future__ import annotations
 
-# Importing a command module registers its command on ``app`` (one per line: easy merges).
-from rmsnorm_eps.cli import (  # noqa: F401
-    bound_cmd,
-    capture_cmd,
-    compare_cmd,
-    config_cmd,
-    defaults_cmd,
-    merge_cmd,
-    parity_cmd,
-    precision_cmd,
-    probe_cmd,
-    ratio_cmd,
-    sensitivity_cmd,
-)
-from rmsnorm_eps.cli._app import app
+from typing import Any
 
 __all__ = ["app", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the Typer application with every command's module imported."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    from rmsnorm_eps.cli._app import app
+    from rmsnorm_eps.cli._commands import COMMANDS
+
+    for entry in COMMANDS.values():
+        importlib.import_module(f"rmsnorm_eps.cli.{entry.module}")
+    return app
 
 
 def main() -> None:
@@ -41,4 +46,6 @@ def main() -> None:
         # Third-party progress bars (transformers' GGUF loader) only on a terminal: tqdm reads
         # TQDM_* when it is imported, and torch imports it, so it is set before anything runs.
         os.environ.setdefault("TQDM_DISABLE", "1")
+    from rmsnorm_eps.cli._app import app
+
     app(prog_name="rmsnorm-eps")

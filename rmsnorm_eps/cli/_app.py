@@ -178,10 +178,71 @@ def _hinted(exc: _cx.ClickException) -> str:
     return exc.format_message()
 
 
+def _build(name: str) -> Any:
+    """Import the module of command ``name`` (:data:`~rmsnorm_eps.cli._commands.COMMANDS`) and
+    make its click command as typer would, or None for a name that is not a command."""
+    import importlib
+
+    from typer.main import get_command_from_info, get_group_from_info
+
+    from rmsnorm_eps.cli._commands import COMMANDS
+
+    entry = COMMANDS.get(name)
+    if entry is None:
+        return None
+    importlib.import_module(f"rmsnorm_eps.cli.{entry.module}")
+    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
+    for info in app.registered_commands:
+        if info.name == name:
+            return get_command_from_info(
+                info, pretty_exceptions_short=short, rich_markup_mode=markup
+            )
+    for group in app.registered_groups:
+        if group.name == name:
+            return get_group_from_info(
+                group, pretty_exceptions_short=short, rich_markup_mode=markup
+            )
+    return None  # pragma: no cover - tests/unit/test_cli_commands.py builds every entry
+
+
 class _Group(TyperGroup):
-    """A group whose subcommands can never leak a traceback or exit 1 on an error."""
+    """A group whose subcommands can never leak a traceback or exit 1 on an error, and whose
+    commands are built when they are used (:mod:`rmsnorm_eps.cli._commands`): ``--help`` lists
+    them from the table, ``rmsnorm-eps bound`` builds ``bound`` alone."""
 
     context_class = HelpContext
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The table's commands in its order, then any other registered on the group."""
+        from rmsnorm_eps.cli._commands import COMMANDS
+
+        return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name``, built on first use."""
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            command = _build(cmd_name)
+            if command is not None:
+                self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The Commands section of ``--help`` from the table, without building each command
+        (as click writes it: the name, then its short help)."""
+        from rmsnorm_eps.cli._commands import COMMANDS
+
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in COMMANDS:
+                rows.append((name, COMMANDS[name].help))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(  # type: ignore[override]
         self,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import Format, FormatOpt, OutputOpt
 
 
@@ -24,7 +25,7 @@ def _parse_ratios(text: str) -> list[float]:
 
 @app.command(
     "bound",
-    short_help="Minimum q/eps (q, input RMS) for a tolerated attenuation; A at given q/eps.",
+    short_help=short_help("bound"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps bound --delta 0.01\n\n"

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_OK, app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     DeprecatedOutOpt,
     Format,
@@ -69,7 +70,7 @@ def _read_texts(
 
 @app.command(
     "capture",
-    short_help="Record q per token at every norm of a local model (offline), with the live eps.",
+    short_help=short_help("capture"),
     epilog=(
         "Examples:\n\n"
         '  rmsnorm-eps capture --model ./SmolLM2 --text "Hello there" --save-data q.npz '

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._dump import (
     ColumnOpt,
     DumpArg,
@@ -44,7 +45,7 @@ from rmsnorm_eps.cli._options import (
 
 @app.command(
     "compare",
-    short_help="What another eps, placement, precision or input scale does to every input.",
+    short_help=short_help("compare"),
     epilog=(
         "SPEC: eps=E[,placement=P][,dim=D][,dtype=T] with P one of inside|outside|clamp|sum "
         "and T one of float32|float16|bfloat16 (or fp32, fp16, bf16); "

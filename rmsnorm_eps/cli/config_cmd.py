@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, Typer, app
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import ExitZeroOpt, Format, FormatOpt, OutputOpt, SummaryOpt
 
 config_app = Typer(
@@ -20,7 +21,7 @@ config_app = Typer(
 app.add_typer(
     config_app,
     name="config",
-    short_help="Show or diff model normalization configs (YAML, HF config.json, GGUF).",
+    short_help=short_help("config"),
 )
 
 

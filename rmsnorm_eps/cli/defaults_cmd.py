@@ -7,12 +7,13 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import DtypeChoice, Format, FormatOpt, OutputOpt, complete_framework
 
 
 @app.command(
     "defaults",
-    short_help="Default eps of each framework's RMSNorm, with its source.",
+    short_help=short_help("defaults"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps defaults\n\n"

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
@@ -26,7 +27,7 @@ from rmsnorm_eps.cli._options import (
 
 @app.command(
     "merge",
-    short_help="Merge per-shard summaries into exactly the report of the concatenated data.",
+    short_help=short_help("merge"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps ratio rank0.npy --eps 1e-5 --raw --save-summary s0.json\n\n"

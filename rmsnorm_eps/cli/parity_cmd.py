@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
@@ -45,7 +46,7 @@ def _sha256(path: Path) -> str:
 
 @app.command(
     "parity",
-    short_help="Check an implementation's outputs on probes; infer its eps; write a record.",
+    short_help=short_help("parity"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npy\n\n"

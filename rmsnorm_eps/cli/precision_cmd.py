@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     DtypeChoice,
     ExitZeroOpt,
@@ -23,7 +24,7 @@ _DTYPES = ("float16", "bfloat16", "float32")
 
 @app.command(
     "precision",
-    short_help="eps as stored in float16/bfloat16/float32, absorption, range of q.",
+    short_help=short_help("precision"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps precision --eps 1e-6\n\n"

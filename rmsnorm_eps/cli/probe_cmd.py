@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     DeprecatedOutOpt,
     DtypeChoice,
@@ -53,7 +54,7 @@ def _read_gain(path: Path, dim: int, what: str = "gain") -> np.ndarray:
 
 @app.command(
     "probe",
-    short_help="Write probe inputs where eps matters, with float64 reference outputs.",
+    short_help=short_help("probe"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps probe --dim 64 --eps 1e-6 --save-data probes.npz\n\n"

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._dump import (
     ColumnOpt,
     DumpArg,
@@ -44,7 +45,7 @@ from rmsnorm_eps.cli._options import (
 
 @app.command(
     "ratio",
-    short_help="Per layer, the inputs whose q/eps is below the bound (the CI gate).",
+    short_help=short_help("ratio"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps ratio acts.npy --eps 1e-6\n\n"

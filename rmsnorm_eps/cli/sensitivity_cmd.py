@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
     Format,
@@ -25,7 +26,7 @@ from rmsnorm_eps.cli.capture_cmd import ModelDtype, _read_texts
 
 @app.command(
     "sensitivity",
-    short_help="What an eps change does to a model's next-token predictions, per norm.",
+    short_help=short_help("sensitivity"),
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps sensitivity --model DIR --gguf m.gguf --text-file t.txt --eps 1e-5\n\n"
