@@ -142,27 +142,6 @@ def _many_globs(path, n: int, names: tuple[str, ...] = ()) -> None:  # type: ign
     )
 
 
-def test_config_show_big_table_is_plain_lines_in_the_same_layout(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
-    """Above PLAIN_ROWS patterns the layers table is plain lines: each row line is the rich
-    table's row line (trailing spaces aside), and nothing else changes."""
-    from rmsnorm_eps.config import load_config
-    from rmsnorm_eps.reports import render
-    from rmsnorm_eps.reports.commands import config_show
-    from rmsnorm_eps.reports.options import RenderOptions
-
-    path = tmp_path / "c.yaml"
-    _many_globs(path, 40, ("[/x]<b>", "\u6f22\u5b57.*"))
-    config = load_config(path)
-    options = RenderOptions(width=200)
-    rich_text = render(config, "text", options)
-    monkeypatch.setattr(config_show, "PLAIN_ROWS", 10)
-    plain_text = render(config, "text", options)
-    strip = [line.rstrip() for line in rich_text.splitlines()]
-    assert [line.rstrip() for line in plain_text.splitlines()] == strip
-
-
 def test_config_show_hostile_globs_at_the_cap(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """4,096 globs (the pattern cap), some hostile: inert output (the globs tried per name are
     counted in tests/unit/test_config_globs.py)."""

@@ -23,13 +23,14 @@ RESULTS = [
 
 
 def _rich(result: object, options: RenderOptions) -> str:
-    from rmsnorm_eps.reports.formats.text import render_renderables
+    from rmsnorm_eps.reports.formats.rich_text import render
+    from rmsnorm_eps.reports.formats.text import strip_trailing_spaces
 
     figures = bound._figures(result)
     parts = (
         bound._ratio_figures_parts(figures) if figures is not None else bound._bound_parts(result)  # type: ignore[arg-type]
     )
-    return render_renderables(parts, options)
+    return "".join(strip_trailing_spaces(x) + "\n" for x in render(parts, options).splitlines())
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=range(len(RESULTS)))

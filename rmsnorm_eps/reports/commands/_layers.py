@@ -6,13 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from rmsnorm_eps.escape import text as _e
-from rmsnorm_eps.reports.formats.text import NamedTable
+from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text
 from rmsnorm_eps.reports.options import RenderOptions
 
 __all__ = ["position_split_parts", "tail_parts"]
@@ -23,17 +18,17 @@ _COMPANION_SEP = "::"
 
 def position_split_parts(
     layers: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], str]]]
-) -> list[RenderableType]:
+) -> list[Block]:
     """For dumps with token positions: each layer's first token (position 0) next to its other
     tokens, one ``(header, cell)`` column pair per figure."""
     split = [ly for ly in layers if ly.first_token is not None]
     if not split:
         return []
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     table.add_column("layer")
     for side in ("first", "other"):
         for name, _ in columns:
-            table.add_column(f"{side}\n{name}", justify="right", no_wrap=True)
+            table.add_column(f"{side}\n{name}", justify="right")
     for ly in split:
         cells = [Text(_e(ly.name))]
         for part in (ly.first_token, ly.other_tokens):
@@ -42,10 +37,10 @@ def position_split_parts(
     return [Text("By token position: first token (position 0) | other tokens"), NamedTable(table)]
 
 
-def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[RenderableType]:
+def tail_parts(skipped: tuple[Any, ...], options: RenderOptions) -> list[Block]:
     """One line per layer skipped as unreadable, then the verdict when the command gates
     (``INCOMPLETE`` when a layer was skipped: part of the dump was not checked)."""
-    parts: list[RenderableType] = [
+    parts: list[Block] = [
         Text(f"SKIPPED (unreadable, not analysed): {_e(u.name)}: {_e(u.problem)}") for u in skipped
     ]
     if options.gate is not None:
@@ -64,7 +59,7 @@ def members_document(report: Any) -> dict[str, Any]:
     return {"members": {"total": report.members_total, "analysed": report.members_analysed}}
 
 
-def members_parts(report: Any) -> list[RenderableType]:
+def members_parts(report: Any) -> list[Block]:
     """One line saying how many entries the dump's file holds and how many were analysed
     (for a container of several entries, or when one was not analysed). Layers and their
     companions (``<layer>::position``, ``::batch``, ...) are counted apart when there are

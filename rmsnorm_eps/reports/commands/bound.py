@@ -23,7 +23,7 @@ from rmsnorm_eps.reports.interface import (
 from rmsnorm_eps.reports.options import RenderOptions, UnsupportedResult
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
+    from rmsnorm_eps.reports.blocks import Block
 
 __all__ = ["checks", "document", "text"]
 
@@ -63,12 +63,10 @@ def document(result: BoundResult | tuple[RatioFigures, ...]) -> dict[str, Any]:
     return doc
 
 
-def _bound_parts(result: BoundResult) -> list[RenderableType]:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+def _bound_parts(result: BoundResult) -> list[Block]:
+    from rmsnorm_eps.reports.blocks import Table, Text
 
-    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table = Table(show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     for row in _bound_rows(result):
@@ -91,13 +89,11 @@ def _ratio_table(rows: tuple[RatioFigures, ...]) -> tuple[list[str], list[list[s
     return heads, body
 
 
-def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[RenderableType]:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[Block]:
+    from rmsnorm_eps.reports.blocks import Table, Text
 
     heads, body = _ratio_table(rows)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     for name in heads:
         table.add_column(name, justify="right")
     for cells in body:
@@ -120,35 +116,15 @@ def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
     return rows
 
 
-def _plain_text(result: BoundResult | tuple[RatioFigures, ...]) -> str:
-    """The text report without colour, by the plain table writer (rich's layout, without
-    importing rich's console: a large part of ``bound``'s start-up)."""
-    from rmsnorm_eps.reports.table import Column, table_lines
-
-    rows = _figures(result)
-    if rows is not None:
-        heads, body = _ratio_table(rows)
-        lines = table_lines([Column(h, "right") for h in heads], body, _RATIOS_TITLE)
-    else:
-        assert isinstance(result, BoundResult)
-        columns = [Column("what"), Column("value", "right")]
-        lines = table_lines(columns, _bound_rows(result), _BOUND_TITLE, show_header=False)
-    return "".join(line.rstrip(" ") + "\n" for line in lines)
-
-
 def text(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
-    """The text report (without colour and where it fits: the plain table writer)."""
-    if not options.color:
-        plain = _plain_text(result)
-        if options.width is None or max(map(len, plain.splitlines())) <= options.width:
-            return plain
-    from rmsnorm_eps.reports.formats.text import render_renderables
+    """The text report."""
+    from rmsnorm_eps.reports.formats.text import render_blocks
 
     rows = _figures(result)
     if rows is not None:
-        return render_renderables(_ratio_figures_parts(rows), options)
+        return render_blocks(_ratio_figures_parts(rows), options)
     assert isinstance(result, BoundResult)
-    return render_renderables(_bound_parts(result), options)
+    return render_blocks(_bound_parts(result), options)
 
 
 def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:

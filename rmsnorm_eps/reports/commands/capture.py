@@ -56,14 +56,11 @@ def document(report: CaptureReport) -> dict[str, Any]:
 
 def text(report: CaptureReport, options: RenderOptions) -> str:
     """A table of the hooked modules and their live settings."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from rmsnorm_eps.reports.formats.text import NamedTable, fmt, render_renderables
+    from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
+    from rmsnorm_eps.reports.formats.text import fmt, render_blocks
 
     doc = document(report)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     names = ("module", "norm", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps")
     for name in names:
         table.add_column(name, justify="left" if name in ("module", "layout") else "right")
@@ -99,7 +96,7 @@ def text(report: CaptureReport, options: RenderOptions) -> str:
         parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
     if written:
         parts.append(Text("wrote " + "; ".join(written)))
-    return render_renderables(parts, options)
+    return render_blocks(parts, options)
 
 
 def checks(report: CaptureReport) -> CheckReport:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
-from rich.text import Text
-
 from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.blocks import Block, NamedTable, Text, simple_table
 from rmsnorm_eps.reports.checks import (
     Check,
     CheckReport,
@@ -40,9 +38,9 @@ from rmsnorm_eps.reports.commands.ratio import (
     zero_part,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables, simple_table
 from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
+from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -176,10 +174,10 @@ def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- text
-def _layer_details(layer: CompareLayer) -> list[RenderableType]:
+def _layer_details(layer: CompareLayer) -> list[Block]:
     eps_from = layer.spec_from.eps
     q = layer.quantity  # q = mean(x^2), or v (LayerNorm variance)
-    out: list[RenderableType] = []
+    out: list[Block] = []
     if layer.worst:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
         worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
@@ -214,7 +212,7 @@ def _layer_details(layer: CompareLayer) -> list[RenderableType]:
     return out
 
 
-def _position_table(report: CompareReport) -> list[RenderableType]:
+def _position_table(report: CompareReport) -> list[Block]:
     """For dumps with token positions: first token (position 0) next to the other tokens."""
     return position_split_parts(
         report.layers,
@@ -242,7 +240,7 @@ def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     return lines
 
 
-def _compare_parts(report: CompareReport, options: RenderOptions) -> list[RenderableType]:
+def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Block]:
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
     kind = quantity_kind(report.layers, report.raw)
@@ -258,7 +256,7 @@ def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Render
         if isinstance(spec, EpsSpec) and spec.note:
             lines.append(f"{side} default: {_e(spec.note)}")
     lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
-    parts: list[RenderableType] = [Text("\n".join(lines))]
+    parts: list[Block] = [Text("\n".join(lines))]
     table = simple_table(
         "layer",
         "count",
@@ -313,7 +311,7 @@ def _within_text(report: CompareReport) -> str:
     return f"--to eps within the safe eps: no, in {len(out)} layer(s): {shown}"
 
 
-def _safe_eps_parts(report: CompareReport) -> list[RenderableType]:
+def _safe_eps_parts(report: CompareReport) -> list[Block]:
     bound = report.bound_ratio
     qv = quantity_label(report.layers)
     title = (
@@ -328,7 +326,7 @@ def _safe_eps_parts(report: CompareReport) -> list[RenderableType]:
 
 def text(result: CompareReport, options: RenderOptions) -> str:
     """The text report."""
-    return render_renderables(_compare_parts(result, options), options)
+    return render_blocks(_compare_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -77,11 +77,10 @@ def text(d: ConfigDiff, options: RenderOptions) -> str:
         if d.equivalent
         else f"DIFFERENT: {n} difference(s) in eps, placement, gain or norm type"
     )
-    from rich.text import Text
+    from rmsnorm_eps.reports.blocks import Text
+    from rmsnorm_eps.reports.formats.text import render_blocks
 
-    from rmsnorm_eps.reports.formats.text import render_renderables
-
-    return render_renderables([Text(_e(line)) for line in lines], options)
+    return render_blocks([Text(_e(line)) for line in lines], options)
 
 
 def _config_rules() -> tuple[Rule, ...]:

@@ -19,10 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["document", "show_value", "text", "value_document"]
 
-#: Above this many layer patterns the layers table is written as plain aligned lines, not a
-#: rich Table (rich lays out every cell of a 20,000-row table: tens of seconds). Smaller
-#: configs keep the rich table unchanged.
-PLAIN_ROWS = 1000
 _COLUMNS = ("eps", "placement", "gain", "gain_baked", "dim", "norm")
 _LAYERS_TITLE = "layers (defaults + every matching entry, in file order)"
 
@@ -89,31 +85,23 @@ def document(c: NormConfig) -> dict[str, Any]:
 
 
 def text(c: NormConfig, options: RenderOptions) -> str:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
     from rmsnorm_eps.config.model import FIELDS
-    from rmsnorm_eps.escape import no_ci_command
-    from rmsnorm_eps.reports.formats.text import NamedTable, render_renderables
+    from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
+    from rmsnorm_eps.reports.formats.text import render_blocks
 
     parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
     if c.source:
         parts.append(Text(_e(f"source: {c.source}")))
-    defaults = Table(title="defaults", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    defaults.add_column("setting", no_wrap=True)
-    defaults.add_column("value", no_wrap=True)
+    defaults = Table(title="defaults")
+    defaults.add_column("setting")
+    defaults.add_column("value")
     defaults.add_column("from")
     for name in FIELDS:
         r = c.defaults.get(name)
         defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
     parts.append(defaults)
     rows, overrides = _layer_rows(c)
-    if len(rows) > PLAIN_ROWS:
-        head = render_renderables(parts, options)
-        lines = [*_plain_table(rows), *map(_e, overrides), *(_e(f"note: {n}") for n in c.notes)]
-        return head + no_ci_command("".join(f"{line.rstrip(' ')}\n" for line in lines))
-    layers = Table(title=_LAYERS_TITLE, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    layers = Table(title=_LAYERS_TITLE)
     layers.add_column("pattern")
     for name in _COLUMNS:
         layers.add_column(name)
@@ -122,7 +110,7 @@ def text(c: NormConfig, options: RenderOptions) -> str:
     parts.append(NamedTable(layers, noun="patterns"))
     parts += [Text(_e(line)) for line in overrides]
     parts += [Text(_e(f"note: {n}")) for n in c.notes]
-    return render_renderables(parts, options)
+    return render_blocks(parts, options)
 
 
 def _layer_rows(c: NormConfig) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -137,15 +125,6 @@ def _layer_rows(c: NormConfig) -> tuple[list[tuple[str, ...]], list[str]]:
             for k, v in entry.overrides
         ]
     return rows, overrides
-
-
-def _plain_table(rows: list[tuple[str, ...]]) -> list[str]:
-    """The layers table as plain lines (:func:`~rmsnorm_eps.reports.table.table_lines`),
-    cells escaped (widths measured on the escaped text)."""
-    from rmsnorm_eps.reports.table import Column, table_lines
-
-    columns = [Column(h) for h in ("pattern", *_COLUMNS)]
-    return table_lines(columns, (tuple(map(_e, row)) for row in rows), _LAYERS_TITLE)
 
 
 class ConfigShowReporter(Reporter, TextRole["NormConfig"], DocumentRole["NormConfig"]):

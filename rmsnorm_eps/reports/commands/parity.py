@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g6
-from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -57,9 +53,9 @@ def eps_summary(inf: Inference) -> str:
     return text + f", {inf.eps / inf.configured_eps:.4g}x configured {inf.configured_eps!r}"
 
 
-def parity_parts(result: ParityResult) -> list[RenderableType]:
+def parity_parts(result: ParityResult) -> list[Block]:
     p, inf, tol = result.probes, result.inference, result.tolerance
-    parts: list[RenderableType] = [
+    parts: list[Block] = [
         Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
         Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
         Text(
@@ -69,7 +65,7 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
         Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
         Text(f"({tol.source}); nonfinite values checked separately"),
     ]
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     for name in (
         "category",
         "rows",
@@ -108,7 +104,7 @@ def parity_parts(result: ParityResult) -> list[RenderableType]:
 
 def text(result: ParityResult, options: RenderOptions) -> str:
     """The text report."""
-    return render_renderables(parity_parts(result), options)
+    return render_blocks(parity_parts(result), options)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
-
+from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head, jnum
 from rmsnorm_eps.reports.formats.text import fmt as _f
-from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -86,9 +82,9 @@ def _notes(r: PrecisionRow, q: str = "q") -> list[str]:
     return notes
 
 
-def _precision_parts(report: PrecisionReport) -> list[RenderableType]:
+def _precision_parts(report: PrecisionReport) -> list[Block]:
     rows = report.rows
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table()
     t.add_column(f"eps = {report.eps:g}", justify="left")
     for r in rows:
         t.add_column(f"{r.dtype} (p={r.precision_bits})", justify="right")
@@ -119,7 +115,7 @@ def _precision_parts(report: PrecisionReport) -> list[RenderableType]:
 
 def text(result: PrecisionReport, options: RenderOptions) -> str:
     """The text table and its notes."""
-    return render_renderables(_precision_parts(result), options)
+    return render_blocks(_precision_parts(result), options)
 
 
 PRECISION_RULES = (

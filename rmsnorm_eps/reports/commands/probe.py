@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.document import jnum as _jnum
-from rmsnorm_eps.reports.formats.text import render_renderables
+from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -64,7 +60,7 @@ def _g(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
+def probe_parts(probes: ProbeSet, path: str | None) -> list[Block]:
     doc = probe_document(probes, path)
     head = (
         f"{probes.count} probes, d={probes.dim}, dtype {probes.dtype}, eps {probes.eps!r}, "
@@ -76,7 +72,7 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[RenderableType]:
         head += f", LayerNorm (bias {_e(probes.bias_kind or 'given')}; v = variance)"
     if path:
         head += f" -> {_e(path)}"
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     for name, justify in [
         ("category", "left"),
         ("rows", "right"),
@@ -97,7 +93,7 @@ def _fmt_ratio(value: object) -> str:
 
 def text(result: ProbeSummary, options: RenderOptions) -> str:
     """The text report."""
-    return render_renderables(probe_parts(result.probes, result.path), options)
+    return render_blocks(probe_parts(result.probes, result.path), options)
 
 
 class ProbeReporter(Reporter, TextRole["ProbeSummary"], DocumentRole["ProbeSummary"]):

@@ -13,12 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands._layers import (
@@ -28,7 +24,7 @@ from rmsnorm_eps.reports.commands._layers import (
     tail_parts,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import NamedTable, fmt, fmt_index, render_renderables
+from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 
@@ -207,7 +203,7 @@ def _shard_index(
     return f"{fmt_index(index)} (shard {shard} {fmt_index(shard_index or ())})"
 
 
-def _eps_source_parts(report: RatioReport) -> list[RenderableType]:
+def _eps_source_parts(report: RatioReport) -> list[Block]:
     """ratio --config: one line per (eps, source) with the layers that took it."""
     groups: dict[tuple[float, str], list[str]] = {}
     for layer in report.layers:
@@ -261,16 +257,16 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
     return rows
 
 
-def _histogram(layer: LayerResult, bound: float, color: bool) -> list[RenderableType]:
+def _histogram(layer: LayerResult, bound: float, color: bool) -> list[Block]:
     """The title line and the table (a table title would wrap at the table's width)."""
     qv = layer.quantity
     title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {fmt(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     table.add_column(f"r = {qv}/eps")
     table.add_column("count", justify="right")
-    table.add_column("", no_wrap=True)
+    table.add_column("")
     table.add_column("")
     for label, count, mark in rows:
         n = 0 if count == 0 or peak == 0 else max(1, round(HISTOGRAM_BAR * count / peak))
@@ -286,7 +282,7 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
-def _position_parts(report: RatioReport) -> list[RenderableType]:
+def _position_parts(report: RatioReport) -> list[Block]:
     return position_split_parts(
         report.layers,
         [
@@ -298,8 +294,8 @@ def _position_parts(report: RatioReport) -> list[RenderableType]:
     )
 
 
-def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[RenderableType]:
-    parts: list[RenderableType] = []
+def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Block]:
+    parts: list[Block] = []
     kind = quantity_kind(report.layers, report.raw)
     qv = quantity_label(report.layers)
     parts.append(
@@ -308,7 +304,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
             f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
         )
     )
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     for name, justify in [
         ("layer", "left"),
         ("eps", "right"),
@@ -336,7 +332,7 @@ def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Renderable
         if layer.worst:  # (--top 0 lists none)
             # The title is a line of its own: a table title wraps at the table's width.
             parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
-            worst = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            worst = Table()
             q = layer.quantity
             for name in ("index", q, f"{q}/eps", "A", "1 - A"):
                 worst.add_column(name, justify="left" if name == "index" else "right")
@@ -381,13 +377,13 @@ def _margin(m: float | None) -> str:
 
 def safe_eps_parts(
     layers: Any, report: Any, eps_name: str, compare: bool = False, title: str | None = None
-) -> list[RenderableType]:
+) -> list[Block]:
     """The safe eps table: per layer its safe eps and the margin in decades from the configured
     eps (``eps_name``: ``eps``, or ``--to eps`` for compare, whose table also shows the zero
     vectors, the smallest positive q and whether the target is within), then the model's line
     (the minimum over layers)."""
     qv = quantity_label(layers)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table()
     columns = ["layer", "safe eps", "margin (dec)"]
     if compare:
         columns = ["layer", "zero", f"min {qv} > 0", "safe eps", "margin (dec)", "within"]
@@ -416,7 +412,7 @@ def safe_eps_parts(
 
 def text(result: RatioReport, options: RenderOptions) -> str:
     """The text report."""
-    return render_renderables(_ratio_parts(result, options), options)
+    return render_blocks(_ratio_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks
