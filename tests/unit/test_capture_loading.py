@@ -1,6 +1,10 @@
-"""Loading what people run (issue 13 item 5): causal LMs, encoder-decoder (T5: encoder and decoder
-stacks, decoder positions from the decoder inputs) and encoder-only models (BERT via the base
-model class), chosen from the config's architectures; anything else refused in one line."""
+"""capture/loading.py. Loading what people run (issue 13 item 5): causal LMs, encoder-decoder
+(T5: encoder and decoder stacks, decoder positions from the decoder inputs) and encoder-only
+models (BERT via the base model class), chosen from the config's architectures; anything else
+refused in one line. Unit level: the device check (torch's CUDA answers patched both ways), the
+load keywords per dtype alias, where inputs go, the refusals of ``load_model`` before anything
+loads (naming the path), teacher forcing's shifted ids, and ``run_texts`` on a hand-built module
+(the tokens counted against the masks, the batches, progress and the vocabulary check)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,20 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from rmsnorm_eps.capture.errors import CaptureError  # noqa: E402
-from rmsnorm_eps.capture.loading import model_family  # noqa: E402
+from rmsnorm_eps.capture.loading import (  # noqa: E402
+    DTYPES,
+    LoadedModel,
+    _shift_right,
+    batches,
+    forward,
+    input_device,
+    load_model,
+    model_family,
+    placement,
+    resolve_device,
+    run_texts,
+)
+from rmsnorm_eps.errors import InputFileError  # noqa: E402
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello"]
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello fox"]  # 9 and 2 tokens
@@ -161,3 +178,159 @@ def test_model_family_from_config() -> None:
     assert model_family(cfg(None)) == "causal"
     with pytest.raises(CaptureError, match="'ViTForImageClassification' is not supported"):
         model_family(cfg(["ViTForImageClassification"]))
+
+
+def _cuda(monkeypatch: pytest.MonkeyPatch, count: int, current: int = 0) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+
+
+def test_resolve_device_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cuda(monkeypatch, 0)
+    assert resolve_device(" CPU ") == "cpu"
+    assert resolve_device("auto") == "cpu"  # nothing to spread over
+    for name in ("cuda", "cuda:0"):
+        with pytest.raises(CaptureError, match=f"--device {name}: no CUDA device is visible"):
+            resolve_device(name)
+    for bad in ("gpu", "cuda:x", "cuda:", "tpu\x1b[31m"):
+        with pytest.raises(CaptureError, match="is not one of cpu, cuda, cuda:N, mps, auto"):
+            resolve_device(bad)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(CaptureError, match="the MPS backend is not available here"):
+        resolve_device("mps")
+
+
+def test_resolve_device_with_two_cuda_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cuda(monkeypatch, 2, current=1)
+    assert resolve_device("cuda") == "cuda:1"  # the current device, by index
+    assert resolve_device("cuda:0") == "cuda:0" and resolve_device("auto") == "auto"
+    with pytest.raises(CaptureError, match="--device cuda:2: only 2 CUDA device"):
+        resolve_device("cuda:2")
+
+
+def test_placement_keywords_for_every_dtype_alias() -> None:
+    for alias, canonical in DTYPES.items():
+        assert placement("cpu", alias) == {"dtype": getattr(torch, canonical)}
+    assert placement("cuda:1", "bf16") == {"dtype": torch.bfloat16, "device_map": "cuda:1"}
+    assert placement("auto", "fp16")["device_map"] == "auto"
+    with pytest.raises(CaptureError, match=r"dtype must be one of float32, fp32, .*, got 'int8'"):
+        placement("cpu", "int8")
+
+
+def test_input_device_is_the_embeddings_then_the_first_parameter() -> None:
+    emb = torch.nn.Embedding(3, 2).to(torch.device("meta"))
+
+    class WithEmbeddings(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)  # on the CPU
+            self.emb = emb
+
+        def get_input_embeddings(self) -> Any:
+            return self.emb
+
+    assert input_device(WithEmbeddings()).type == "meta"
+    assert input_device(torch.nn.Linear(2, 2).to(torch.device("meta"))).type == "meta"
+    assert input_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameter at all
+
+
+def test_load_model_refuses_before_loading_and_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(InputFileError, match="no such directory") as info:
+        load_model(tmp_path / "absent")
+    assert info.value.path == str(tmp_path / "absent")
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(InputFileError, match="is not a directory"):
+        load_model(f)
+    with pytest.raises(InputFileError, match=r"not a model directory: no config\.json"):
+        load_model(tmp_path)
+    pytest.importorskip("gguf")
+    with pytest.raises(CaptureError, match="--gguf takes a file name inside"):
+        load_model(tmp_path, gguf="../x.gguf")
+    with pytest.raises(InputFileError, match="no such GGUF file") as info:
+        load_model(tmp_path, gguf="m.gguf")
+    assert info.value.path == str(tmp_path / "m.gguf")
+
+
+def test_shift_right_is_the_start_token_then_the_ids_but_the_last() -> None:
+    ids = torch.tensor([[5, 6, 7], [8, 9, 0]])
+    start = SimpleNamespace(decoder_start_token_id=3, pad_token_id=1)
+    assert _shift_right(start, ids).tolist() == [[3, 5, 6], [3, 8, 9]]
+    assert _shift_right(SimpleNamespace(pad_token_id=1), ids)[:, 0].tolist() == [1, 1]
+    assert _shift_right(SimpleNamespace(), ids)[:, 0].tolist() == [0, 0]
+    assert ids.tolist() == [[5, 6, 7], [8, 9, 0]]  # the input is not changed
+
+
+class _Recorder(torch.nn.Module):
+    """A model that records each call's keyword arguments."""
+
+    def __init__(self, vocab: int = 16) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, 2)
+        self.calls: list[dict[str, Any]] = []
+        self.config = SimpleNamespace(vocab_size=vocab, decoder_start_token_id=0)
+
+    def get_input_embeddings(self) -> Any:
+        return self.emb
+
+    def forward(self, **kw: Any) -> None:
+        assert not torch.is_grad_enabled()
+        self.calls.append(kw)
+
+
+def test_forward_gives_an_encoder_decoder_the_shifted_ids() -> None:
+    model = _Recorder()
+    ids, mask = torch.tensor([[4, 5, 6]]), torch.tensor([[1, 1, 0]])
+    forward(model, "causal", ids, mask, torch.device("cpu"))
+    forward(model, "encoder-decoder", ids, mask, torch.device("cpu"))
+    causal, seq2seq = model.calls
+    assert set(causal) == {"input_ids", "attention_mask"}
+    assert seq2seq["decoder_input_ids"].tolist() == [[0, 4, 5]]
+    assert seq2seq["decoder_attention_mask"].tolist() == [[1, 1, 0]]
+
+
+class _Tok:
+    """Word ids of a fixed vocabulary, right padded with 0, as a HF tokenizer returns them."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+
+    def __call__(self, texts: list[str], max_length: int | None = None, **_: Any) -> Any:
+        rows = [[self.vocab[w] for w in t.split()][:max_length] for t in texts]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int64)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        return {"input_ids": ids, "attention_mask": mask}
+
+
+def _loaded(vocab_size: int = 16) -> LoadedModel:
+    tok = _Tok({w: i + 1 for i, w in enumerate(WORDS)})
+    return LoadedModel(_Recorder(vocab_size), tok, "rec", "hand-built")
+
+
+def test_run_texts_counts_the_real_tokens_of_every_batch() -> None:
+    loaded = _loaded()
+    texts = ["the quick brown fox", "hello", "lazy dog", "the fox jumps over", "dog"]
+    seen: list[int] = []
+    total = run_texts(loaded, texts, batch_size=2, progress=seen.append)
+    assert total == sum(len(t.split()) for t in texts) == 12
+    assert seen == [2, 4, 5] and len(loaded.model.calls) == 3
+    assert [c["input_ids"].shape[0] for c in loaded.model.calls] == [2, 2, 1]
+    truncated = _loaded()
+    assert run_texts(truncated, texts, max_tokens=2, batch_size=8) == 2 + 1 + 2 + 2 + 1
+    assert [list(b) for b in batches(texts, 2)] == [texts[:2], texts[2:4], texts[4:]]
+
+
+def test_run_texts_refusals() -> None:
+    with pytest.raises(CaptureError, match="no text to run"):
+        run_texts(_loaded(), [])
+    # "hello" is id 9: a model with 9 token ids does not have it
+    with pytest.raises(CaptureError, match="token id 9 >= the model's vocab_size 9"):
+        run_texts(_loaded(vocab_size=9), ["the fox", "hello"])
+    empty = LoadedModel(_Recorder(), lambda texts, **kw: {
+        "input_ids": torch.zeros((len(texts), 0), dtype=torch.int64),
+        "attention_mask": torch.zeros((len(texts), 0), dtype=torch.int64),
+    }, "e", "hand-built")  # fmt: skip
+    with pytest.raises(CaptureError, match="a text produced no tokens"):
+        run_texts(empty, ["x"])
