@@ -29,7 +29,7 @@ D = 4
 
 
 def _rms(name: str, eps: float | None, x: str = "x", y: str = "y") -> Any:
-    attrs = {} if eps is None else {"epsilon": eps}
+    attrs: dict[str, Any] = {} if eps is None else {"epsilon": eps}
     return helper.make_node("RMSNormalization", [x, "w"], [y], name=name, **attrs)
 
 

@@ -83,7 +83,7 @@ def _figures(acc: LayerAccumulator) -> dict[str, Any]:
 
 def _data(dtype: type, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    q = (10.0 ** rng.uniform(-9, 3, n)).astype(dtype)
+    q: np.ndarray = (10.0 ** rng.uniform(-9, 3, n)).astype(dtype)
     q[rng.choice(n, 9, replace=False)] = 0.0
     q[rng.choice(n, 4, replace=False)] = np.nan
     q[rng.choice(n, 3, replace=False)] = np.inf
