@@ -7,6 +7,7 @@ the analysis at the safe eps itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -24,7 +25,14 @@ from rmsnorm_eps.compare.analysis import compare_dump
 from rmsnorm_eps.reports import render
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.schema import load_schema
-from rmsnorm_eps.safe_eps import margin_decades, safe_eps
+from rmsnorm_eps.safe_eps import (
+    apply_zero_rule,
+    margin_decades,
+    model_safe_eps,
+    passes_at,
+    safe_eps,
+    safe_eps_note,
+)
 
 R1 = float(numerics.min_ratio(0.01))
 
@@ -175,3 +183,109 @@ def test_compare_says_whether_the_target_is_within(
     assert doc["summary"]["within_safe_eps"] is False
     assert [ly["within_safe_eps"] for ly in doc["layers"]] == [False, True]
     assert doc["safe_eps_bound"]["min_ratio"] == R1
+
+
+# --- the module's own helpers, on a hand-made layer type -------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    """The fields :mod:`rmsnorm_eps.safe_eps` reads, with the position split."""
+
+    eps: float
+    zero_count: int
+    min_pos_q: float | None
+    safe_eps: float | None
+    zeros_violate: bool = False
+    first_token: _Layer | None = None
+    other_tokens: _Layer | None = None
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        return margin_decades(self.safe_eps, self.eps)
+
+    @property
+    def safe_eps_note(self) -> str:
+        return safe_eps_note(
+            zeros_violate=self.zeros_violate,
+            zero_count=self.zero_count,
+            has_pos=self.min_pos_q is not None,
+        )
+
+
+def test_passes_at_is_the_float_quotient_test_one_float_either_side() -> None:
+    q = 3.0e-5
+    e = q / R1  # plain float division: the quotient the bound is about
+    while q / e < R1:
+        e = math.nextafter(e, 0.0)
+    while q / math.nextafter(e, math.inf) >= R1:
+        e = math.nextafter(e, math.inf)
+    assert passes_at(q, e, R1) is True
+    assert passes_at(q, math.nextafter(e, 0.0), R1) is True
+    assert passes_at(q, math.nextafter(e, math.inf), R1) is False
+    assert safe_eps(q, R1) == e
+
+
+def test_safe_eps_at_the_ends_of_the_float_range() -> None:
+    # the largest q over a ratio of 1: the quotient is the largest double itself
+    big = 1.7976931348623157e308
+    assert safe_eps(big, 1.0) == big
+    # the smallest subnormal q over a ratio of 7: no positive eps passes (q / 5e-324 = 1 < 7)
+    assert safe_eps(5e-324, 7.0) is None
+    # ... but over a ratio of 1 the smallest eps does, and only it
+    assert safe_eps(5e-324, 1.0) == 5e-324
+    # a nonfinite or non-positive ratio gives no bound
+    assert safe_eps(1.0, math.nan) is None and safe_eps(1.0, -1.0) is None
+    assert safe_eps(math.nan, R1) is None and safe_eps(-1.0, R1) is None
+
+
+def test_margin_decades_is_log10_of_the_quotient() -> None:
+    assert margin_decades(1e-9, 1e-6) == pytest.approx(-3.0, abs=1e-12)
+    assert margin_decades(2.5e-4, 2.5e-4) == 0.0
+    assert margin_decades(7e-3, 1e-5) == pytest.approx(math.log10(700.0), abs=1e-12)
+
+
+def test_safe_eps_note_names_why_there_is_none() -> None:
+    assert safe_eps_note(zeros_violate=False, zero_count=3, has_pos=True) == ""
+    assert safe_eps_note(zeros_violate=True, zero_count=0, has_pos=True) == ""
+    assert safe_eps_note(zeros_violate=True, zero_count=1, has_pos=True).startswith(
+        "none: zero vectors"
+    )
+    assert "--zero-is-violation" in safe_eps_note(zeros_violate=True, zero_count=1, has_pos=False)
+    assert safe_eps_note(zeros_violate=False, zero_count=2, has_pos=False) == (
+        "any: no positive finite q"
+    )
+
+
+def test_model_safe_eps_is_the_minimum_over_bounded_layers() -> None:
+    a = _Layer(eps=1e-6, zero_count=0, min_pos_q=1e-3, safe_eps=2e-5)
+    b = _Layer(eps=1e-5, zero_count=0, min_pos_q=1e-2, safe_eps=3e-5)
+    free = _Layer(eps=1e-6, zero_count=4, min_pos_q=None, safe_eps=None)
+    safe, margin, note = model_safe_eps((a, free, b))
+    assert safe == 2e-5 and note == ""
+    # the margin is the minimum of the margins (b's: log10 3), not a's (log10 20), whose safe
+    # eps is the minimum
+    assert margin == pytest.approx(math.log10(3.0), abs=1e-12)
+    assert model_safe_eps((free,)) == (None, None, "any: no positive finite q")
+    assert model_safe_eps(()) == (None, None, "any: no positive finite q")
+    blocked = _Layer(eps=1e-6, zero_count=1, min_pos_q=1.0, safe_eps=None, zeros_violate=True)
+    safe, margin, note = model_safe_eps((a, blocked, b))
+    assert (safe, margin) == (None, None) and note.startswith("none: zero vectors")
+
+
+def test_apply_zero_rule_clears_the_safe_eps_of_layers_with_zeros_and_their_splits() -> None:
+    first = _Layer(eps=1e-6, zero_count=2, min_pos_q=1e-3, safe_eps=2e-5)
+    other = _Layer(eps=1e-6, zero_count=0, min_pos_q=1e-2, safe_eps=2e-4)
+    layer = _Layer(
+        eps=1e-6, zero_count=2, min_pos_q=1e-3, safe_eps=2e-5, first_token=first, other_tokens=other
+    )
+    assert apply_zero_rule(layer, False) is layer
+    out = apply_zero_rule(layer, True)
+    assert out.zeros_violate and out.safe_eps is None
+    assert out.first_token is not None and out.other_tokens is not None
+    assert out.first_token.zeros_violate and out.first_token.safe_eps is None
+    # the split without zero vectors keeps its safe eps, now under the rule
+    assert out.other_tokens.zeros_violate and out.other_tokens.safe_eps == 2e-4
+    assert layer.safe_eps == 2e-5 and not layer.zeros_violate  # the input is unchanged
+    no_zeros = apply_zero_rule(_Layer(eps=1e-6, zero_count=0, min_pos_q=1.0, safe_eps=0.02), True)
+    assert no_zeros.safe_eps == 0.02 and no_zeros.first_token is None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rmsnorm_eps.reports import Format, RenderOptions, UnsupportedResult, render
-from rmsnorm_eps.reports.checks import CheckReport
+from rmsnorm_eps.reports.checks import Check, CheckReport, Rule
 from rmsnorm_eps.reports.interface import (
     ChecksRole,
     DocumentRole,
@@ -20,10 +20,20 @@ from rmsnorm_eps.reports.interface import (
     TextRole,
     formats_of,
 )
-from rmsnorm_eps.reports.registry import REPORTERS, WRITERS, reporter_class, supported_formats
+from rmsnorm_eps.reports.options import CHECK_FORMATS
+from rmsnorm_eps.reports.registry import (
+    ALL_FORMATS,
+    CHECK_WRITERS,
+    REPORTERS,
+    WRITERS,
+    command_of,
+    reporter_class,
+    reporter_for,
+    supported_formats,
+)
 from tests.test_reports_golden import CASES as GOLDEN_CASES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Commands without golden files: one cheap run each, every format.
 CASES: dict[str, tuple[str, ...]] = {
@@ -130,3 +140,98 @@ def test_each_writer_calls_its_role() -> None:
 def test_unknown_format_name_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown format 'yaml'"):
         render(object(), "yaml")
+
+
+# ----------------------------------------------------------------------------- command_of
+class _Ratio:
+    command = "ratio"
+
+    def __init__(self, shards: tuple[str, ...] = ()) -> None:
+        self.shards = shards
+
+
+class _Nameless:
+    pass
+
+
+class _Unknown:
+    command = "nope"
+
+
+def test_command_of_reads_the_type_and_a_ratio_of_shards_is_a_merge() -> None:
+    assert command_of(_Ratio()) == "ratio"
+    assert command_of(_Ratio(("a.json", "b.json"))) == "merge"
+    assert command_of((_Ratio(), _Ratio())) == "ratio"  # a tuple: its items' command
+    for bad in (_Nameless(), _Unknown(), (), object()):
+        with pytest.raises(UnsupportedResult, match="no reporter for"):
+            command_of(bad)
+
+
+def test_reporter_for_makes_the_commands_class_with_the_options() -> None:
+    opts = RenderOptions(width=51)
+    reporter = reporter_for(_Ratio(("s0",)), opts)
+    assert type(reporter) is reporter_class("merge") is reporter_class("ratio")
+    assert reporter.options is opts
+
+
+def test_each_registry_line_names_a_module_and_class_of_reports_commands() -> None:
+    for command, target in REPORTERS.items():
+        module, sep, name = target.partition(":")
+        assert sep == ":" and module and name, command
+        cls = reporter_class(command)
+        assert (cls.__module__, cls.__name__) == (f"rmsnorm_eps.reports.commands.{module}", name)
+
+
+def test_supported_formats_are_the_roles_formats() -> None:
+    for command in REPORTERS:
+        assert supported_formats(command) == {f.value for f in formats_of(reporter_class(command))}
+    every = set(ALL_FORMATS)
+    no_checks = {"probe", "config show", "defaults"}
+    for command in set(REPORTERS) - no_checks:  # (bound: its ratio table refuses checks itself)
+        assert supported_formats(command) == every, command
+    for command in no_checks:
+        assert supported_formats(command) == {"text", "json"}, command
+
+
+def test_every_format_has_a_writer_and_every_check_format_a_check_writer() -> None:
+    assert set(WRITERS) == set(Format)
+    assert set(CHECK_WRITERS) == CHECK_FORMATS
+    assert ALL_FORMATS == ("text", "json", "markdown", "github", "junit", "sarif")
+
+
+def test_check_writers_call_their_formats_module() -> None:
+    """Each check writer's output is that format module's ``render_checks`` of the report."""
+    from rmsnorm_eps.reports.formats import github, junit, markdown, sarif
+
+    report = CheckReport(
+        "fake",
+        "a fake",
+        "d.npz",
+        "layer",
+        (Rule("fake/r", "r", "the rule"),),
+        (Check("fake/r", "l", False, "error", "bad"),),
+        False,
+        "1 violation(s)",
+    )
+    modules = {
+        Format.MARKDOWN: markdown,
+        Format.GITHUB: github,
+        Format.JUNIT: junit,
+        Format.SARIF: sarif,
+    }
+    outputs = set()
+    for fmt, module in modules.items():
+        out = CHECK_WRITERS[fmt](report)
+        assert out == module.render_checks(report), fmt
+        assert render(report, fmt) == out  # a check report renders as it is
+        outputs.add(out)
+    assert len(outputs) == 4
+    with pytest.raises(UnsupportedResult, match="text format cannot render a check report"):
+        render(report, Format.TEXT)
+
+
+def test_a_check_writer_on_a_reporter_without_the_role_is_refused() -> None:
+    with pytest.raises(UnsupportedResult, match="sarif format is not available for _TextOnly"):
+        WRITERS[Format.SARIF](_TextOnly(), _Result())
+    with pytest.raises(UnsupportedResult, match="json format is not available"):
+        WRITERS[Format.JSON](_TextOnly(), _Result())

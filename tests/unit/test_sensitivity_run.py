@@ -1,0 +1,228 @@
+"""sensitivity/run.py: ``measure`` on a hand-built causal model (an embedding, two residual
+blocks each with a torch.nn.RMSNorm, a final RMSNorm, a head; no attention, so each token's
+logits depend on that token alone), checked against KL, min q/eps and perplexity computed here
+by running the same model with its eps attributes set by hand; the refusals; and the pure
+helpers (the sweep, the rows' order and shares, the suggestion's walk, the configured eps)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rmsnorm_eps.capture.errors import CaptureError  # noqa: E402
+from rmsnorm_eps.sensitivity.result import Change, Metrics  # noqa: E402
+from rmsnorm_eps.sensitivity.run import (  # noqa: E402
+    SWEEP_FACTORS,
+    MeasureOptions,
+    _configured_eps,
+    _rows,
+    _suggest,
+    measure,
+)
+
+V, D = 11, 8
+EPS = 1e-2  # large beside the embeddings' q, so an eps change moves the logits
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(D, eps=EPS)
+        self.mlp = torch.nn.Linear(D, D)
+
+    def forward(self, x: Any) -> Any:
+        return x + self.mlp(self.norm(x))
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(V, D)
+        with torch.no_grad():
+            self.embed.weight.mul_(0.05)  # q ~ 2.5e-3: below eps
+        self.layers = torch.nn.ModuleList([_Block(), _Block()])
+        self.norm = torch.nn.RMSNorm(D, eps=EPS)
+        self.head = torch.nn.Linear(D, V)
+        self.config = SimpleNamespace(vocab_size=V)
+
+    def get_input_embeddings(self) -> Any:
+        return self.embed
+
+    def forward(self, input_ids: Any, attention_mask: Any = None, use_cache: bool = False) -> Any:
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return SimpleNamespace(logits=self.head(self.norm(x)))
+
+
+def _tokenizer(texts: list[str], **_: Any) -> dict[str, list[list[int]]]:
+    return {"input_ids": [[1 + (ord(c) % (V - 1)) for c in t] for t in texts]}
+
+
+TEXTS = ["hello world", "abc", "a longer line of text"]
+
+
+def _loaded(model: Any = None, family: str = "causal", pad: int | None = 0) -> Any:
+    return SimpleNamespace(
+        family=family,
+        model=_Tiny().eval() if model is None else model,
+        tokenizer=_Tok(pad),
+        name="tiny",
+        source="hand-built",
+    )
+
+
+class _Tok:
+    def __init__(self, pad: int | None) -> None:
+        self.pad_token_id = pad
+
+    def __call__(self, texts: list[str], **kw: Any) -> dict[str, list[list[int]]]:
+        return _tokenizer(texts, **kw)
+
+
+def _by_hand(model: Any, eps: dict[str, float]) -> list[Any]:
+    """Each text's float64 log-softmax with the named norms' eps set by hand."""
+    mods = dict(model.named_modules())
+    old = {n: mods[n].eps for n in eps}
+    try:
+        for n, e in eps.items():
+            mods[n].eps = e
+        with torch.no_grad():
+            out = []
+            for row in _tokenizer(TEXTS)["input_ids"]:
+                logits = model(torch.tensor([row])).logits[0]
+                out.append(torch.log_softmax(logits.double(), dim=-1))
+            return out
+    finally:
+        for n, e in old.items():
+            mods[n].eps = e
+
+
+def _kl(base: list[Any], new: list[Any]) -> tuple[float, float]:
+    """Mean KL(base || new) at positions >= 1 and at position 0."""
+    rest = [(b.exp() * (b - n)).sum(-1)[1:] for b, n in zip(base, new, strict=True)]
+    first = [(b.exp() * (b - n)).sum(-1)[0] for b, n in zip(base, new, strict=True)]
+    return float(torch.cat(rest).mean()), float(torch.stack(first).mean())
+
+
+NAMES = ("layers.0.norm", "layers.1.norm", "norm")
+
+
+def test_measure_equals_the_model_run_by_hand() -> None:
+    loaded = _loaded()
+    model = loaded.model
+    change = Change("eps=0.1", None, "eps=0.1", True)
+    res = measure(loaded, TEXTS, [change], per_norm=True, per_role=True, batch_size=2)
+    # the norms, where each runs (decoder layers finished) and its role
+    assert [(n.name, n.layer, n.role, n.eps) for n in res.norms] == [
+        ("layers.0.norm", 0, "other", EPS),
+        ("layers.1.norm", 1, "other", EPS),
+        ("norm", 2, "final", EPS),
+    ]
+    # min q/eps of the first norm: its input is the embedding of each real token
+    ids = sorted({i for row in _tokenizer(TEXTS)["input_ids"] for i in row})
+    q = model.embed.weight.detach().double()[ids].pow(2).mean(-1)
+    assert res.norms[0].min_q_over_eps == pytest.approx(float(q.min()) / EPS, rel=1e-5)
+    base = _by_hand(model, {})
+    kl, kl_first = _kl(base, _by_hand(model, dict.fromkeys(NAMES, 0.1)))
+    (result,) = res.changes
+    assert result.all.kl == pytest.approx(kl, rel=1e-9) and kl > 0
+    assert result.all.kl_first == pytest.approx(kl_first, rel=1e-9)
+    n = sum(len(t) for t in TEXTS)
+    assert (result.all.tokens, result.all.tokens_first) == (n - 3, 3)
+    assert res.tokens == n and res.texts == 3
+    # one norm alone: the row of layers.1.norm is the model with only that eps changed
+    rows = {r.name: r for r in result.per_norm}
+    one, _ = _kl(base, _by_hand(model, {"layers.1.norm": 0.1}))
+    assert rows["layers.1.norm"].kl == pytest.approx(one, rel=1e-9)
+    assert not rows["layers.1.norm"].estimated
+    assert sum(r.share for r in result.per_norm if r.share is not None) == pytest.approx(1.0)
+    kls = [r.kl for r in result.per_norm]
+    assert kls == sorted(kls, reverse=True)  # type: ignore[type-var]
+    assert {r.name for r in result.per_role} == {"other", "final"}
+    # the base perplexity: exp of the mean NLL of every next real token
+    nll = [-b[t, row[t + 1]] for b, row in zip(base, _tokenizer(TEXTS)["input_ids"], strict=True)
+           for t in range(len(row) - 1)]  # fmt: skip
+    assert res.perplexity_base == pytest.approx(math.exp(float(torch.stack(nll).mean())), rel=1e-9)
+    assert res.passes.layers == 2 and res.passes.batches == 2
+
+
+def test_changing_to_the_same_eps_changes_nothing_bit_for_bit() -> None:
+    res = measure(_loaded(), TEXTS, [Change("same", None, f"eps={EPS!r}", True)])
+    m = res.changes[0].all
+    assert m.kl == 0.0 and m.max_abs_logit_change == 0.0 and m.top1_agreement == 1.0
+
+
+def test_refusals() -> None:
+    with pytest.raises(CaptureError, match="needs a causal language model, not an encoder"):
+        measure(_loaded(family="encoder"), TEXTS, [])
+    with pytest.raises(CaptureError, match="no text to run"):
+        measure(_loaded(), [], [])
+    with pytest.raises(CaptureError, match="exact_top must be >= 1"):
+        measure(_loaded(), TEXTS, [], exact_top=0)
+    small = _Tiny()
+    small.config.vocab_size = 5
+    with pytest.raises(CaptureError, match=r"token id \d+ >= the model's vocab_size 5"):
+        measure(_loaded(small), TEXTS, [])
+    with pytest.raises(CaptureError, match="2 batch\\(es\\) cannot be shared by 3 ranks"):
+        measure(_loaded(), TEXTS, [], batch_size=2, world=3)
+
+
+def test_the_sweep_is_half_decades_without_the_configured_eps() -> None:
+    assert len(SWEEP_FACTORS) == 12 and 1.0 not in SWEEP_FACTORS
+    assert SWEEP_FACTORS[0] == pytest.approx(1e-3) and SWEEP_FACTORS[-1] == pytest.approx(1e3)
+    steps = [b / a for a, b in itertools.pairwise(SWEEP_FACTORS)]
+    assert steps[5] == pytest.approx(10.0)  # across the gap left by 1
+    assert all(s == pytest.approx(math.sqrt(10.0)) for i, s in enumerate(steps) if i != 5)
+    assert MeasureOptions().batch_size == 8 and MeasureOptions().world == 1
+
+
+def _m(kl: float | None, top1: float | None = 1.0) -> Metrics:
+    return Metrics(kl, kl, top1, top1, 0.0, 0.0, None, 10, 2)
+
+
+def test_rows_exact_first_by_kl_then_estimates_with_shares() -> None:
+    names = [("a", "input", 5.0), ("b", "input", None), ("c", "final", 1.0), ("d", "q/k", 2.0)]
+    exact = {(0, "norm", "a"): _m(0.1), (0, "norm", "c"): _m(0.3), (0, "norm", "d"): _m(math.nan)}
+    rows = _rows(0, "norm", names, exact, {"b": 0.6})
+    assert [(r.name, r.estimated) for r in rows] == [
+        ("c", False),
+        ("a", False),
+        ("d", False),  # a NaN KL sorts after every number
+        ("b", True),
+    ]
+    total = 0.3 + 0.1 + 0.6  # the NaN is not in the total
+    assert [r.share for r in rows[:2]] == [pytest.approx(0.3 / total), pytest.approx(0.1 / total)]
+    assert rows[3].share == pytest.approx(0.6 / total) and rows[3].metrics is None
+    assert rows[1].min_q_over_eps == 5.0 and rows[1].role == "input"
+    # without estimates only the exact rows; with no KL total no share
+    assert [r.name for r in _rows(0, "norm", names, exact, None)] == ["c", "a", "d"]
+    zero = _rows(0, "norm", names[:1], {(0, "norm", "a"): _m(0.0)}, None)
+    assert zero[0].share is None
+
+
+def test_the_suggestion_walks_until_the_first_failing_point() -> None:
+    eps0 = 1e-5
+    kl = {f: 10 ** (abs(math.log10(f)) - 3) for f in SWEEP_FACTORS}  # grows away from eps0
+    exact = {(-1, "model", repr(eps0 * f)): _m(kl[f]) for f in SWEEP_FACTORS}
+    s = _suggest("model", eps0, exact, 0.01, None)
+    # kl <= 0.01 while |log10 f| <= 1: from eps0 / 10 to eps0 * 10
+    assert s.largest == pytest.approx(eps0 * 10) and s.smallest == pytest.approx(eps0 / 10)
+    assert [p[0] for p in s.points] == sorted(eps0 * f for f in SWEEP_FACTORS)
+    # a failing top-1 next to eps0 stops the walk there
+    exact[(-1, "model", repr(eps0 * SWEEP_FACTORS[6]))] = _m(0.0, top1=0.5)
+    s = _suggest("model", eps0, exact, 0.01, 0.9)
+    assert s.largest == eps0 and s.smallest == pytest.approx(eps0 / 10)
+
+
+def test_the_configured_eps_is_the_most_common_then_the_smallest() -> None:
+    assert _configured_eps([1e-5, 1e-6, 1e-5]) == 1e-5
+    assert _configured_eps([1e-5, 1e-6]) == 1e-6
+    assert _configured_eps([3e-4]) == 3e-4
