@@ -29,11 +29,17 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
             import numpy as np
 
             short = str(np.float16(norm.eps))
-        rounded = (
-            f"eps rounded to {norm.eps_dtype}"
-            if norm.eps_dtype in ("float16", "bfloat16") or "Cast to float16" in norm.eps_where
-            else ""
+        # the narrowest dtype eps went through: a Cast to float16 then up to float32 rounded
+        # it to float16's precision, whatever dtype it is added in
+        through = next(
+            (
+                t
+                for t in ("float16", "bfloat16")
+                if t == norm.eps_dtype or f"Cast to {t}" in norm.eps_where
+            ),
+            None,
         )
+        rounded = f"eps rounded to {through}" if through is not None else ""
         eps = Resolved(
             norm.eps,
             at(f"{key}: {norm.eps_where}", rounded),

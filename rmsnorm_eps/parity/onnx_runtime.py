@@ -263,7 +263,7 @@ def _measure(
         elif abs(inf.eps - want) > rel_tol * want:
             findings.append(
                 f"effective eps {inf.eps:.6g} differs from the {label} {want:.6g} "
-                f"by {abs(inf.eps - want) / want:.1%} (> {rel_tol:.0%})"
+                f"by {abs(inf.eps - want) / want:.1%} (> {100 * rel_tol:g}%)"
             )
     if inf.placement not in ("undetermined", norm.placement) and norm.norm != "layer":
         findings.append(f"placement measured {inf.placement}, the graph's is {norm.placement}")

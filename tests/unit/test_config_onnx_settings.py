@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pytest
 
 from rmsnorm_eps.config.onnx_nodes import GraphNorm
 from rmsnorm_eps.config.onnx_settings import _settings, _sibling_notes
@@ -65,12 +64,6 @@ def test_a_float64_eps_has_no_storage_note() -> None:
     assert (eps.value, eps.stored, eps.short, eps.provenance.note) == (1e-6, None, None, "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an eps cast to float16 and back up to float32 (a float16 model adding in "
-    "float32) is noted 'eps rounded to float32', the dtype of the last Cast, though the "
-    "rounding that changed it was float16's",
-)
 def test_an_eps_rounded_through_float16_names_float16() -> None:
     v = float(np.float16(1e-6))
     where = "behind a Cast to float32 of behind a Cast to float16 of initializer 'e'"

@@ -132,11 +132,6 @@ def test_text_one_line_per_norm_escaped_and_verdict() -> None:
     assert "\x1b" not in out and "##[" not in out and len(lines) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the verdict rounds --eps-rtol to a whole percent ({rel_tol:.0%}), so a "
-    "tolerance in (0, 0.005], which the CLI accepts, reads 'within 0% of the stored eps'",
-)
 @pytest.mark.parametrize("rel_tol", [0.001, 0.004])
 def test_verdict_states_the_tolerance_it_applied(rel_tol: float) -> None:
     report = checks(replace(_report(GOOD), rel_tol=rel_tol))

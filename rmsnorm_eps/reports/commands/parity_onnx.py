@@ -91,7 +91,7 @@ def _verdict(r: OnnxParityReport) -> str:
     if not r.norms:
         return "no norm measured"
     if r.passed:
-        return f"every norm's effective eps within {r.rel_tol:.0%} of the stored eps"
+        return f"every norm's effective eps within {100 * r.rel_tol:g}% of the stored eps"
     return f"{r.findings} of {len(r.norms)} norm(s) run a different eps than stored or configured"
 
 
