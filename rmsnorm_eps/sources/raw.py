@@ -6,9 +6,19 @@ members, and equally safetensors tensors (``data_offset`` = 8 + header length + 
 begin offset) and the stored members of a ``torch.save`` zip. A reader for such a format only
 parses its header and builds these; the streaming is here.
 
-Data are read with ``readinto`` into one reused buffer, so the resident memory of a run does not
-grow with the file (a memory map would: every touched page counts toward RSS). With threads and
-an in-place source (``data_offset`` set), chunks are read with ``os.preadv`` in parallel.
+A source read in place (``data_offset`` set: a plain file, a stored zip member) is mapped a
+window of :data:`MAP_WINDOW` bytes at a time (``MAP_POPULATE``: the kernel maps the window's
+pages in one call) and its chunks are views of the window: nothing is copied out of the page
+cache, which was most of the time of a warm read (1 GiB of float32: 0.14 s mapped against
+0.22 s read into a buffer, benchmarks/bench_stream.py). Each window is unmapped when its last
+view goes, so resident memory stays bounded by a window or two whatever the file's size. A
+file shorter than its header says is read the buffered way, which reports where it ends. Other
+sources (compressed members, platforms without ``MAP_POPULATE``) are read with ``readinto``
+into one reused buffer. With ``threads`` > 1 and an in-place source, chunks are read with
+``os.preadv`` in parallel instead.
+
+A mapped file that another process truncates *while* it is read raises SIGBUS (the process
+ends), as with any memory map; a file that is short before the read starts is an error line.
 
 Why one module: the sequential, positioned-parallel and ranged readers share one buffer and
 CRC discipline; split, each would re-state the same invariants.
@@ -17,6 +27,7 @@ CRC discipline; split, each would re-state the same invariants.
 from __future__ import annotations
 
 import lzma
+import mmap
 import os
 import zipfile
 import zlib
@@ -59,6 +70,12 @@ STORED_AS = ("bfloat16",)
 
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
+
+#: Bytes of a file mapped at a time when a source is read in place (whole chunks; measured:
+#: 8 MiB windows 0.16 s, 32 MiB 0.14 s, 256 MiB 0.13 s for 1 GiB of float32, warm cache).
+MAP_WINDOW = 1 << 25
+
+_POPULATE: int | None = getattr(mmap, "MAP_POPULATE", None)  # Linux
 
 _FLOAT_KINDS = {"float16", "float32", "float64"}
 
@@ -132,19 +149,21 @@ def check_float_dtype(
 
 
 def default_threads() -> int:
-    """Worker threads used when none are asked for: 2 when a second CPU is free now, else 1.
+    """Worker threads used when none are asked for: one where sources are mapped (Linux),
+    else 2 when a second CPU is free now, else 1.
 
-    The rule follows measurements (benchmarks/bench_stream.py, whole processes on N x 4096
-    dumps): on the idle 2-CPU development machine two threads read 1 GiB of float32 in
-    0.214 s against 0.264 s with one (4 GiB: 0.374 s against 0.428 s); on the same machine
-    shared with other work (load average about 4) two threads are slower than one (4 GiB:
-    2.09 s against 1.83 s; 1 GiB in-process, same run: 0.44 s against 0.35 s), because the
-    second thread only waits for a CPU and adds the hand-off. More than two never helped: the
-    copy out of the page cache and the kernels saturate memory bandwidth with two. So: the
-    CPUs this process may use, less the 1-minute load average (``os.getloadavg``: the CPUs
-    the rest of the machine keeps busy), rounded down, capped at 2, at least 1.
+    Measured (benchmarks/bench_stream.py, N x 4096 float32, warm page cache, idle 2-CPU
+    machine): one thread reading a mapped file does 1 GiB in 0.14 s, where two threads reading
+    with ``os.preadv`` took 0.21 s and one reading into a buffer 0.26 s: the copy out of the
+    page cache was the cost that a second thread shared, and a map has no copy. Without
+    ``MAP_POPULATE`` the earlier rule holds: two threads were faster than one on an idle
+    machine (0.214 s against 0.264 s) and slower on a busy one (load average about 4: 2.09 s
+    against 1.83 s for 4 GiB), so the CPUs this process may use, less the 1-minute load
+    average, rounded down, capped at 2, at least 1 (:func:`threads_for`).
     ``--threads N`` overrides it.
     """
+    if _POPULATE is not None:
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -304,12 +323,94 @@ class RawArraySource:
     def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, values)``: consecutive 1-D runs of stored elements in file order.
 
-        ``values`` is a native-byte-order view into a reused buffer (valid until the next
-        iteration): copy what you keep. ``start`` is the position of ``values[0]`` in file order.
+        ``values`` is a native-byte-order, read-only array, valid until the next iteration
+        (a view of a reused buffer or of a mapped window): copy what you keep. ``start`` is the
+        position of ``values[0]`` in file order.
         """
+        per = max(1, min(elems_per_chunk, self.size))
+        mapped = self._mapped(per) if self.data_offset is not None else None
+        if mapped is None:
+            yield from self._read_chunks(per)
+        else:
+            yield from mapped
+
+    def _mapped(self, per: int) -> Iterator[tuple[int, np.ndarray]] | None:
+        """:meth:`iter_elements` of a source read in place, by mapped windows (module
+        docstring); None where the file cannot be mapped or is shorter than its header says
+        (then it is read into a buffer, which says where it ends)."""
+        if _POPULATE is None or self.data_offset is None or self.size == 0:
+            return None
+        try:
+            stream = self._open()  # a stored member: the archive's own open file
+        except InputFileError:
+            return None  # the buffered reader reports it
+        try:
+            fd = stream.fileno()
+            item = self._read_dtype.itemsize
+            if os.fstat(fd).st_size < self.data_offset + self.size * item:
+                stream.close()
+                return None
+            first = self._map(fd, 0, min(self.size, per))
+        except (OSError, ValueError):
+            stream.close()
+            return None
+        return self._windows(stream, per, first)
+
+    def _map(self, fd: int, start: int, count: int) -> np.ndarray:
+        """Elements ``start`` to ``start + count`` of the file, mapped (read-only)."""
+        assert self.data_offset is not None and _POPULATE is not None
+        dtype = self._read_dtype
+        byte0 = self.data_offset + start * dtype.itemsize
+        base = byte0 - byte0 % mmap.ALLOCATIONGRANULARITY
+        length = byte0 + count * dtype.itemsize - base
+        mm = mmap.mmap(
+            fd, length, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ, offset=base
+        )
+        return np.frombuffer(mm, dtype=dtype, count=count, offset=byte0 - base)
+
+    def _windows(
+        self, stream: IO[bytes], per: int, first: np.ndarray
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """The chunks of every window, the first one (``first``, one chunk) already mapped; the
+        CRC-32 of a stored member is checked before a window's chunks are used, as zipfile
+        checks it before the end of a member is read."""
+        dtype = self._read_dtype
+        native = dtype.newbyteorder("=") if not dtype.isnative else None
+        total = self.size
+        step = max(per, MAP_WINDOW // (per * dtype.itemsize) * per)
+        fd = stream.fileno()
+        crc = None
+        try:
+            if self.member_crc is not None and self.member_suffix is not None:
+                assert self.data_offset is not None
+                crc = zlib.crc32(os.pread(fd, self.skip, self.data_offset - self.skip))
+            start = 0
+            window: np.ndarray | None = first
+            while start < total:
+                n = min(per if start == 0 else step, total - start)
+                if window is None:
+                    try:
+                        window = self._map(fd, start, n)
+                    except (OSError, ValueError) as exc:
+                        raise InputFileError(
+                            self.path, f"cannot read data: {exc}", key=self.key
+                        ) from None
+                if crc is not None:
+                    crc = zlib.crc32(window.data.cast("B"), crc)
+                    if start + n >= total and crc != self.member_crc:
+                        raise self._bad_crc()
+                for s in range(0, n, per):
+                    chunk = window[s : s + per]
+                    yield start + s, chunk if native is None else chunk.byteswap().view(native)
+                window = None  # unmapped once the consumer has let go of its chunks too
+                start += n
+        finally:
+            stream.close()
+
+    def _read_chunks(self, per: int) -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`iter_elements` by ``readinto`` into one reused buffer."""
         dtype = self._read_dtype
         total = self.size
-        per = max(1, min(elems_per_chunk, total))
         buf = np.empty(per, dtype=dtype)
         raw = buf.data.cast("B")
         native = dtype.newbyteorder("=") if not dtype.isnative else None
