@@ -135,8 +135,8 @@ def ratio(
         typer.Option(
             "--threads",
             min=1,
-            help="Threads reading and computing chunks.",
-            show_default="2 when a second CPU is free, else 1",
+            help="Threads reading and computing chunks (more than 1: parallel positioned reads).",
+            show_default="1 where files are mapped (Linux); else 2 when a second CPU is free",
         ),
     ] = None,
     dtype: DumpDtypeOpt = None,
