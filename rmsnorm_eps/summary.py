@@ -35,6 +35,10 @@ __all__ = ["DECADE_MAX", "DECADE_MIN", "LayerAccumulator", "NegativeValue"]
 
 DECADE_MIN = -330
 DECADE_MAX = 308
+#: The lowest decade a positive q is counted in: the edges 1e-330 .. 1e-324 all read as 0.0 in
+#: float64, so the decades below -323 cannot be told apart; a positive q whose r = q/eps is
+#: below 1e-323 (q/eps may underflow to 0 there) counts in decade -324, whatever its chunk.
+_LOWEST = -324
 
 
 class NegativeValue(Exception):
@@ -208,19 +212,17 @@ class LayerAccumulator:
         if zeros == n:
             return
         pos_min = mn if mn > 0 else float(v[v > 0].min())
-        lo = _decade_of(pos_min / self.eps)
-        hi = _decade_of(mx / self.eps)
-        lo = max(DECADE_MIN, lo - 1)
-        hi = min(DECADE_MAX, hi + 1)
+        lo = max(_LOWEST, _decade_of(pos_min / self.eps) - 1)
+        hi = max(lo, min(DECADE_MAX, _decade_of(mx / self.eps) + 1))
         if n <= _SMALL_CHUNK:
             self._fold_decades_small(v, zeros, lo, hi, dtype)
             return
-        below = {lo: int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))}
-        while below[lo] > zeros and lo > DECADE_MIN:  # widen until the range is exact
+        below = {lo: int(np.count_nonzero(v < self._edge(lo, dtype)))}
+        while below[lo] > zeros and lo > _LOWEST:  # widen until the range is exact
             lo -= 1
-            below[lo] = int(np.count_nonzero(v < self._t(decade_edge(lo), dtype)))
+            below[lo] = int(np.count_nonzero(v < self._edge(lo, dtype)))
         for k in range(lo + 1, hi + 1):
-            below[k] = int(np.count_nonzero(v < self._t(decade_edge(k), dtype)))
+            below[k] = int(np.count_nonzero(v < self._edge(k, dtype)))
         # values with r >= 10**(hi+1) (only possible at the clamp) join the top decade
         below[hi + 1] = n
         for k in range(lo, hi + 1):
@@ -240,19 +242,27 @@ class LayerAccumulator:
             edges = self._edges(lo, hi, dtype)
             j = np.searchsorted(edges, v, side="right")
             counts = np.bincount(j, minlength=hi - lo + 2)
-            if counts[0] <= zeros or lo <= DECADE_MIN:  # widen until the range is exact
+            if counts[0] <= zeros or lo <= _LOWEST:  # widen until the range is exact
                 break
             lo -= 1
         for i in np.flatnonzero(counts[1:]).tolist():
             k = lo + i
             self.decades[k] = self.decades.get(k, 0) + int(counts[i + 1])
 
+    def _edge(self, k: int, dtype: np.dtype[Any]) -> Any:
+        """The smallest q (in ``dtype``) of decade ``k``; for decade :data:`_LOWEST`, whose
+        edge reads as 0.0, the smallest positive value (zeros are counted apart)."""
+        t = self._t(decade_edge(k), dtype)
+        if k <= _LOWEST and not t > 0:
+            return np.nextafter(dtype.type(0), dtype.type(1))
+        return t
+
     def _edges(self, lo: int, hi: int, dtype: np.dtype[Any]) -> np.ndarray:
         """The decade edges ``t_lo .. t_hi`` in ``dtype`` (cached like the thresholds)."""
         key = (self.eps, float(lo), f"{hi}{dtype.str}")
         edges = _THRESHOLDS.get(key)
         if edges is None:
-            edges = np.array([self._t(decade_edge(k), dtype) for k in range(lo, hi + 1)], dtype)
+            edges = np.array([self._edge(k, dtype) for k in range(lo, hi + 1)], dtype)
             if len(_THRESHOLDS) >= _CACHE_LIMIT:
                 _THRESHOLDS.clear()
             _THRESHOLDS[key] = edges

@@ -210,12 +210,6 @@ def test_a_quotient_beyond_float64_falls_in_the_top_bin() -> None:
     assert acc.decades == {DECADE_MAX: 1, -314: 1, 10: 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a positive q whose q/eps underflows to 0 is put in the top decade of the "
-    "range estimated from its chunk (decade edges 1e-330..1e-324 are all 0.0), so alone it "
-    "lands in decade -329, beside a larger q in decade -324: merging is not one pass",
-)
 def test_an_underflowing_quotient_has_one_decade_whatever_its_chunk_holds() -> None:
     q = np.array([5e-324, 1.0], np.float64)  # r = 5e-324 / 10 = 0.0 in float64; r = 0.1
     whole = LayerAccumulator(eps=10.0, min_ratio=49.0)
@@ -225,4 +219,7 @@ def test_an_underflowing_quotient_has_one_decade_whatever_its_chunk_holds() -> N
         part = LayerAccumulator(eps=10.0, min_ratio=49.0)
         part.update(q[i : i + 1], 0)
         merged.merge(part, index_offset=i)
-    assert merged.decades == whole.decades
+    assert merged.decades == whole.decades == {-324: 1, -1: 1}
+    big = LayerAccumulator(eps=10.0, min_ratio=49.0)  # the per-decade pass of large chunks
+    big.update(np.concatenate([np.zeros(5000), q, np.full(5000, 5e-324)]), 0)
+    assert big.decades == {-324: 5001, -1: 1} and big.zero_count == 5000
