@@ -145,7 +145,9 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     report = tmp_path / "report.txt"
     report.write_text("previous report\n", encoding="utf-8")
     ready = tmp_path / "ready"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), READY=str(ready))
+    # one BLAS thread, as the console script sets before numpy loads (the child here imports
+    # numpy before main() runs)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), READY=str(ready), OPENBLAS_NUM_THREADS="1")
     args = ["ratio", str(big), "--eps", "1e-5", "--chunk-bytes", "4096", "--threads", "1"]
     proc = subprocess.Popen(
         [sys.executable, "-c", _WAITING_CLI, *args, "-o", str(report)],
