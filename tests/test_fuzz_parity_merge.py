@@ -68,7 +68,7 @@ def _bf16() -> np.ndarray:
 
 
 #: A RuntimeWarning from numpy would be a second stderr line on the command line: an error here.
-pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarning")]
 
 PROBE_SEED = probe_bytes(probe_set())
 ACTUAL_SEEDS = [

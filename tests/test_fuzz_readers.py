@@ -30,7 +30,7 @@ from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import RmsnormEpsError
 
 #: A RuntimeWarning from numpy would be a second stderr line on the command line: an error here.
-pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarning")]
 
 EXAMPLES = int(os.environ.get("RMSNORM_EPS_FUZZ_EXAMPLES", "2000"))
 FUZZ = settings(

@@ -33,6 +33,8 @@ from rmsnorm_eps.merge import load_summary, merge_summaries, summary_document
 from rmsnorm_eps.numerics import q_threshold
 from rmsnorm_eps.sources import open_sources
 
+pytestmark = pytest.mark.slow  # the fuzz run (CI runs it; -m "not slow" skips it)
+
 EXAMPLES = max(1, int(os.environ.get("RMSNORM_EPS_FUZZ_EXAMPLES", "2000")) * 3 // 100)
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -27,6 +27,8 @@ from corpus.make_corpus import _SPECS, Case, all_cases, build, zip_bomb
 
 from tests.runner_lines import ANNOTATION, assert_file_inert, runner_commands
 
+pytestmark = pytest.mark.slow  # the whole corpus run (CI runs it; -m "not slow" skips it)
+
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_LIMIT_KIB = 256 * 1024
 #: A torch.save file needs torch itself, whose import alone takes 230 to 280 MiB (more when the
