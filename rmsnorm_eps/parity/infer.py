@@ -136,9 +136,22 @@ def _normalized(probes: ProbeSet) -> tuple[np.ndarray, np.ndarray]:
     return n, (m * rel_rms)[:, 0]
 
 
+#: Rows whose q and RMS both exceed eps by this factor are attenuated by less than a tenth of
+#: the gain tolerance under every placement (inside, outside the sqrt, clamp).
+_CLEAN = 10.0 / _GAIN_TOL
+
+
 def _channel_factors(probes: ProbeSet, actual: np.ndarray) -> np.ndarray:
-    """``f_c = median(a / reference)`` over the ordinary and constant rows, per channel."""
+    """``f_c = median(a / reference)`` per channel, over the ordinary, constant and large rows
+    that no placement of eps attenuates measurably (q and sqrt(q) above ``_CLEAN * eps``), or
+    the ordinary and constant rows when none is (the reference puts eps inside the sqrt, so an
+    eps of 1e-3 outside it would still move an ordinary row by 5e-4)."""
     rows = np.concatenate([probes.rows("ordinary"), probes.rows("constant")])
+    candidates = np.concatenate([rows, probes.rows("large")])
+    q = probes.q[candidates]
+    clean = candidates[(q >= _CLEAN * probes.eps) & (np.sqrt(q) >= _CLEAN * probes.eps)]
+    if clean.size:
+        rows = clean
     a, ref = _unbiased(probes, actual[rows]), _unbiased(probes, probes.reference[rows])
     big = np.abs(ref) >= 1e-3 * np.max(np.abs(ref), axis=1, keepdims=True)
     usable = big & np.isfinite(a) & (ref != 0.0)
