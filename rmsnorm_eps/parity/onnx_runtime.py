@@ -231,14 +231,11 @@ def _measure(
     configured, configured_from = _configured(config, norm.name)
     probe_eps = norm.eps if norm.eps else (configured or FALLBACK_PROBE_EPS)
     blob, dtype = _mini_model(model, norm, dim, types)
-    # a clamp max(sqrt(q), eps) acts only where q < eps**2: the probes are designed as for an
-    # eps of eps**2 inside the sqrt, so that several rows fall there (the rows above are exact)
-    design = probe_eps**2 if norm.placement == "clamp" else probe_eps
     gain: str | np.ndarray = weight if weight is not None else "ones"
     bias = _array(model, norm.bias)
     probes = make_probes(
         dim,
-        design,
+        probe_eps,
         gain=gain,
         dtype=dtype,
         gain_convention="1+w" if norm.gain == "1+w" else "w",
