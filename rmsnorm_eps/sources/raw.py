@@ -379,11 +379,8 @@ class RawArraySource:
         total = self.size
         step = max(per, MAP_WINDOW // (per * dtype.itemsize) * per)
         fd = stream.fileno()
-        crc = None
         try:
-            if self.member_crc is not None and self.member_suffix is not None:
-                assert self.data_offset is not None
-                crc = zlib.crc32(os.pread(fd, self.skip, self.data_offset - self.skip))
+            crc = self._crc_start(stream)
             start = 0
             window: np.ndarray | None = first
             while start < total:

@@ -128,10 +128,10 @@ def text(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions)
 
 
 def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
-    with_q = any(r.q is not None for r in rows)
-    head = ["q/eps"] + (["q"] if with_q else []) + ["A", "1 - A"]
+    head, _ = _ratio_table(rows)
+    with_q = "q" in head
     lines = [
-        "### Attenuation A = sqrt(r/(r+1)) at r = q/eps",
+        f"### {_RATIOS_TITLE}",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---:|" * len(head),
