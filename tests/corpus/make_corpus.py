@@ -25,6 +25,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -444,15 +445,36 @@ def zip_bomb(path: Path) -> None:
     header = npy_with_header(
         f"{{'descr': '<f8', 'fortran_order': False, 'shape': ({BOMB_VALUES},), }}"
     )
-    nbytes = BOMB_VALUES * 8
+    stream, crc, size = deflated_bomb(header, BOMB_VALUES * 8)
+    path.write_bytes(_raw_zip("bomb.npy", stream, crc, size))
+
+
+def deflated_bomb(header: bytes, zero_bytes: int) -> tuple[bytes, int, int]:
+    """``header`` then ``zero_bytes`` zeros as one raw deflate stream, with its CRC-32 and
+    expanded size. The header is deflated and fully flushed (byte-aligned, no history), then
+    the zeros are a stream of their own, deflated once per size in a process: each bomb costs
+    the deflation of 256 MiB of zeros once, not once per file and per build."""
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = b"\x00" * (1 << 20)
-    stream = comp.compress(header) + b"".join(comp.compress(block) for _ in range(nbytes >> 20))
-    stream += comp.flush()
-    crc = zlib.crc32(header)
-    for _ in range(nbytes >> 20):
+    head = comp.compress(header) + comp.flush(zlib.Z_FULL_FLUSH)
+    size = len(header) + zero_bytes
+    return head + _deflated_zeros(zero_bytes), _crc_after(header, zero_bytes), size
+
+
+@cache
+def _deflated_zeros(zero_bytes: int) -> bytes:
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = bytes(1 << 20)
+    assert zero_bytes % len(block) == 0
+    return b"".join(comp.compress(block) for _ in range(zero_bytes >> 20)) + comp.flush()
+
+
+@cache
+def _crc_after(header: bytes, zero_bytes: int) -> int:
+    """CRC-32 of ``header`` followed by ``zero_bytes`` zeros."""
+    crc, block = zlib.crc32(header), bytes(1 << 20)
+    for _ in range(zero_bytes >> 20):
         crc = zlib.crc32(block, crc)
-    path.write_bytes(_raw_zip("bomb.npy", stream, crc, len(header) + nbytes))
+    return crc
 
 
 def _raw_zip(name: str, deflated: bytes, crc: int, size: int) -> bytes:

@@ -24,6 +24,7 @@ from corpus.make_corpus import (
     _mkfifo,
     _q_values,
     _raw_zip,
+    deflated_bomb,
     npy,
     npy_with_header,
     pickled_object_npy,
@@ -408,20 +409,11 @@ OUTPUT_BOMB = 2**25
     f"[bomb]: outputs have shape ({OUTPUT_BOMB},), the probes need",
 )
 def actual_zip_bomb(path: Path) -> None:
-    import zlib
-
     header = npy_with_header(
         f"{{'descr': '<f8', 'fortran_order': False, 'shape': ({OUTPUT_BOMB},), }}"
     )
-    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = b"\x00" * (1 << 20)
-    chunks = OUTPUT_BOMB * 8 >> 20
-    stream = comp.compress(header) + b"".join(comp.compress(block) for _ in range(chunks))
-    stream += comp.flush()
-    crc = zlib.crc32(header)
-    for _ in range(chunks):
-        crc = zlib.crc32(block, crc)
-    path.write_bytes(_raw_zip("bomb.npy", stream, crc, len(header) + OUTPUT_BOMB * 8))
+    stream, crc, size = deflated_bomb(header, OUTPUT_BOMB * 8)
+    path.write_bytes(_raw_zip("bomb.npy", stream, crc, size))
 
 
 # --------------------------------------------------------------------------- parity --probes
@@ -564,20 +556,13 @@ def probes_inputs_bomb(path: Path) -> None:
     header = npy_with_header(
         f"{{'descr': '<f8', 'fortran_order': False, 'shape': ({PROBE_BOMB},), }}"
     )
-    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = b"\x00" * (1 << 20)
-    chunks = PROBE_BOMB * 8 >> 20
-    stream = comp.compress(header) + b"".join(comp.compress(block) for _ in range(chunks))
-    stream += comp.flush()
-    crc = zlib.crc32(header)
-    for _ in range(chunks):
-        crc = zlib.crc32(block, crc)
+    stream, crc, size = deflated_bomb(header, PROBE_BOMB * 8)
     members = [
         (f"{k}.npy", _deflate(v), zlib.crc32(v), len(v))
         for k, v in probe_members().items()
         if k != "inputs"
     ]
-    members.append(("inputs.npy", stream, crc, len(header) + PROBE_BOMB * 8))
+    members.append(("inputs.npy", stream, crc, size))
     path.write_bytes(deflated_zip(members))
 
 
