@@ -12,6 +12,14 @@ import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # One worker per CPU already fills the machine: torch's and the BLAS's own thread pools
+    # (one thread per CPU each by default) would oversubscribe it, and spinning OpenMP
+    # threads that wait for a CPU make a forward pass several times slower. Set before
+    # numpy or torch is imported here or in any child process; a value the caller set wins.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
