@@ -177,41 +177,57 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _capture_cmd(args: list[str], nproc: int | None, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _capture_cmd(args: list[str], nproc: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``rmsnorm-eps capture ARGS`` under torchrun with ``nproc`` ranks (gloo on CPU)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    if nproc is None:
-        cmd = [sys.executable, "-m", "rmsnorm_eps", "capture", *args]
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={nproc}",
-            "--master-addr=127.0.0.1",
-            f"--master-port={_free_port()}",
-            "-m",
-            "rmsnorm_eps",
-            "capture",
-            *args,
-        ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={_free_port()}",
+        "-m",
+        "rmsnorm_eps",
+        "capture",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def _in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``rmsnorm-eps capture ARGS`` in this process (the one-process reference: torch is
+    imported here already), in ``cwd``, on one thread as the ranks run."""
+    from typer.testing import CliRunner
+
+    from rmsnorm_eps.cli import app
+
+    threads, here = torch.get_num_threads(), Path.cwd()
+    torch.set_num_threads(1)
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(app, ["capture", *args], catch_exceptions=False)
+    finally:
+        os.chdir(here)
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
 
 
 def _runs(
     tmp_path: Path, model: list[str], texts: list[str], extra: list[str], nprocs: tuple[int, ...]
 ) -> dict[int, tuple[subprocess.CompletedProcess[str], str]]:
+    """The capture in one process (in this one) and under torchrun with each of ``nprocs``."""
     args = [*model, *(a for t in texts for a in ("--text", t)), *extra]
     runs = {}
     for n in (1, *nprocs):
         cwd = tmp_path / f"n{n}"  # the same relative --out in every run: it is the source
         cwd.mkdir(exist_ok=True)
-        r = _capture_cmd(
-            [*args, "--summary-only", "--save-data", "s.json"], None if n == 1 else n, cwd
-        )
+        full = [*args, "--summary-only", "--save-data", "s.json"]
+        r = _in_process(full, cwd) if n == 1 else _capture_cmd(full, n, cwd)
         assert r.returncode == 0, r.stderr[-3000:]
         out = cwd / "s.json"
         runs[n] = (r, out.read_text())
@@ -241,7 +257,7 @@ def test_torchrun_dumps_per_rank_merge_like_one_dump(
     with np.load(tmp_path / "q-rank0.npz") as z0, np.load(tmp_path / "q-rank1.npz") as z1:
         assert sorted(set(z0["model.norm::batch"])) == [0, 1, 2, 3]  # batches (0, 1), (2, 3)
         assert sorted(set(z1["model.norm::batch"])) == [4]  # the sample index, not 0
-    r1 = _capture_cmd([*args, "--batch-size", "2", "--save-data", "q.npz"], None, tmp_path)
+    r1 = _in_process([*args, "--batch-size", "2", "--save-data", "q.npz"], tmp_path)
     assert r1.returncode == 0, r1.stderr
     # rank 0 prints the whole job's table (counts summed, minima over the ranks)
     assert "5 text(s), 21 tokens" in r1.stdout
