@@ -102,6 +102,17 @@ class _Texts:
             ) from None
         self.items.append(text)
 
+    def add_field(self, row: dict[str, Any], field: str, where: str) -> None:
+        """Add ``row[field]``, which must be there and be text."""
+        if field not in row:
+            raise InputFileError(self.path, f"{where}: no field {_shown(field)}")
+        value = row[field]
+        if not isinstance(value, str):
+            raise InputFileError(
+                self.path, f"{where}: field {_shown(field)} is {type(value).__name__}, not text"
+            )
+        self.add(value, where)
+
 
 def check_texts(texts: Sequence[str], label: str = "--text") -> tuple[str, ...]:
     """Texts given on the command line, checked as :class:`_Texts` checks a file's (argv may
@@ -160,14 +171,7 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
             raise InputFileError(path, f"line {number}: not a JSON object ({problem})") from None
         if not isinstance(obj, dict):
             raise InputFileError(path, f"line {number}: not a JSON object")
-        if name not in obj:
-            raise InputFileError(path, f"line {number}: no field {_shown(name)}")
-        value = obj[name]
-        if not isinstance(value, str):
-            raise InputFileError(
-                path, f"line {number}: field {_shown(name)} is {type(value).__name__}, not text"
-            )
-        texts.add(value, f"line {number}")
+        texts.add_field(obj, name, f"line {number}")
     if not texts.items:
         raise InputFileError(path, "holds no JSON line")
     return tuple(texts.items)
@@ -247,14 +251,10 @@ def _parquet_texts(path: Path, field: str, max_samples: int | None, texts: _Text
             break
     number = 0
     for batch in pf.iter_batches(batch_size=256, columns=[field]):
-        for value in batch.column(0).to_pylist():
+        for row in batch.to_pylist():
             if max_samples is not None and len(texts.items) >= max_samples:
                 return
-            if not isinstance(value, str):
-                raise InputFileError(
-                    path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
-                )
-            texts.add(value, f"row {number}")
+            texts.add_field(row, field, f"row {number}")
             number += 1
 
 
@@ -334,14 +334,7 @@ def _library_texts(
     for number, row in enumerate(rows):
         if max_samples is not None and len(texts.items) >= max_samples:
             break
-        if field not in row:
-            raise InputFileError(path, f"row {number}: no field {_shown(field)}")
-        value = row[field]
-        if not isinstance(value, str):
-            raise InputFileError(
-                path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
-            )
-        texts.add(value, f"row {number}")
+        texts.add_field(row, field, f"row {number}")
 
 
 @dataclass(frozen=True)
@@ -369,8 +362,8 @@ def plan_batches(lengths: Sequence[int], batch_size: int, sort: bool = True) -> 
     length (ties by index), else in their order."""
     if batch_size < 1:
         raise CaptureError(f"batch size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i)) if sort else None
-    seq = order if order is not None else list(range(len(lengths)))
+    # sorted() is stable: ties keep their index order
+    seq = sorted(range(len(lengths)), key=lengths.__getitem__) if sort else range(len(lengths))
     return tuple(Batch(tuple(seq[i : i + batch_size])) for i in range(0, len(seq), batch_size))
 
 
