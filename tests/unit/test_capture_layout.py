@@ -22,7 +22,7 @@ from rmsnorm_eps.capture.layout import (  # noqa: E402
 )
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
-SPEC = NormModule("model.norm", "LlamaRMSNorm", "RMSNorm-like", "variance_epsilon", 1, "w")
+SPEC = NormModule("model.norm", "LlamaRMSNorm", "RMSNorm-like", 1, "w")
 
 
 def _code(b: int, t: int, h: int) -> float:
