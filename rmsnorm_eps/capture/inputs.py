@@ -114,10 +114,10 @@ class _Texts:
         self.add(value, where)
 
 
-def check_texts(texts: Sequence[str], label: str = "--text") -> tuple[str, ...]:
-    """Texts given on the command line, checked as :class:`_Texts` checks a file's (argv may
-    hold lone surrogates: Python decodes undecodable bytes to them)."""
-    checked = _Texts(Path(label))
+def check_texts(texts: Sequence[str]) -> tuple[str, ...]:
+    """Texts given on the command line (``--text``), checked as :class:`_Texts` checks a file's
+    (argv may hold lone surrogates: Python decodes undecodable bytes to them)."""
+    checked = _Texts(Path("--text"))
     for i, text in enumerate(texts):
         checked.add(text, f"text {i}")
     return tuple(checked.items)
