@@ -153,16 +153,13 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
     if len(content) > MAX_TOTAL_CHARS:
         raise InputFileError(path, f"over the {MAX_TOTAL_CHARS} bytes of text a capture reads")
     texts = _Texts(path)
-    if field is None and path.suffix.lower() not in JSONL_SUFFIXES:
-        for number, line in enumerate(_lines(content), start=1):
-            if line.strip():
-                texts.add(line, f"line {number}")
-        if not texts.items:
-            raise InputFileError(path, "holds no text (one text per non-empty line)")
-        return tuple(texts.items)
+    jsonl = field is not None or path.suffix.lower() in JSONL_SUFFIXES
     name = "text" if field is None else field
     for number, line in enumerate(_lines(content), start=1):
         if not line.strip():
+            continue
+        if not jsonl:
+            texts.add(line, f"line {number}")
             continue
         try:
             obj = json.loads(line, parse_constant=_refuse_constant)
@@ -173,7 +170,8 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
             raise InputFileError(path, f"line {number}: not a JSON object")
         texts.add_field(obj, name, f"line {number}")
     if not texts.items:
-        raise InputFileError(path, "holds no JSON line")
+        empty = "holds no JSON line" if jsonl else "holds no text (one text per non-empty line)"
+        raise InputFileError(path, empty)
     return tuple(texts.items)
 
 
