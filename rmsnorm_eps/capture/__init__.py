@@ -1,16 +1,11 @@
 """Capture, at every norm module of a torch model, the quantity it divides by (extra ``[torch]``).
 
-* :class:`QCapture` (hooks): a context manager that classifies each candidate module by what it
-  computes (:mod:`rmsnorm_eps.capture.classify`: RMSNorm, LayerNorm, gated RMSNorm, L2 norm or
-  unknown) and records per token (and per head or group, and per call) q = mean(x**2), or v,
-  the variance, for a LayerNorm (:mod:`rmsnorm_eps.capture.reduce`, on the activation's
-  device), with position and batch index, plus each module's live eps, dim, gain convention and
-  weight stats.
-* Summary-only mode keeps the analyzer's bounded-memory
-  :class:`rmsnorm_eps.summary.LayerAccumulator`
-  per module (all tokens, first token, other tokens) instead of every q; :func:`summary_report`
-  turns it into the ``ratio`` report, which :func:`write_summary` writes as the mergeable
-  summary that ``rmsnorm-eps merge`` reads.
+* :class:`QCapture` (:mod:`rmsnorm_eps.capture.hooks`): a context manager that records, at every
+  norm module, per token (and per head or group, and per call) the quantity it divides by, with
+  position and batch index, plus each module's live eps, dim, gain convention and weight stats;
+  summary-only, it keeps the analyzer's bounded-memory accumulators instead, which
+  :func:`summary_report` turns into the ``ratio`` report and :func:`write_summary` writes as
+  the mergeable summary that ``rmsnorm-eps merge`` reads.
 * :func:`reduce_across_ranks` merges summary reports over torch.distributed ranks;
   :func:`write_reduced_summary` does that and writes one file from rank 0.
 * :func:`write_dump`, :func:`write_config` write a full capture.

@@ -18,6 +18,7 @@ that does not parse raises :class:`ValueError`, which the caller reports as unre
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,9 +38,9 @@ class _Table:
     def __init__(self, buf: bytes, pos: int) -> None:
         self.buf = buf
         self.pos = pos
-        vt = pos - self._i32(pos)
+        vt = pos - self._unpack("i", pos)
         self.vt = vt
-        self.vt_size = self._u16(vt)
+        self.vt_size = self._unpack("H", vt)
         if self.vt_size < 4 or vt + self.vt_size > len(buf):
             raise ValueError("a flatbuffer vtable out of range")
 
@@ -47,56 +48,44 @@ class _Table:
         if at < 0 or at + n > len(self.buf):
             raise ValueError("a flatbuffer offset out of range")
 
-    def _u16(self, at: int) -> int:
-        self._check(at, 2)
-        return int(struct.unpack_from("<H", self.buf, at)[0])
-
-    def _i32(self, at: int) -> int:
-        self._check(at, 4)
-        return int(struct.unpack_from("<i", self.buf, at)[0])
-
-    def _u32(self, at: int) -> int:
-        self._check(at, 4)
-        return int(struct.unpack_from("<I", self.buf, at)[0])
+    def _unpack(self, fmt: str, at: int) -> int:
+        """The little-endian scalar ``fmt`` (a struct code) at ``at``."""
+        self._check(at, struct.calcsize(fmt))
+        return int(struct.unpack_from("<" + fmt, self.buf, at)[0])
 
     def _field(self, slot: int) -> int | None:
         """The absolute position of field ``slot``, or None when it is absent."""
         at = 4 + 2 * slot
         if at + 2 > self.vt_size:
             return None
-        off = self._u16(self.vt + at)
+        off = self._unpack("H", self.vt + at)
         return None if off == 0 else self.pos + off
 
     def scalar(self, slot: int, fmt: str, default: int) -> int:
         at = self._field(slot)
-        if at is None:
-            return default
-        self._check(at, struct.calcsize(fmt))
-        return int(struct.unpack_from("<" + fmt, self.buf, at)[0])
+        return default if at is None else self._unpack(fmt, at)
 
     def table(self, slot: int) -> _Table | None:
         at = self._field(slot)
-        return None if at is None else _Table(self.buf, at + self._u32(at))
+        return None if at is None else _Table(self.buf, at + self._unpack("I", at))
 
     def structs(self, slot: int, size: int) -> list[bytes]:
         """A vector of ``size``-byte structs."""
         at = self._field(slot)
         if at is None:
             return []
-        vec = at + self._u32(at)
-        n = self._u32(vec)
+        vec = at + self._unpack("I", at)
+        n = self._unpack("I", vec)
         self._check(vec + 4, n * size)
         return [self.buf[vec + 4 + i * size : vec + 4 + (i + 1) * size] for i in range(n)]
 
 
+@dataclass
 class ArrowSize:
     """What :func:`arrow_decoded_size` found: bytes the record batches decode to and rows."""
 
-    __slots__ = ("decoded", "rows")
-
-    def __init__(self) -> None:
-        self.decoded = 0
-        self.rows = 0
+    decoded: int = 0
+    rows: int = 0
 
 
 def _read(fh: BinaryIO, n: int) -> bytes:

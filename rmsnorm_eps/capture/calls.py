@@ -55,28 +55,25 @@ def bind(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     """The call's arguments by parameter name (``**kwargs`` merged in; unbound positionals
     as ``#0``, ``#1``, ...)."""
     sig = _signature(module)
+    try:
+        bound = sig.bind_partial(*args, **kwargs) if sig is not None else None
+    except TypeError:
+        bound = None
     named: dict[str, Any] = {}
-    if sig is not None:
-        try:
-            bound = sig.bind_partial(*args, **kwargs)
-        except TypeError:
-            bound = None
-        if bound is not None:
-            for name, value in bound.arguments.items():
-                kind = sig.parameters[name].kind
-                if kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-                    named.update(value)
-                elif kind is inspect.Parameter.VAR_POSITIONAL:
-                    named.update({f"#{i}": v for i, v in enumerate(value)})
-                else:
-                    named[name] = value
-            if args:
-                named.setdefault("#first", args[0])
-            return named
-    named.update(kwargs)
-    named.update({f"#{i}": v for i, v in enumerate(args)})
+    if sig is None or bound is None:
+        named.update(kwargs)
+        named.update({f"#{i}": v for i, v in enumerate(args)})
+    else:
+        for name, value in bound.arguments.items():
+            kind = sig.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+                named.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                named.update({f"#{i}": v for i, v in enumerate(value)})
+            else:
+                named[name] = value
     if args:
-        named["#first"] = args[0]
+        named.setdefault("#first", args[0])
     return named
 
 

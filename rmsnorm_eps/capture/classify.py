@@ -97,12 +97,13 @@ def eps_attribute(module: Any) -> tuple[str, float] | None:
 
 
 def _probe_copy(module: Any) -> Any:
+    """A copy of ``module`` with seeded random weights and biases (see the module docstring)."""
     import torch
 
     try:
         dup = copy.deepcopy(module)
     except Exception:  # an uncopyable module is probed as it is
-        return module, False
+        return module
     gen = torch.Generator().manual_seed(1234)
     with torch.no_grad():
         for name, p in dup.named_parameters(recurse=False):
@@ -111,7 +112,7 @@ def _probe_copy(module: Any) -> Any:
             low, high = (-0.5, 0.5) if "bias" in name else (0.5, 1.5)
             vals = torch.rand(p.shape, generator=gen, dtype=torch.float64) * (high - low) + low
             p.data = vals.to(device=p.device, dtype=torch.float32)
-    return dup, True
+    return dup
 
 
 def _snap(eps: float) -> float:
@@ -140,8 +141,7 @@ def classify_module(
     ``gate_kw``: a gate as this keyword argument; ``channels_first``: probe a [1, C, n] input
     normalized over axis 1 (``inner`` is (C,)).
     """
-
-    dup, _ = _probe_copy(module)
+    dup = _probe_copy(module)
     width = int(np.prod(inner)) if inner else 1
     if width < 2:
         return NormKind("unknown", reason=f"normalized width {width} is too small to probe")
@@ -244,9 +244,7 @@ def _pair_fit(
         return None
     x, k = probe.host(px), probe.host(pk)
     width = x.shape[1]
-    gains = (
-        [w, *_width_params(probe.dup, width)] if w is not None else _width_params(probe.dup, width)
-    )
+    gains = ([] if w is None else [w]) + _width_params(probe.dup, width)
 
     def fit(a: np.ndarray, other: np.ndarray, y: np.ndarray) -> Fit | None:
         return next(
@@ -295,8 +293,8 @@ def _param(module: Any, name: str, width: int) -> np.ndarray | None:
 def _width_params(module: Any, width: int) -> list[np.ndarray | None]:
     """Every floating parameter of ``width`` elements other than ``weight`` and ``bias`` (a q/k
     norm's separate gains: ``q_weight``, ``k_weight``)."""
-    found: list[np.ndarray | None] = []
-    for name, p in module.named_parameters(recurse=False):
-        if name not in ("weight", "bias") and p.is_floating_point() and p.numel() == width:
-            found.append(p.detach().to("cpu").double().numpy().reshape(width))
-    return found
+    return [
+        _param(module, name, width)
+        for name, p in module.named_parameters(recurse=False)
+        if name not in ("weight", "bias") and p.is_floating_point() and p.numel() == width
+    ]

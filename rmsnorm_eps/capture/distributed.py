@@ -157,18 +157,26 @@ def _shards(payloads: Iterator[bytes]) -> Iterator[ShardSummary]:
             yield summary_from_document(parse_summary_json(b), f"rank{r}")
 
 
+def _in_job() -> bool:
+    """Whether a torch.distributed process group is initialized."""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _summary_bytes(report: RatioReport) -> bytes:
+    return json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
+
+
 def reduce_across_ranks(report: RatioReport, group: Any = None) -> RatioReport:
     """All-gather every rank's summary report (see the module docstring) and merge them in rank
     order (the same on every rank; shards are labelled ``rank0``, ``rank1``, ...).
 
     Without an initialized process group the report is returned unchanged.
     """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _in_job():
         return report
-    mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
-    return merge_summaries(_shards(bytes_in_turn(mine, group)))
+    return merge_summaries(_shards(bytes_in_turn(_summary_bytes(report), group)))
 
 
 def write_reduced_summary(
@@ -185,8 +193,7 @@ def write_reduced_summary(
     from rmsnorm_eps.merge import write_summary
 
     merged = reduce_across_ranks(report, group)
-    distributed = dist.is_available() and dist.is_initialized()
-    if not distributed or dist.get_rank(group) == 0:
+    if not _in_job() or dist.get_rank(group) == 0:
         write_summary(merged, path)
     return merged
 
@@ -202,12 +209,8 @@ def reduce_summary(report: RatioReport | None, source: str, group: Any = None) -
     """
     from dataclasses import replace
 
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        mine = b""
-        if report is not None:
-            mine = json.dumps(summary_document(report), allow_nan=False).encode("utf-8")
+    if _in_job():
+        mine = _summary_bytes(report) if report is not None else b""
         folded: list[str] = []
 
         def shards() -> Iterator[ShardSummary]:
@@ -255,9 +258,7 @@ def _unsharded(report: RatioReport) -> RatioReport:
 
 def sum_across_ranks(values: list[int], group: Any = None) -> list[int]:
     """Element-wise sum of every rank's integer list (the list itself outside a job)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _in_job():
         return list(values)
     total = [0] * len(values)
     for payload in bytes_in_turn(json.dumps(values).encode(), group):
@@ -270,9 +271,7 @@ def reduce_capture_documents(doc: dict[str, Any] | None, group: Any = None) -> d
     job from every rank's (None for a rank that ran no sample): sequences, tokens, per-module
     calls and counts summed, min q/eps the smallest; the facts of each module taken from the
     first rank where it ran. Outside a process group, ``doc`` itself."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _in_job():
         if doc is None:
             raise CaptureError("no norm module saw a token: nothing was captured")
         return doc

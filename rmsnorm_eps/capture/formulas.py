@@ -159,12 +159,9 @@ def _match_plain(
             Gg = np.broadcast_to(G, (width,)).reshape(groups, size)
             if (eps := solve(yg, Gg * xg, q_rms, zero, rule)) is not None:
                 return Fit("rms", gain, False, group, None, eps, rule)
-            for beta, has_bias in ((b, True), (None, False)):
-                if has_bias and beta is None:
-                    continue
-                bg = zero if beta is None else beta.reshape(groups, size)
+            for bg in ([] if b is None else [b.reshape(groups, size)]) + [zero]:  # bias first
                 if (eps := solve(yg, Gg * xc, q_var, bg, rule)) is not None:
-                    return Fit("layer", gain, has_bias, group, None, eps, rule)
+                    return Fit("layer", gain, bg is not zero, group, None, eps, rule)
             q_sum = np.sum(xg * xg, axis=-1)
             if (eps := solve(yg, Gg * xg, q_sum, zero, rule)) is not None:
                 return Fit("l2", gain, False, group, None, eps, rule)

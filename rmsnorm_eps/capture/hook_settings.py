@@ -12,6 +12,7 @@ shape of a call may tell a module's layout (:func:`rmsnorm_eps.capture.layout.pl
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from rmsnorm_eps.capture.classify import NormKind, classify_module
@@ -69,15 +70,10 @@ def _classify(st: NormState, x: Any, gate: Any, gate_kw: str | None) -> NormKind
     st.inner_ndim = _inner_ndim(st, x)
     inner = tuple(int(n) for n in x.shape[x.ndim - st.inner_ndim :])
     gate_pos = gate is not None and gate_kw is None
-    nk = classify_module(st.module, inner, gate_kw=gate_kw, gate_pos=gate_pos)
+    classify = partial(classify_module, st.module, gate_kw=gate_kw, gate_pos=gate_pos)
+    nk = classify(inner)
     if nk.norm == "unknown" and x.ndim == 3 and st.inner_ndim == 1 and int(x.shape[1]) > 1:
-        cf = classify_module(
-            st.module,
-            (int(x.shape[1]),),
-            gate_kw=gate_kw,
-            gate_pos=gate_pos,
-            channels_first=True,
-        )
+        cf = classify((int(x.shape[1]),), channels_first=True)
         if cf.norm != "unknown":  # a [B, C, T] input normalized over its channels
             return cf
     return nk

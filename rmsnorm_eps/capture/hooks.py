@@ -7,24 +7,16 @@ Usage::
     result = cap.result()                            # frozen CaptureResult
 
 Every candidate module (:func:`rmsnorm_eps.capture.modules.find_norm_modules`) is classified on
-its first call by running a copy on a probe (:mod:`rmsnorm_eps.capture.classify`): RMSNorm,
-LayerNorm, gated RMSNorm, L2 norm or unknown, with its gain and live eps. Then, per call, a
-pre-hook computes from the module's input x (and gate g) the quantity it divides by, on x's
-device (:func:`rmsnorm_eps.capture.reduce.reduce_rows`): q = mean(x**2) (RMSNorm; per group of a
-gated norm, with x*silu(g) when the gate comes first), v = mean((x - mean x)**2) (LayerNorm),
-q = sum(x**2) (L2). Only these numbers are copied to the host, once per forward pass. An
-unknown module is listed with the reason and never analysed.
-
-A pre-hook on the model (and on the encoder and decoder stacks of an encoder-decoder model)
-reads, by keyword or positionally, the ids (or ``inputs_embeds``) and the padding mask of each
-call (:mod:`rmsnorm_eps.capture.calls`), so every norm knows the batch size B, the sequence
-length T and which tokens are padding; a pre-hook on the input embeddings sees the length the
-model pads its ids to. The layout of each module's input is read from evidence
-(:mod:`rmsnorm_eps.capture.layout`): the sizes, an earlier call, the strides, or a probe, a
-rerun of the forward pass with one sequence fewer (B == T) or one token shorter (T == H) made
-at the end of a pass in which a module's layout was ambiguous. A module whose layout nothing
-tells, or that fails in any other way, is listed with the reason and not analysed; the capture
-goes on.
+its first call (:mod:`rmsnorm_eps.capture.classify`); then, per call, a pre-hook reduces its
+input to the quantity it divides by, on the input's device
+(:func:`rmsnorm_eps.capture.reduce.reduce_rows`); only these numbers are copied to the host, once
+per forward pass. A pre-hook on the model (and on the encoder and decoder stacks of an
+encoder-decoder model) reads B, T and the padding mask of each call
+(:mod:`rmsnorm_eps.capture.calls`); one on the input embeddings sees the length the model pads
+its ids to. Each module's layout is read from evidence (:mod:`rmsnorm_eps.capture.layout`), if
+need be from a probe: a rerun of the forward pass with one sequence fewer (B == T) or one token
+shorter (T == H). A module of unknown kind or layout, or that fails in any other way, is listed
+with the reason and not analysed; the capture goes on.
 
 Padding tokens (attention mask 0) are dropped. A token's position is its rank among the real
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
@@ -42,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 from rmsnorm_eps.capture.calls import bind, probe_inputs, read_call
@@ -168,12 +161,11 @@ class QCapture:
         return CallContext(call.bt, mask, call.ids)
 
     def _root_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._stack = [self._read(module, args, kwargs, "model")]
         if self._probing is not None:  # a layout probe: only the shapes are looked at
-            self._stack = [self._read(module, args, kwargs, "model")]
             return
         self._root_args = (args, kwargs)
         self._root_named = bind(module, args, kwargs)
-        self._stack = [self._read(module, args, kwargs, "model")]
         self._calls = {}
         self._pending = []  # left by a forward pass that raised: not recorded
 
@@ -233,11 +225,9 @@ class QCapture:
                 continue
             saved = self._stack
             self._probing = probe
-            try:
-                with torch.no_grad():
+            try:  # a probe that fails tells nothing: the modules stay unknown
+                with suppress(Exception), torch.no_grad():
                     self.model(*cut[0], **cut[1])
-            except Exception:  # a probe that fails tells nothing: the modules stay unknown
-                pass
             finally:
                 self._probing = None
                 self._stack = saved
@@ -278,8 +268,10 @@ class QCapture:
     def _record(self, st: NormState, x: Any, gate: Any, gate_kw: str | None) -> None:
         """One call of a norm module: its settings, then its q, pending until the forward
         pass ends."""
+        import torch
+
         spec = st.spec
-        if not _is_tensor(x) or x.ndim <= spec.norm_ndim:
+        if not isinstance(x, torch.Tensor) or x.ndim <= spec.norm_ndim:
             raise CaptureError(f"module {spec.name!r}: input is not a tensor with token axes")
         ctx = self._stack[-1] if self._stack else CallContext(None, None)
         st.calls += 1
@@ -374,17 +366,13 @@ class QCapture:
         runs without a host synchronization inside it.
         """
         pending, self._pending = self._pending, []
-        placed = []
-        for p in pending:
-            if p.state.skipped is not None:
-                continue
-            if p.probe is not None:
-                resolved = self._resolve(p)
-                if resolved is None:
-                    continue
-                p = resolved
-            placed.append(p)
-        pending = [p for p in placed if p.state.skipped is None]
+        placed = [
+            self._resolve(p) if p.probe is not None else p
+            for p in pending
+            if p.state.skipped is None
+        ]
+        # resolving one call may skip its module, whose calls placed before it are dropped too
+        pending = [p for p in placed if p is not None and p.state.skipped is None]
         if not pending:
             return
         for p, q_host in zip(pending, copy_to_host(pending), strict=True):
@@ -410,12 +398,6 @@ class QCapture:
             min_ratio=self.min_ratio,
             top_k=self.top_k,
         )
-
-
-def _is_tensor(x: Any) -> bool:
-    import torch
-
-    return isinstance(x, torch.Tensor)
 
 
 def _input_embeddings(model: Any) -> Any:

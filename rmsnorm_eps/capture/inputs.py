@@ -102,11 +102,22 @@ class _Texts:
             ) from None
         self.items.append(text)
 
+    def add_field(self, row: dict[str, Any], field: str, where: str) -> None:
+        """Add ``row[field]``, which must be there and be text."""
+        if field not in row:
+            raise InputFileError(self.path, f"{where}: no field {_shown(field)}")
+        value = row[field]
+        if not isinstance(value, str):
+            raise InputFileError(
+                self.path, f"{where}: field {_shown(field)} is {type(value).__name__}, not text"
+            )
+        self.add(value, where)
 
-def check_texts(texts: Sequence[str], label: str = "--text") -> tuple[str, ...]:
-    """Texts given on the command line, checked as :class:`_Texts` checks a file's (argv may
-    hold lone surrogates: Python decodes undecodable bytes to them)."""
-    checked = _Texts(Path(label))
+
+def check_texts(texts: Sequence[str]) -> tuple[str, ...]:
+    """Texts given on the command line (``--text``), checked as :class:`_Texts` checks a file's
+    (argv may hold lone surrogates: Python decodes undecodable bytes to them)."""
+    checked = _Texts(Path("--text"))
     for i, text in enumerate(texts):
         checked.add(text, f"text {i}")
     return tuple(checked.items)
@@ -142,16 +153,13 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
     if len(content) > MAX_TOTAL_CHARS:
         raise InputFileError(path, f"over the {MAX_TOTAL_CHARS} bytes of text a capture reads")
     texts = _Texts(path)
-    if field is None and path.suffix.lower() not in JSONL_SUFFIXES:
-        for number, line in enumerate(_lines(content), start=1):
-            if line.strip():
-                texts.add(line, f"line {number}")
-        if not texts.items:
-            raise InputFileError(path, "holds no text (one text per non-empty line)")
-        return tuple(texts.items)
+    jsonl = field is not None or path.suffix.lower() in JSONL_SUFFIXES
     name = "text" if field is None else field
     for number, line in enumerate(_lines(content), start=1):
         if not line.strip():
+            continue
+        if not jsonl:
+            texts.add(line, f"line {number}")
             continue
         try:
             obj = json.loads(line, parse_constant=_refuse_constant)
@@ -160,16 +168,10 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
             raise InputFileError(path, f"line {number}: not a JSON object ({problem})") from None
         if not isinstance(obj, dict):
             raise InputFileError(path, f"line {number}: not a JSON object")
-        if name not in obj:
-            raise InputFileError(path, f"line {number}: no field {_shown(name)}")
-        value = obj[name]
-        if not isinstance(value, str):
-            raise InputFileError(
-                path, f"line {number}: field {_shown(name)} is {type(value).__name__}, not text"
-            )
-        texts.add(value, f"line {number}")
+        texts.add_field(obj, name, f"line {number}")
     if not texts.items:
-        raise InputFileError(path, "holds no JSON line")
+        empty = "holds no JSON line" if jsonl else "holds no text (one text per non-empty line)"
+        raise InputFileError(path, empty)
     return tuple(texts.items)
 
 
@@ -247,14 +249,10 @@ def _parquet_texts(path: Path, field: str, max_samples: int | None, texts: _Text
             break
     number = 0
     for batch in pf.iter_batches(batch_size=256, columns=[field]):
-        for value in batch.column(0).to_pylist():
+        for row in batch.to_pylist():
             if max_samples is not None and len(texts.items) >= max_samples:
                 return
-            if not isinstance(value, str):
-                raise InputFileError(
-                    path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
-                )
-            texts.add(value, f"row {number}")
+            texts.add_field(row, field, f"row {number}")
             number += 1
 
 
@@ -334,14 +332,7 @@ def _library_texts(
     for number, row in enumerate(rows):
         if max_samples is not None and len(texts.items) >= max_samples:
             break
-        if field not in row:
-            raise InputFileError(path, f"row {number}: no field {_shown(field)}")
-        value = row[field]
-        if not isinstance(value, str):
-            raise InputFileError(
-                path, f"row {number}: field {_shown(field)} is {type(value).__name__}, not text"
-            )
-        texts.add(value, f"row {number}")
+        texts.add_field(row, field, f"row {number}")
 
 
 @dataclass(frozen=True)
@@ -369,8 +360,8 @@ def plan_batches(lengths: Sequence[int], batch_size: int, sort: bool = True) -> 
     length (ties by index), else in their order."""
     if batch_size < 1:
         raise CaptureError(f"batch size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i)) if sort else None
-    seq = order if order is not None else list(range(len(lengths)))
+    # sorted() is stable: ties keep their index order
+    seq = sorted(range(len(lengths)), key=lengths.__getitem__) if sort else range(len(lengths))
     return tuple(Batch(tuple(seq[i : i + batch_size])) for i in range(0, len(seq), batch_size))
 
 

@@ -34,7 +34,6 @@ from rmsnorm_eps.capture.modules import NormModule
 __all__ = [
     "LayoutAmbiguous",
     "LayoutUnknown",
-    "arrange",
     "head_layout",
     "orientation",
     "place",
@@ -103,8 +102,8 @@ def plan(
             "with input_ids or inputs_embeds)"
         )
     b, t = bt
-    if len(lead) == 2:
-        return _plan_2d(lead, groups, b, t, known, padded, where)
+    if len(lead) == 2 and (found := _plan_2d(lead, groups, b, t, known, padded, where)):
+        return found
     if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
         h = lead[0] // (b * t)
         if h > 1:
@@ -128,8 +127,9 @@ def _plan_2d(
     known: str | None,
     padded: int | None,
     where: str,
-) -> tuple[str, bool]:
-    """A ``[?, ?]`` lead: batch-first, sequence-first, flattened heads, model-padded, own axis."""
+) -> tuple[str, bool] | None:
+    """A ``[?, ?]`` lead: batch-first, sequence-first, flattened heads, model-padded, own axis
+    (None: none of them)."""
     bf, sf = lead == (b, t), lead == (t, b)
     if bf and sf:  # B == T
         if b == 1:
@@ -154,40 +154,20 @@ def _plan_2d(
         if padded is not None and lead[1] == padded and padded > t:
             return _tokens(groups, MODEL_PADDED, "B, T+pad"), True
         return _tokens(groups, OWN_AXIS, "B, L"), True
-    raise LayoutUnknown(
-        f"layout unknown: {where} does not match the call's batch {b} and sequence length {t}"
-    )
+    return None
 
 
 def place(q: Any, layout: str, bt: tuple[int, int] | None) -> Any:
     """q (lead axes + groups) arranged [B, L, H] for a layout of :func:`plan` (L = T, except
     on a module's own axis or the model's padded length)."""
-    if bt is None or "[B, T, D]" in layout or "[B, T, G, D]" in layout:
+    if bt is None or any(a in layout for a in ("[B, T, D]", "[B, T, G, D]", "[B, L", "[B, T+pad")):
         return q.reshape(int(q.shape[0]), int(q.shape[1]), -1)
     b, t = bt
     if "[T, B" in layout:
         return q.transpose(0, 1).reshape(b, t, -1)
-    if "[B, L" in layout or "[B, T+pad" in layout:
-        return q.reshape(int(q.shape[0]), int(q.shape[1]), -1)
     if layout == "heads [B, H, T, D]":
         return q.transpose(1, 2).reshape(b, t, -1)
     return q.reshape(b, t, -1)
-
-
-def arrange(
-    q: Any,
-    strides: tuple[int, ...],
-    bt: tuple[int, int] | None,
-    spec: NormModule,
-    known: str | None,
-    forced: str | None = None,
-    padded: int | None = None,
-) -> tuple[Any, str]:
-    """Reshape the per-vector q (lead axes + groups) to [B, T, H] and name the layout
-    (:func:`plan` then :func:`place`; raises :class:`LayoutUnknown` when no evidence tells)."""
-    lead = tuple(int(n) for n in q.shape[:-1])
-    layout, _ = plan(lead, int(q.shape[-1]), strides, bt, spec, known, forced, padded)
-    return place(q, layout, bt), layout
 
 
 def head_layout(

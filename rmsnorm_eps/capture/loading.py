@@ -14,13 +14,8 @@ with ``AutoModel``. When that Auto class does not map the config (Chameleon's
 ``architectures`` names is loaded, as transformers' module for the model type defines it
 (:func:`model_class`). Any other architecture is refused with its name.
 
-A GGUF file is parsed once per load (:func:`gguf_parsed_once`): transformers' loader for the
-architectures its fast GGUF reader does not cover (llama among them, so SmolLM2) builds a
-``gguf.GGUFReader`` for the config, again for the tokenizer's config, again for the model's
-config and once more for the weights -- four parses of every metadata field (the 49k-entry
-vocabulary included), about 70% of a small model's capture. Here the config is read once and
-handed to the tokenizer-free steps (``config=``), and for the duration of the load the parsed
-reader and the parsed metadata are shared between the calls that remain.
+A GGUF file is parsed once per load (:func:`gguf_parsed_once`), not four times as transformers'
+loader would (about 70% of a small model's capture).
 
 Why one module: finding the model class, the offline load with its one GGUF parse, and
 running the texts are the one path from a directory to hooked forward passes; the GGUF
@@ -34,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,8 +69,6 @@ _SUPPORTED = (
     "*ForSequenceClassification, ...)"
 )
 
-_WEIGHT_FILES = ("config.json",)
-
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -96,9 +89,7 @@ def model_family(config: Any) -> str:
     docstring); raises :class:`CaptureError` naming an unsupported architecture."""
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
-    archs = getattr(config, "architectures", None) or []
-    if not isinstance(archs, list | tuple):
-        archs = [archs]
+    archs = _architectures(config)
     for arch in archs:
         text = str(arch)
         if text.endswith(_CAUSAL):
@@ -109,6 +100,11 @@ def model_family(config: Any) -> str:
         return "causal"
     shown = ", ".join(repr(str(a)[:60]) for a in archs[:3])
     raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
+
+
+def _architectures(config: Any) -> list[Any]:
+    archs = getattr(config, "architectures", None) or []
+    return list(archs) if isinstance(archs, list | tuple) else [archs]
 
 
 def _own_class(config: Any, arch: str) -> Any:
@@ -140,6 +136,7 @@ def model_class(config: Any, family: str | None = None) -> Any:
     class of its ``family`` (:func:`model_family`) when that maps the config, else the model's
     own class its ``architectures`` names; raises :class:`CaptureError` naming the class when
     neither exists."""
+    import transformers
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     family = family or model_family(config)
@@ -150,27 +147,17 @@ def model_class(config: Any, family: str | None = None) -> Any:
     }[family]
     if type(config) in auto._model_mapping:
         return auto
-    archs = getattr(config, "architectures", None) or []
-    if not isinstance(archs, list | tuple):
-        archs = [archs]
-    suffixes = {"causal": _CAUSAL, "encoder": _ENCODER}.get(family, ("",))
-    for arch in archs:
+    archs = _architectures(config)
+    suffixes = _CAUSAL if family == "causal" else ("",)
+    for arch in archs if family != "encoder" else ():  # encoder: the base model, as AutoModel
         text = str(arch)
-        if family == "encoder":  # the base model, as AutoModel would load it
-            continue
         if text.endswith(suffixes) and (cls := _own_class(config, text)) is not None:
             return cls
     named = ", ".join(repr(str(a)[:60]) for a in archs[:3]) or "(no architectures entry)"
     raise CaptureError(
         f"architecture {named} ({type(config).__name__}) is not registered with "
-        f"{auto.__name__} and transformers {_version()} has no such model class"
+        f"{auto.__name__} and transformers {transformers.__version__} has no such model class"
     )
-
-
-def _version() -> str:
-    import transformers
-
-    return str(transformers.__version__)
 
 
 # --dtype names and their aliases -> the torch dtype name
@@ -192,9 +179,9 @@ def resolve_device(device: str) -> str:
     import torch
 
     name = device.strip().lower()
-    if name in ("cpu", "mps", "auto", "cuda") or (name.startswith("cuda:") and name[5:].isdigit()):
-        pass
-    else:
+    if name not in ("cpu", "mps", "auto", "cuda") and not (
+        name.startswith("cuda:") and name[5:].isdigit()
+    ):
         raise CaptureError(f"--device {device[:40]!r} is not one of cpu, cuda, cuda:N, mps, auto")
     cuda_n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if name == "auto":
@@ -289,7 +276,7 @@ def load_model(
     if gguf is not None:
         kw["gguf_file"] = gguf
     try:
-        with gguf_parsed_once() if gguf is not None else _nothing():
+        with gguf_parsed_once() if gguf is not None else nullcontext():
             config = AutoConfig.from_pretrained(str(d), **kw)
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
@@ -319,11 +306,6 @@ def load_model(
         str(where_to.get("device_map", "cpu")),
         time.perf_counter() - started,
     )
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 @dataclass
@@ -404,11 +386,6 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
             setattr(module, attr, original)
 
 
-def batches(texts: Sequence[str], batch_size: int) -> Iterator[list[str]]:
-    for i in range(0, len(texts), batch_size):
-        yield list(texts[i : i + batch_size])
-
-
 def run_texts(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -420,15 +397,14 @@ def run_texts(
     """Run the texts through the model (no gradients) in padded batches of ``batch_size``,
     each truncated to ``max_tokens`` tokens; returns the number of real tokens run.
     ``progress(n)`` is called with the number of texts finished after each batch."""
-
     if not texts:
         raise CaptureError("no text to run")
     target = input_device(loaded.model)
     tok = loaded.tokenizer
     total = 0
-    done = 0
     vocab = getattr(loaded.model.config, "vocab_size", None)
-    for chunk in batches(texts, batch_size):
+    for done in range(0, len(texts), batch_size):
+        chunk = list(texts[done : done + batch_size])
         enc = tok(
             chunk,
             return_tensors="pt",
@@ -444,12 +420,10 @@ def run_texts(
                 f"the tokenizer produced token id {int(ids.max())} >= the model's vocab_size "
                 f"{vocab}: tokenizer and model do not match"
             )
-        mask = enc["attention_mask"]
-        forward(loaded.model, loaded.family, ids, mask, target)
+        forward(loaded.model, loaded.family, ids, enc["attention_mask"], target)
         total += int(enc["attention_mask"].sum())
-        done += len(chunk)
         if progress is not None:
-            progress(done)
+            progress(done + len(chunk))
     return total
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from rmsnorm_eps.capture.classify import EPS_ATTRS
 from rmsnorm_eps.capture.errors import CaptureError
 
 __all__ = [
@@ -46,24 +47,15 @@ class NormModule:
     'torch.nn.LayerNorm', 'RMSNorm-like', 'T5LayerNorm', 'named *Norm*', 'eps attribute' or
     'listed' (what it computes is found later, by :mod:`rmsnorm_eps.capture.classify`).
 
-    ``eps_attr`` is its eps attribute (``eps``, ``variance_epsilon``, ``epsilon``; "" if none);
-    ``norm_ndim`` the number of trailing axes normalized (torch's normalized_shape may have
+    ``norm_ndim`` is the number of trailing axes normalized (torch's normalized_shape may have
     several); ``gain`` is 'w', '1+w' or 'none' (no weight).
     """
 
     name: str
     class_name: str
     kind: str
-    eps_attr: str
     norm_ndim: int
     gain: str
-
-
-def _eps_attr(module: Any) -> str | None:
-    for attr in ("eps", "variance_epsilon", "epsilon"):
-        if hasattr(module, attr):
-            return attr
-    return None
 
 
 def gain_convention(module: Any) -> str:
@@ -86,13 +78,12 @@ def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
     import torch
 
     cls = type(module).__name__
-    attr = _eps_attr(module) or ""
     leaf = next(iter(module.children()), None) is None
     ndim = 1
     if isinstance(module, torch.nn.RMSNorm | torch.nn.LayerNorm):
         ndim = len(module.normalized_shape)
     if isinstance(module, torch.nn.RMSNorm):
-        return NormModule(name, cls, "torch.nn.RMSNorm", "eps", ndim, gain_convention(module))
+        return NormModule(name, cls, "torch.nn.RMSNorm", ndim, gain_convention(module))
     if listed:
         kind = "listed"
     elif isinstance(module, torch.nn.LayerNorm):
@@ -105,11 +96,11 @@ def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
         kind = "T5LayerNorm"
     elif "Norm" in cls:
         kind = "named *Norm*"
-    elif attr:
+    elif any(hasattr(module, attr) for attr in EPS_ATTRS):
         kind = "eps attribute"
     else:
         return None
-    return NormModule(name, cls, kind, attr, ndim, gain_convention(module))
+    return NormModule(name, cls, kind, ndim, gain_convention(module))
 
 
 def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]:

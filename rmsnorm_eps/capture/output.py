@@ -129,18 +129,6 @@ def module_facts(m: ModuleRecord) -> dict[str, Any]:
     }
 
 
-def _reduction_dtype(m: ModuleRecord) -> str:
-    # HF RMSNorm classes and torch.nn.RMSNorm reduce in float32 for 16/32-bit inputs; float64
-    # inputs reduce in float64.
-    return "float64" if m.input_dtype == "float64" else "float32"
-
-
-def _weight_after_cast(m: ModuleRecord) -> bool:
-    # Llama-style HF classes cast back to the input dtype, then multiply by w; Gemma-style
-    # (1+w) classes and torch.nn.RMSNorm multiply in float32 and cast last.
-    return not (m.gain == "1+w" or m.kind == "torch.nn.RMSNorm")
-
-
 def config_document(result: CaptureResult, model_name: str, source: str) -> dict[str, Any]:
     """The YAML config (schema_version 1) of the live values: defaults from the most common
     module settings, one entry per module (exact name) with its eps and dim (elements per q: a
@@ -169,8 +157,12 @@ def config_document(result: CaptureResult, model_name: str, source: str) -> dict
             "placement": "inside",
             "gain": gain_default,
             "gain_baked": False,
-            "reduction_dtype": _reduction_dtype(first),
-            "weight_after_cast": _weight_after_cast(first),
+            # HF RMSNorm classes and torch.nn.RMSNorm reduce in float32 for 16/32-bit inputs;
+            # float64 inputs reduce in float64.
+            "reduction_dtype": "float64" if first.input_dtype == "float64" else "float32",
+            # Llama-style HF classes cast back to the input dtype, then multiply by w;
+            # Gemma-style (1+w) classes and torch.nn.RMSNorm multiply in float32 and cast last.
+            "weight_after_cast": not (first.gain == "1+w" or first.kind == "torch.nn.RMSNorm"),
             "dim": dim_default,
             "norm": norm_default,
         },

@@ -17,14 +17,12 @@ class ModuleRecord:
 
     ``eps`` is the live epsilon (None if the module never ran); ``dim`` the number of elements
     each q averages; ``heads`` the number of q values per token (1 for token norms).
-    ``norm``: what the module computes ('rms', 'layer', 'gated-rms', 'l2', 'unknown', or None
-    if it never ran), ``reason`` why unknown; ``bias`` (LayerNorm's beta), ``group_size`` and
-    ``gate_before`` (gated norms); q is the quantity it divides by (v for a LayerNorm).
-    ``max_calls``: the most calls in one forward pass (a module normalizing q and k in one
-    call counts two: ``inputs`` 2). ``gate_fn``: a gated norm's gate function;
-    ``input_scale``: 'w' or '1+w' when the gain scales the input before it is normalized (q is
-    then mean((G*x)**2)); ``eps_rule``: 'add' (sqrt(q + eps)) or 'clamp' (sqrt(max(q, eps)));
-    ``channels_first``: the input is [B, C, T], normalized over C.
+    ``norm``, ``reason``, ``bias``, ``group_size``, ``gate_before``, ``gate_fn``,
+    ``input_scale``, ``eps_rule``, ``inputs``, ``channels_first``: what the module computes, as
+    :class:`~rmsnorm_eps.capture.classify.NormKind` says (``norm`` None if it never ran,
+    'unknown' with ``reason`` when it is not analysed); q is the quantity it divides by (v for
+    a LayerNorm). ``max_calls``: the most calls in one forward pass (a module normalizing q and
+    k in one call counts two).
     Full mode: ``q`` (float64), ``position``, ``batch``, ``head``, ``call`` (int64), all of
     length ``count``. Summary mode: ``summaries`` maps "all", "first" (position 0) and "other"
     (positions > 0) to the analyzer's :class:`LayerAccumulator` over the q values the dump would

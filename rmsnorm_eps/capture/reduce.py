@@ -20,6 +20,7 @@ the device.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = ["GATE_FNS", "NORM_KINDS", "reduce_rows"]
@@ -70,9 +71,7 @@ def reduce_rows(
     if gate_fn not in GATE_FNS:
         raise ValueError(f"unknown gate function {gate_fn!r}")
     lead = tuple(int(n) for n in x.shape[: x.ndim - ndim])
-    width = 1
-    for n in x.shape[x.ndim - ndim :]:
-        width *= int(n)
+    width = math.prod(int(n) for n in x.shape[x.ndim - ndim :])
     size = group_size if group_size else width
     if size <= 0 or width % size:
         raise ValueError(f"group size {size} does not divide the normalized width {width}")

@@ -34,12 +34,11 @@ class CaptureReport:
 def not_analysed(result: CaptureResult) -> list[str]:
     """One line per hooked module never analysed (its kind, or its layout, unknown, or a call
     it failed), with the reason."""
-    lines = []
-    for m in result.modules:
-        if m.norm != "unknown":
-            continue
-        lines.append(f"not analysed: {m.name} ({m.class_name}): {why_not_analysed(m.reason)}")
-    return lines
+    return [
+        f"not analysed: {m.name} ({m.class_name}): {why_not_analysed(m.reason)}"
+        for m in result.modules
+        if m.norm == "unknown"
+    ]
 
 
 def why_not_analysed(reason: str | None) -> str:

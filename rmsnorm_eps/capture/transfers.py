@@ -11,7 +11,6 @@ shows what device-agnostic code would move.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 __all__ = ["TransferCounter"]
@@ -31,56 +30,38 @@ def _is_cpu(target: Any) -> bool:
 
 class TransferCounter:
     """Context manager: ``bytes`` and ``calls`` count device -> host copies while it is active
-    (see the module docstring); :meth:`reset` starts a new count (e.g. per forward pass)."""
+    (see the module docstring)."""
 
     def __init__(self) -> None:
         self.bytes = 0
         self.calls = 0
         self._saved: dict[str, Any] = {}
 
-    def reset(self) -> None:
-        self.bytes = 0
-        self.calls = 0
-
     def _add(self, t: Any) -> None:
         self.bytes += int(t.numel()) * int(t.element_size())
         self.calls += 1
 
+    def _counted(self, name: str) -> Any:
+        """``torch.Tensor.<name>``, counting each call (``.to`` only with a CPU target)."""
+        original = self._saved[name]
+
+        def method(t: Any, *a: Any, **kw: Any) -> Any:
+            target = kw.get("device", a[0] if a else None)
+            if name != "to" or (target is not None and _is_cpu(target)):
+                self._add(t)
+            return original(t, *a, **kw)
+
+        return method
+
     def __enter__(self) -> TransferCounter:
         import torch
 
-        saved = {name: getattr(torch.Tensor, name) for name in _METHODS}
-        self._saved = saved
-        counter = self
-
-        def cpu(t: Any, *a: Any, **kw: Any) -> Any:
-            counter._add(t)
-            return saved["cpu"](t, *a, **kw)
-
-        def to(t: Any, *a: Any, **kw: Any) -> Any:
-            target = kw.get("device", a[0] if a else None)
-            if target is not None and _is_cpu(target):
-                counter._add(t)
-            return saved["to"](t, *a, **kw)
-
-        def tolist(t: Any) -> Any:
-            counter._add(t)
-            return saved["tolist"](t)
-
-        def item(t: Any) -> Any:
-            counter._add(t)
-            return saved["item"](t)
-
-        for name, fn in (("cpu", cpu), ("to", to), ("tolist", tolist), ("item", item)):
-            setattr(torch.Tensor, name, fn)
+        self._saved = {name: getattr(torch.Tensor, name) for name in _METHODS}
+        for name in _METHODS:
+            setattr(torch.Tensor, name, self._counted(name))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         import torch
 
         for name, fn in self._saved.items():

@@ -13,7 +13,7 @@ from rmsnorm_eps.capture.hook_records import copy_to_host, module_record, store 
 from rmsnorm_eps.capture.hook_state import NormState, PendingQ  # noqa: E402
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
-SPEC = NormModule("layers.0.q_norm", "RMSNorm", "torch.nn.RMSNorm", "eps", 1, "w")
+SPEC = NormModule("layers.0.q_norm", "RMSNorm", "torch.nn.RMSNorm", 1, "w")
 
 
 def _state() -> NormState:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from rmsnorm_eps.capture.hook_state import CallContext, NormState, PendingQ  # noqa: E402
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
-SPEC = NormModule("n", "RMSNorm", "torch.nn.RMSNorm", "eps", 1, "w")
+SPEC = NormModule("n", "RMSNorm", "torch.nn.RMSNorm", 1, "w")
 
 
 def test_norm_state_defaults_are_not_shared() -> None:

@@ -2,7 +2,7 @@
 
 ``plan`` names one layout when only one reading fits the sizes, uses an earlier layout or the
 strides when two fit, and raises ``LayoutAmbiguous`` (with the probe that may tell) or
-``LayoutUnknown`` otherwise. ``place``/``arrange`` are checked against hand-built tensors whose
+``LayoutUnknown`` otherwise. ``place`` (after ``plan``) is checked against hand-built tensors whose
 values encode their (b, t, h) indices, so any wrong transpose shows.
 """
 
@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch")
 from rmsnorm_eps.capture.layout import (  # noqa: E402
     LayoutAmbiguous,
     LayoutUnknown,
-    arrange,
     head_layout,
     orientation,
     place,
@@ -23,7 +22,7 @@ from rmsnorm_eps.capture.layout import (  # noqa: E402
 )
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
-SPEC = NormModule("model.norm", "LlamaRMSNorm", "RMSNorm-like", "variance_epsilon", 1, "w")
+SPEC = NormModule("model.norm", "LlamaRMSNorm", "RMSNorm-like", 1, "w")
 
 
 def _code(b: int, t: int, h: int) -> float:
@@ -138,10 +137,10 @@ def test_place_sequence_first_and_heads() -> None:
     assert tuple(place(own, "own axis [B, L, D]", (2, 5)).shape) == (2, 7, 1)
 
 
-def test_arrange_is_plan_then_place() -> None:
+def test_plan_then_place() -> None:
     b, t, h = 2, 3, 4
     want = torch.tensor([[[_code(i, j, k) for k in range(h)] for j in range(t)] for i in range(b)])
     q = want.permute(1, 0, 2).contiguous()  # [T, B, G]
-    got, layout = arrange(q, (b * h, h), (b, t), SPEC, None)
+    layout, _ = plan((t, b), h, (b * h, h), (b, t), SPEC, None)
     assert layout == "groups [T, B, G, D]"
-    assert torch.equal(got, want)
+    assert torch.equal(place(q, layout, (b, t)), want)

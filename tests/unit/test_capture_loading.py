@@ -26,7 +26,6 @@ from rmsnorm_eps.capture.loading import (  # noqa: E402
     DTYPES,
     LoadedModel,
     _shift_right,
-    batches,
     forward,
     input_device,
     load_model,
@@ -317,9 +316,10 @@ def test_run_texts_counts_the_real_tokens_of_every_batch() -> None:
     assert total == sum(len(t.split()) for t in texts) == 12
     assert seen == [2, 4, 5] and len(loaded.model.calls) == 3
     assert [c["input_ids"].shape[0] for c in loaded.model.calls] == [2, 2, 1]
+    firsts = [c["input_ids"][:, 0].tolist() for c in loaded.model.calls]  # the texts in order
+    assert firsts == [[WORDS.index(t.split()[0]) + 1 for t in texts[i : i + 2]] for i in (0, 2, 4)]
     truncated = _loaded()
     assert run_texts(truncated, texts, max_tokens=2, batch_size=8) == 2 + 1 + 2 + 2 + 1
-    assert [list(b) for b in batches(texts, 2)] == [texts[:2], texts[2:4], texts[4:]]
 
 
 def test_run_texts_refusals() -> None:
