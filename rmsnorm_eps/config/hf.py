@@ -12,10 +12,10 @@ disagree are a conflict (no value is chosen); no key at all is "missing".
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_eps.config.fields import parse_eps
 from rmsnorm_eps.config.hf_families import HF_FAMILIES, TRANSFORMERS, Family
 from rmsnorm_eps.config.hf_families import layer_family as _layer
 from rmsnorm_eps.config.hf_families import rms_family as _rms
@@ -42,19 +42,16 @@ EPS_KEYS = (
     "norm_eps",
 )
 _DIM_KEYS = ("hidden_size", "d_model", "n_embd", "dim")
+#: (prefix, mapping) pairs searched for a key: ``text_config.`` first (multimodal), then the top.
+Scopes = list[tuple[str, dict[str, Any]]]
 
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:
+    """parse_eps, but a JSON string is not a number (YAML's "1e-6" is)."""
     refuse_non_finite(raw, path, key)
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
+    if isinstance(raw, str):
         raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
-    try:
-        value = float(raw)
-    except OverflowError:  # an integer literal beyond the float range
-        value = math.inf
-    if not math.isfinite(value) or value <= 0.0:
-        raise InputFileError(path, f"eps must be a finite number > 0, got {brief(raw)}", key=key)
-    return value
+    return parse_eps(raw, str(path), key)
 
 
 def _positive_int(raw: Any, path: Path, key: str) -> int:
@@ -64,9 +61,9 @@ def _positive_int(raw: Any, path: Path, key: str) -> int:
     return raw
 
 
-def _scopes(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _scopes(data: dict[str, Any]) -> Scopes:
     """(prefix, mapping) pairs to search: text_config first when present (multimodal)."""
-    scopes: list[tuple[str, dict[str, Any]]] = []
+    scopes: Scopes = []
     text = data.get("text_config")
     if isinstance(text, dict):
         scopes.append(("text_config.", text))
@@ -74,7 +71,7 @@ def _scopes(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return scopes
 
 
-def _find(scopes: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, Any] | None:
+def _find(scopes: Scopes, key: str) -> tuple[str, Any] | None:
     for prefix, scope in scopes:
         if key in scope and scope[key] is not None:
             return prefix + key, scope[key]
@@ -82,7 +79,7 @@ def _find(scopes: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, Any]
 
 
 def _resolve_eps(
-    scopes: list[tuple[str, dict[str, Any]]], path: Path, family: Family | None, mtype: str | None
+    scopes: Scopes, path: Path, family: Family | None, mtype: str | None
 ) -> tuple[Resolved, list[str]]:
     notes: list[str] = []
     found = [
@@ -149,7 +146,7 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
 
 
 def _model_type(
-    scopes: list[tuple[str, dict[str, Any]]], path: Path, data: dict[str, Any]
+    scopes: Scopes, path: Path, data: dict[str, Any]
 ) -> tuple[str, str | None, Family | None]:
     """(key, model_type, family): a Meta params.json (no model_type, ``norm_eps`` and
     ``n_heads``) is the Meta reference RMSNorm."""
@@ -203,19 +200,13 @@ def _family_settings(
         settings["weight_after_cast"] = Resolved(family.weight_after_cast, impl)
 
 
-def _dim_setting(
-    settings: dict[str, Resolved], scopes: list[tuple[str, dict[str, Any]]], path: Path
-) -> None:
+def _dim_setting(settings: dict[str, Resolved], scopes: Scopes, path: Path) -> None:
     """``dim`` from the first width key present (:data:`_DIM_KEYS` order)."""
     for key in _DIM_KEYS:
-        hit = _find(scopes, key)
-        if hit is not None:
-            value = _positive_int(hit[1], path, hit[0])
-            settings["dim"] = Resolved(value, Provenance("file", str(path), hit[0]))
+        dim = _int_key(scopes, path, key)
+        if dim is not None:
+            settings["dim"] = dim
             return
-
-
-Scopes = list[tuple[str, dict[str, Any]]]
 
 
 def _int_key(scopes: Scopes, path: Path, key: str) -> Resolved | None:
@@ -298,10 +289,7 @@ def _qk_olmo2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
 
 def _qk_cohere(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     """Cohere q_norm/k_norm (when use_qk_norm): CohereLayerNorm over head_dim per head."""
-    if not _flag(scopes, path, "use_qk_norm", False):
-        return []
-    dim = _head_dim(scopes, path)
-    return [ConfigEntry(f"*.self_attn.{n}", (("dim", dim),)) for n in ("q_norm", "k_norm")]
+    return _qk_head(scopes, path, family) if _flag(scopes, path, "use_qk_norm", False) else []
 
 
 def _qk_l2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
