@@ -1,11 +1,6 @@
-"""Lookups on one ONNX graph's protobuf, shared by the fused and the decomposed matchers.
-
-:class:`GraphNorm` (one norm found), the per-graph index (producers, consumers, initializers,
-value types; outer scopes included), constants behind a tensor name (initializer, Constant
-node, or a Cast of one: at most :data:`MAX_EPS_ELEMENTS` elements, all equal), walking through
-Cast nodes up and down, the gain of a scale tensor (``w`` or ``1 + w``, and its length d), and
-the module a norm came from (``pkg.torch.onnx.name_scopes``, a legacy node name, or the scale
-initializer ``<module>.weight``).
+"""Lookups on one ONNX graph's protobuf, shared by the fused and the decomposed matchers:
+:class:`GraphNorm` (one norm found), the per-graph index, constants behind a tensor name,
+walking through Cast nodes, the gain of a scale tensor and the module a norm came from.
 """
 
 from __future__ import annotations
@@ -199,8 +194,7 @@ def _skip_cast_up(g: _Graph, name: str) -> str:
 
 
 def _producer_op(g: _Graph, name: str) -> Any:
-    node = g.producer.get(_skip_cast_up(g, name))
-    return node
+    return g.producer.get(_skip_cast_up(g, name))
 
 
 def _module_name(nodes: list[Any]) -> tuple[str | None, str]:
