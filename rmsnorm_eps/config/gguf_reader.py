@@ -143,22 +143,25 @@ class _Cursor:
         self.pos += n
         return value
 
-    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+    def length(self, what: str, limit: int = MAX_STRING_BYTES) -> int:
+        """A string's length prefix, checked against ``limit`` and the bytes left."""
         n = self.scalar("Q", f"{what} length")
         if n > limit:
             raise self.fail(f"{what} declares {n} bytes (limit {limit})")
         self.need(n, what)
+        return n
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        return self.text(self.length(what, limit), what)
+
+    def text(self, n: int, what: str) -> str:
+        """The next ``n`` bytes (checked by :meth:`length`) as UTF-8."""
         raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise self.fail(f"{what} is not UTF-8") from None
-
-    def skip_string(self, what: str) -> None:
-        n = self.scalar("Q", f"{what} length")
-        self.need(n, what)
-        self.pos += n
 
     def value_type(self, what: str) -> int:
         t = self.scalar("I", what)
@@ -187,7 +190,8 @@ class _Cursor:
         in_array = f"{shorten(key)}: string in array"
         for _ in range(count):
             if etype == _STRING:
-                self.skip_string(in_array)
+                n = self.length(in_array, limit=1 << 64)  # no cap: skipped, not kept
+                self.pos += n
             else:
                 self.skip_array(key, depth + 1)
         return name, count
@@ -260,13 +264,10 @@ def _fields(cur: _Cursor, n_kv: int) -> dict[str, GgufValue]:
 def _string_value(cur: _Cursor, key: str, name: str, kept: int) -> tuple[GgufValue, int]:
     """A string value: kept whole while the strings kept so far stay within
     :data:`MAX_KEPT_STRING_TOTAL` (second item: the bytes kept), else skipped by length."""
-    n = cur.scalar("Q", f"{shorten(key)}: string length")
-    if n > MAX_STRING_BYTES:
-        raise cur.fail(f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})")
-    cur.need(n, f"{shorten(key)}: string")
+    what = f"{shorten(key)}: string"
+    n = cur.length(what)
     if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
-        cur.pos -= 8
-        return GgufValue(name, cur.string(f"{shorten(key)}: string")), n
+        return GgufValue(name, cur.text(n, what)), n
     cur.pos += n
     return GgufValue(name, None, n), 0
 
@@ -339,10 +340,6 @@ def _check_tensor_extents(
             )
 
 
-def _field(meta: GgufMetadata, key: str) -> GgufValue | None:
-    return meta.fields.get(key)
-
-
 def _eps_field(meta: GgufMetadata, key: str, path: Path) -> float | None:
     field = meta.fields.get(key)
     if field is None:
@@ -364,11 +361,11 @@ def read_gguf_config(path: Path) -> NormConfig:
     """Read the norm-relevant GGUF metadata into a :class:`NormConfig` (never tensor data)."""
     p = str(path)
     meta = read_gguf_metadata(path)
-    arch_field = _field(meta, "general.architecture")
+    arch_field = meta.fields.get("general.architecture")
     arch = arch_field.value if arch_field is not None and arch_field.type == "string" else None
     if not isinstance(arch, str) or not arch:
         raise InputFileError(path, "no general.architecture string", key="general.architecture")
-    name_field = _field(meta, "general.name")
+    name_field = meta.fields.get("general.name")
     name = name_field.value if name_field is not None and name_field.type == "string" else None
     notes: list[str] = []
     settings: dict[str, Resolved] = {}
@@ -413,7 +410,7 @@ def read_gguf_config(path: Path) -> NormConfig:
         "float64", Provenance("framework", "llama.cpp ggml CPU backend sums squares in double")
     )
     emb_key = f"{arch}.embedding_length"
-    emb = _field(meta, emb_key)
+    emb = meta.fields.get(emb_key)
     if emb is not None:
         if emb.type not in _INT_TYPES or emb.value < 1:
             raise InputFileError(

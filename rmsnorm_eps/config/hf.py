@@ -395,17 +395,13 @@ def _width(scopes: Scopes, path: Path, rule: str) -> tuple[int | None, str]:
         return None if hit is None else hit[1]
 
     hidden = get("hidden_size")
-    if rule == "expand":  # Mamba2: int(expand * hidden_size)
-        e = get("expand")
-        ok = isinstance(e, int | float) and isinstance(hidden, int)
-        return (int(e * hidden) if ok else None), "int(expand * hidden_size)"
-    if rule == "mamba_expand":  # Bamba, Falcon-H1 (mamba_d_ssm when set)
-        d_ssm = get("mamba_d_ssm")
+    if rule in ("expand", "mamba_expand"):  # Mamba2; Bamba, Falcon-H1 (mamba_d_ssm when set)
+        d_ssm = get("mamba_d_ssm") if rule == "mamba_expand" else None
         if isinstance(d_ssm, int) and not isinstance(d_ssm, bool) and d_ssm > 0:
             return d_ssm, "mamba_d_ssm"
-        e = get("mamba_expand")
+        e = get(rule)
         ok = isinstance(e, int | float) and isinstance(hidden, int)
-        return (int(e * hidden) if ok else None), "int(mamba_expand * hidden_size)"
+        return (int(e * hidden) if ok else None), f"int({rule} * hidden_size)"
     if rule == "heads":  # NemotronH: mamba_num_heads * mamba_head_dim
         h, d = get("mamba_num_heads"), get("mamba_head_dim")
         ok = isinstance(h, int) and isinstance(d, int)

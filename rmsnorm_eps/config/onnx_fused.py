@@ -53,18 +53,14 @@ SCHEMA_DEFAULTS: dict[tuple[str, str], tuple[float, str]] = {
         1e-5,
         "onnxruntime SimplifiedLayerNormalization epsilon default",
     ),
-    (MS, "SkipSimplifiedLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.SkipSimplifiedLayerNormalization",
-    ),
-    (MS, "SkipLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.SkipLayerNormalization",
-    ),
-    (MS, "EmbedLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.EmbedLayerNormalization",
-    ),
+    **{
+        (MS, op): (1e-12, f"onnxruntime docs/ContribOperators.md com.microsoft.{op}")
+        for op in (
+            "SkipSimplifiedLayerNormalization",
+            "SkipLayerNormalization",
+            "EmbedLayerNormalization",
+        )
+    },
 }
 
 
