@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -145,27 +146,15 @@ def match_tokens(tokens: tuple[_Token, ...], name: str) -> bool:
 def _keys(tokens: tuple[_Token, ...]) -> list[tuple[str, str]]:
     """Every (kind, run) a name matching the tokens must contain: its literal prefix
     ('prefix'), literal suffix ('suffix') and each literal run between wildcards ('inside')."""
-    runs: list[tuple[int, int, str]] = []  # (first token, end token, text)
-    start, text = 0, ""
-    for k, tok in enumerate(tokens):
-        if isinstance(tok, str):
-            if not text:
-                start = k
-            text += tok
-        else:
-            if text:
-                runs.append((start, k, text))
-            text = ""
-    if text:
-        runs.append((start, len(tokens), text))
     keys = []
-    for first, end, run in runs:
-        if first == 0:
-            keys.append(("prefix", run))
-        elif end == len(tokens):
-            keys.append(("suffix", run))
-        else:
-            keys.append(("inside", run))
+    start = 0
+    for literal, group in itertools.groupby(tokens, key=lambda tok: isinstance(tok, str)):
+        run = list(group)
+        end = start + len(run)
+        if literal:
+            kind = "prefix" if start == 0 else "suffix" if end == len(tokens) else "inside"
+            keys.append((kind, "".join(map(str, run))))
+        start = end
     return keys
 
 

@@ -165,10 +165,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
 def _stash_dtype(node: Any) -> tuple[str | None, str]:
     """The dtype a fused ONNX-domain op computes the mean and eps in: its ``stash_type``
     (schema default 1, float32); None for the com.microsoft ops (no such attribute)."""
-    if node.op_type not in ("RMSNormalization", "LayerNormalization") or node.domain not in (
-        "",
-        "ai.onnx",
-    ):
+    onnx_domain = node.domain in ("", "ai.onnx")
+    if not onnx_domain or node.op_type not in ("RMSNormalization", "LayerNormalization"):
         return None, ""
     a = _attr(node, "stash_type")
     if a is None:

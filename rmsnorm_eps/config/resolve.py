@@ -306,18 +306,14 @@ Grouped = dict[tuple[str, Resolved, Resolved], list[str]]
 def _probe_names(patterns: list[str], names: Iterable[str]) -> list[tuple[str, str]]:
     """(name, label shown) pairs: each pattern's witness (labelled by the pattern), then
     ``names`` (labelled by themselves), each name once."""
-    probes: list[tuple[str, str]] = []
-    probed: set[str] = set()
+    probes: dict[str, str] = {}
     for pattern in patterns:
         name = witness(pattern)
-        if name is not None and name not in probed:
-            probed.add(name)
-            probes.append((name, pattern))
+        if name is not None:
+            probes.setdefault(name, pattern)
     for name in names:
-        if name not in probed:
-            probed.add(name)
-            probes.append((name, name))
-    return probes
+        probes.setdefault(name, name)
+    return list(probes.items())
 
 
 def _diff_names(
