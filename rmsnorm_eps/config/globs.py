@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["GlobIndex", "compile_glob", "glob_matches", "is_literal", "match_tokens", "witness"]
+__all__ = ["GlobIndex", "compile_glob", "is_literal", "match_tokens", "witness"]
 
 _SPECIAL = frozenset("*?[")
 #: Characters tried, in order, for ``?`` and ``[...]`` in a witness name.
@@ -42,11 +42,6 @@ _WITNESS_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 def is_literal(pattern: str) -> bool:
     """True when the pattern has no wildcard (it matches only itself)."""
     return not (_SPECIAL & set(pattern))
-
-
-def glob_matches(name: str, pattern: str) -> bool:
-    """The reference semantics: ``fnmatch.fnmatchcase(name, pattern)``."""
-    return fnmatch.fnmatchcase(name, pattern)
 
 
 _STAR = object()

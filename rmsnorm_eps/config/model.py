@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from rmsnorm_eps.config.globs import GlobIndex, glob_matches, witness
+from rmsnorm_eps.config.globs import GlobIndex, witness
 
 __all__ = [
     "FIELDS",
@@ -141,18 +141,11 @@ class NormSettings:
 
 @dataclass(frozen=True)
 class ConfigEntry:
-    """One ``layers:`` entry: a glob of layer names and the settings it sets itself."""
+    """One ``layers:`` entry: a glob of layer names (:mod:`rmsnorm_eps.config.globs`, matched
+    through :meth:`NormConfig.matching`) and the settings it sets itself."""
 
     pattern: str
     overrides: tuple[tuple[str, Resolved], ...]
-
-    def matches(self, name: str) -> bool:
-        """fnmatch, case-sensitive; ``*`` also matches dots (``*.q_norm`` covers every layer).
-
-        The syntax is documented in :mod:`rmsnorm_eps.config.globs`; a config resolves many
-        names at once through :meth:`NormConfig.matching` (same semantics, indexed).
-        """
-        return glob_matches(name, self.pattern)
 
 
 @dataclass(frozen=True)
