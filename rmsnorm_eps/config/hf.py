@@ -19,7 +19,7 @@ from rmsnorm_eps.config.fields import parse_eps
 from rmsnorm_eps.config.hf_families import HF_FAMILIES, TRANSFORMERS, Family
 from rmsnorm_eps.config.hf_families import layer_family as _layer
 from rmsnorm_eps.config.hf_families import rms_family as _rms
-from rmsnorm_eps.config.json_file import MAX_JSON_BYTES, load_json, refuse_non_finite
+from rmsnorm_eps.config.json_file import load_json, refuse_non_finite
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -30,7 +30,7 @@ from rmsnorm_eps.config.model import (
 )
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["EPS_KEYS", "HF_FAMILIES", "MAX_JSON_BYTES", "load_json", "read_hf_config"]
+__all__ = ["EPS_KEYS", "read_hf_config"]
 
 #: Keys that hold a norm eps, in the order they are reported.
 EPS_KEYS = (
@@ -226,14 +226,12 @@ def _head_dim(scopes: Scopes, path: Path) -> Resolved:
     if hs is None or nh is None:
         return missing("no head_dim, hidden_size or num_attention_heads key")
     assert isinstance(hs.value, int) and isinstance(nh.value, int)
-    return Resolved(
-        hs.value // nh.value,
-        Provenance(
-            "derived",
-            str(path),
-            note=f"{hs.provenance.key} // {nh.provenance.key} (no head_dim)",
-        ),
-    )
+    note = f"{hs.provenance.key} // {nh.provenance.key} (no head_dim)"
+    return _derived(hs.value // nh.value, path, note)
+
+
+def _derived(value: int, path: Path, note: str) -> Resolved:
+    return Resolved(value, Provenance("derived", str(path), note=note))
 
 
 def _flag(scopes: Scopes, path: Path, key: str, default: bool) -> bool:
@@ -274,14 +272,9 @@ def _qk_olmo2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
             dim = missing(f"no {heads_key} or head dim")
         else:
             assert isinstance(heads.value, int) and isinstance(hd.value, int)
-            dim = Resolved(
-                heads.value * hd.value,
-                Provenance(
-                    "derived",
-                    str(path),
-                    note=f"{heads.provenance.key} * head_dim ({family.source}: "
-                    f"Olmo2RMSNorm({heads_key} * head_dim))",
-                ),
+            how = f"{family.source}: Olmo2RMSNorm({heads_key} * head_dim)"
+            dim = _derived(
+                heads.value * hd.value, path, f"{heads.provenance.key} * head_dim ({how})"
             )
         out.append(ConfigEntry(f"*.self_attn.{name}", (("dim", dim),)))
     return out
@@ -345,7 +338,6 @@ def _gated(
     """A builder for a gated RMSNorm entry: dim is the group size width // groups."""
 
     def build(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
-        p = str(path)
         if family is HF_FAMILIES.get("falcon_h1") and not _flag(
             scopes, path, "mamba_rms_norm", False
         ):
@@ -358,15 +350,13 @@ def _gated(
         if total is None:
             dim = missing(why)
         elif groups_key is None:
-            dim = Resolved(total, Provenance("derived", p, note=why))
+            dim = _derived(total, path, why)
         elif groups is None:
             dim = missing(f"no {groups_key} key (group size = {why} / {groups_key})")
         else:
             assert isinstance(groups.value, int)
-            dim = Resolved(
-                total // groups.value,
-                Provenance("derived", p, note=f"group size ({why}) // {groups.provenance.key}"),
-            )
+            why = f"group size ({why}) // {groups.provenance.key}"
+            dim = _derived(total // groups.value, path, why)
         order = (
             "gate before the norm: q = mean((x*silu(g))^2) per group"
             if first

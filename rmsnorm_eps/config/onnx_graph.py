@@ -32,22 +32,19 @@ from typing import Any
 
 from rmsnorm_eps.config.model import ConfigEntry, NormConfig, NormSettings
 from rmsnorm_eps.config.onnx_decomposed import _decomposed
-from rmsnorm_eps.config.onnx_fused import FUSED_OPS, SCHEMA_DEFAULTS, _fused, schema_default
+from rmsnorm_eps.config.onnx_fused import _fused
 from rmsnorm_eps.config.onnx_nodes import GraphNorm, _Graph, _index, _onnx
 from rmsnorm_eps.config.onnx_settings import _settings, _sibling_notes
 from rmsnorm_eps.errors import InputFileError
 
 __all__ = [
-    "FUSED_OPS",
     "MAX_NODES",
     "MAX_ONNX_BYTES",
-    "SCHEMA_DEFAULTS",
-    "GraphNorm",
     "escape_glob",
     "find_norms",
     "load_onnx_model",
+    "onnx_findings",
     "read_onnx_config",
-    "schema_default",
 ]
 
 #: Largest .onnx file read (protobuf's own limit for one message is 2 GiB).

@@ -82,7 +82,8 @@ def runtime_of(data: Any) -> str | None:
 
 def read_json_config(path: Path) -> NormConfig:
     """A JSON config: one of the runtimes above, else a Hugging Face config.json."""
-    from rmsnorm_eps.config.hf import load_json, read_hf_config
+    from rmsnorm_eps.config.hf import read_hf_config
+    from rmsnorm_eps.config.json_file import load_json
 
     data = load_json(path)
     runtime = runtime_of(data)
