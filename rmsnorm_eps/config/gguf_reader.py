@@ -11,13 +11,11 @@ more than the file holds is refused at once ("truncated or malformed GGUF file")
 GGUF stores eps as float32: 1e-5 reads back as 9.999999747378752e-06. The stored value is kept
 (compare with a relative tolerance, never ==) together with the shortest decimal that reads
 back as the same float32 ("1e-05").
-
-Why one module of ~450 lines: the bounded binary reader and the mapping of its metadata keys to
-norm settings describe the same file format and change together.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -272,18 +270,19 @@ def _string_value(cur: _Cursor, key: str, name: str, kept: int) -> tuple[GgufVal
     return GgufValue(name, None, n), 0
 
 
-def _tensors(
-    cur: _Cursor, n_tensors: int
-) -> tuple[dict[str, tuple[int, ...]], list[tuple[str, int, int, tuple[int, ...]]]]:
+#: Tensor name -> (ggml type, data offset, dims), for :func:`_check_tensor_extents`.
+_Extents = dict[str, tuple[int, int, tuple[int, ...]]]
+
+
+def _tensors(cur: _Cursor, n_tensors: int) -> tuple[dict[str, tuple[int, ...]], _Extents]:
     """The tensor descriptions: the shapes of norm tensors (block 0 and global ones) and every
-    tensor's (name, type, offset, dims) for :func:`_check_tensor_extents`."""
+    tensor's extent."""
     # a tensor needs 8 (name length) + 4 (dimension count) + 4 (type) + 8 (offset) bytes
     cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")
     if n_tensors > MAX_TENSORS:
         raise cur.fail(f"{n_tensors} tensor descriptions declared (limit {MAX_TENSORS})")
     shapes: dict[str, tuple[int, ...]] = {}
-    names: set[str] = set()
-    extents: list[tuple[str, int, int, tuple[int, ...]]] = []
+    extents: _Extents = {}
     for _ in range(n_tensors):
         tname = cur.string("tensor name", MAX_KEY_BYTES)
         n_dims = cur.scalar("I", f"tensor {brief(tname)}: dimension count")
@@ -292,18 +291,15 @@ def _tensors(
         dims = tuple(cur.scalar("Q", f"tensor {brief(tname)}: dimension") for _ in range(n_dims))
         ttype = cur.scalar("I", f"tensor {brief(tname)}: type")
         offset = cur.scalar("Q", f"tensor {brief(tname)}: offset")
-        if tname in names:
+        if tname in extents:
             raise cur.fail(f"duplicate tensor {brief(tname)}")
-        names.add(tname)
         if tname.startswith("blk.0.") or ("norm" in tname and not tname.startswith("blk.")):
             shapes[tname] = dims
-        extents.append((tname, ttype, offset, dims))
+        extents[tname] = (ttype, offset, dims)
     return shapes, extents
 
 
-def _check_tensor_extents(
-    cur: _Cursor, fields: dict[str, GgufValue], extents: list[tuple[str, int, int, tuple[int, ...]]]
-) -> None:
+def _check_tensor_extents(cur: _Cursor, fields: dict[str, GgufValue], extents: _Extents) -> None:
     """Refuse a file whose tensor data would run past its end (a truncated download).
 
     Sizes come from the gguf package's table of ggml types when it is installed (block size,
@@ -326,10 +322,8 @@ def _check_tensor_extents(
         sizes: dict[int, tuple[int, int]] = {}
     else:
         sizes = {int(GGMLQuantizationType(k)): v for k, v in GGML_QUANT_SIZES.items()}
-    for tname, ttype, offset, dims in extents:
-        n = 1
-        for d in dims:
-            n *= d
+    for tname, (ttype, offset, dims) in extents.items():
+        n = math.prod(dims)
         block, type_size = sizes.get(ttype, (1, 0))
         if sizes and ttype not in sizes:
             raise cur.fail(f"tensor {brief(tname)} has unknown ggml type {ttype}")

@@ -5,6 +5,7 @@ walking through Cast nodes, the gain of a scale tensor and the module a norm cam
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,9 +120,7 @@ def _tensor_const(t: Any, where: str) -> _Const:
     import numpy as np
 
     dtype = _DTYPES.get(t.data_type, f"type {t.data_type}")
-    n = 1
-    for d in t.dims:
-        n *= int(d)
+    n = math.prod(int(d) for d in t.dims)
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return _Const(None, dtype, f"{where} (external data, not read)", n)
     if n > MAX_EPS_ELEMENTS or n == 0:
