@@ -63,12 +63,8 @@ def _positive_int(raw: Any, path: Path, key: str) -> int:
 
 def _scopes(data: dict[str, Any]) -> Scopes:
     """(prefix, mapping) pairs to search: text_config first when present (multimodal)."""
-    scopes: Scopes = []
     text = data.get("text_config")
-    if isinstance(text, dict):
-        scopes.append(("text_config.", text))
-    scopes.append(("", data))
-    return scopes
+    return [("text_config.", text), ("", data)] if isinstance(text, dict) else [("", data)]
 
 
 def _find(scopes: Scopes, key: str) -> tuple[str, Any] | None:

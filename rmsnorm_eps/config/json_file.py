@@ -42,9 +42,7 @@ MAX_JSON_BYTES = 4 << 20
 
 
 class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    """The key (``args[0]``) repeated in a JSON object."""
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -81,7 +79,9 @@ def load_json(path: Path) -> Any:
     except RecursionError:
         raise InputFileError(path, "invalid JSON: nested too deeply") from None
     except _DuplicateKey as exc:
-        raise InputFileError(path, "duplicate key in a JSON object", key=shorten(exc.key)) from None
+        raise InputFileError(
+            path, "duplicate key in a JSON object", key=shorten(exc.args[0])
+        ) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:

@@ -79,17 +79,15 @@ def _check_duplicates(
             if isinstance(key_node, yaml.ScalarNode):
                 key = str(key_node.value)
                 sub = f"{where}.{shorten(key)}" if where else shorten(key)
+                line = key_node.start_mark.line + 1
                 if key_node.tag == _MERGE_TAG:
                     raise InputFileError(
                         path,
-                        f"YAML merge key << (line {key_node.start_mark.line + 1}) is not "
-                        "allowed: write the settings out",
+                        f"YAML merge key << (line {line}) is not allowed: write the settings out",
                         key=sub,
                     )
                 if key in seen:
-                    raise InputFileError(
-                        path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
-                    )
+                    raise InputFileError(path, f"duplicate key (line {line})", key=sub)
                 seen.add(key)
             else:
                 sub = f"{where}.?" if where else "?"
