@@ -286,17 +286,10 @@ def _qk_l2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     x * rsqrt(mean(x^2) + eps) over head_dim, no weight, applied to q and k."""
     if not _flag(scopes, path, "use_qk_norm", True):
         return []
-    why = "qk_norm = Llama4TextL2Norm(rms_norm_eps): no weight"
-    return [
-        ConfigEntry(
-            "*.self_attn.qk_norm",
-            (
-                ("norm", Resolved("l2", _fw(family, why))),
-                ("gain", Resolved("none", _fw(family, why))),
-                ("dim", _head_dim(scopes, path)),
-            ),
-        )
-    ]
+    fw = _fw(family, "qk_norm = Llama4TextL2Norm(rms_norm_eps): no weight")
+    dim = _head_dim(scopes, path)
+    settings = (("norm", Resolved("l2", fw)), ("gain", Resolved("none", fw)), ("dim", dim))
+    return [ConfigEntry("*.self_attn.qk_norm", settings)]
 
 
 def _mla(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
@@ -304,22 +297,13 @@ def _mla(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     modeling code builds them without eps=, so they keep the class default 1e-6 whatever
     rms_norm_eps says."""
     out = []
-    for pattern, key in (
-        ("*.self_attn.q_a_layernorm", "q_lora_rank"),
-        ("*.self_attn.kv_a_layernorm", "kv_lora_rank"),
-    ):
+    cls = family.impl.split()[0]
+    for name, key in (("q_a_layernorm", "q_lora_rank"), ("kv_a_layernorm", "kv_lora_rank")):
         rank = _int_key(scopes, path, key)
-        if rank is None:
-            continue
-        cls = family.impl.split()[0]
-        eps = Resolved(
-            1e-6,
-            _fw(
-                family,
-                f"{pattern.rsplit('.', 1)[1]} = {cls}({key}) keeps the class default eps=1e-6",
-            ),
-        )
-        out.append(ConfigEntry(pattern, (("dim", rank), ("eps", eps))))
+        if rank is not None:
+            why = f"{name} = {cls}({key}) keeps the class default eps=1e-6"
+            eps = Resolved(1e-6, _fw(family, why))
+            out.append(ConfigEntry(f"*.self_attn.{name}", (("dim", rank), ("eps", eps))))
     return out
 
 
@@ -358,17 +342,14 @@ def _gated(
             if first
             else "gate after the norm: q = mean(x^2) per group"
         )
-        return [
-            ConfigEntry(
-                pattern,
-                (
-                    ("norm", Resolved("gated-rms", _fw(family, f"{cls}; {order}"))),
-                    ("gain", Resolved("w", _fw(family, cls))),
-                    ("weight_after_cast", Resolved(after_cast, _fw(family, cls))),
-                    ("dim", dim),
-                ),
-            )
-        ]
+        fw = _fw(family, cls)
+        settings = (
+            ("norm", Resolved("gated-rms", _fw(family, f"{cls}; {order}"))),
+            ("gain", Resolved("w", fw)),
+            ("weight_after_cast", Resolved(after_cast, fw)),
+            ("dim", dim),
+        )
+        return [ConfigEntry(pattern, settings)]
 
     return build
 
