@@ -164,9 +164,7 @@ def framework_eps(
     """
     _check_dtype(dtype)
     rows = _rows(framework)
-    exact = [r for r in rows if r.name == framework.strip().lower()]
-    if exact:
-        rows = exact
+    rows = [r for r in rows if r.name == framework.strip().lower()] or rows
     if len(rows) > 1:
         listed = ", ".join(f"{r.name} ({r.api})" for r in rows)
         raise ConfigError(f"framework={framework} has several defaults; pick one: {listed}")

@@ -53,8 +53,8 @@ def _gemma(impl: str, model: str, **kw: Any) -> Family:
 
 
 def _layer(impl: str, model: str = "", **kw: Any) -> Family:
-    kw.setdefault("weight_after_cast", None)
-    kw.setdefault("reduction_dtype", None)
+    # weight_after_cast and reduction_dtype unknown unless given
+    kw = {"weight_after_cast": None, "reduction_dtype": None, **kw}
     return Family("layer", impl, _src(model) if model else "", **kw)
 
 
