@@ -241,11 +241,9 @@ def _canonical(config: NormConfig, field: str) -> tuple[Value, tuple[tuple[str, 
     the base is dropped (repeatedly).
     """
     base = config.defaults.get(field).value
-    rows: list[tuple[str, Value]] = []
-    for entry in config.entries:
-        for name, resolved in entry.overrides:
-            if name == field:
-                rows.append((entry.pattern, resolved.value))
+    rows: list[tuple[str, Value]] = [
+        (e.pattern, r.value) for e in config.entries for name, r in e.overrides if name == field
+    ]
     last = {pattern: i for i, (pattern, _) in enumerate(rows)}
     rows = [row for i, row in enumerate(rows) if last[row[0]] == i]
     stars = [i for i, (pattern, _) in enumerate(rows) if pattern and set(pattern) == {"*"}]
