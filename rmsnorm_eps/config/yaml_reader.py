@@ -118,9 +118,7 @@ def _load(path: Path) -> Any:
 
     text = read_capped_text(path, MAX_YAML_BYTES, "YAML")
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        # compose builds nodes only (tags are not resolved to objects); checked, then built
-        # by the safe constructor from the same nodes (one parse).
+    try:  # counted, composed, checked, then built from the same nodes (module docstring)
         _count_nodes(yaml, text, loader_cls, path)
         node = yaml.compose(text, Loader=loader_cls)
         if node is None:
