@@ -13,7 +13,7 @@ import pytest
 
 from rmsnorm_eps.config import load_config
 from rmsnorm_eps.config.gguf_reader import MAX_KV
-from rmsnorm_eps.config.hf import MAX_JSON_BYTES
+from rmsnorm_eps.config.json_file import MAX_JSON_BYTES
 from rmsnorm_eps.config.yaml_reader import MAX_YAML_BYTES, MAX_YAML_NODES
 from rmsnorm_eps.errors import InputFileError
 

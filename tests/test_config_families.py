@@ -13,7 +13,7 @@ import pytest
 
 from rmsnorm_eps.config import diff_configs, load_config
 from rmsnorm_eps.config.globs import witness
-from rmsnorm_eps.config.hf import HF_FAMILIES
+from rmsnorm_eps.config.hf_families import HF_FAMILIES
 from rmsnorm_eps.config.model import FIELDS, NormConfig
 from rmsnorm_eps.config.yaml_writer import render_config_yaml
 

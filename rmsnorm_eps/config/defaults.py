@@ -72,14 +72,31 @@ def _parse_version(text: str) -> tuple[int, int]:
     return major, minor
 
 
+def _check_dtype(dtype: str | None) -> None:
+    if dtype is not None and dtype not in _FRACTION_BITS:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def _row_eps(
+    row: FrameworkDefault, dtype: str | None, torch_version: str | None
+) -> tuple[float | None, str]:
+    """The eps of ``row`` for ``dtype`` inputs and how it was resolved (None: no number)."""
+    if row.framework == "torch":
+        if dtype is None:
+            return None, "depends on the input dtype: give --dtype"
+        return torch_default_eps(dtype, torch_version)
+    if row.eps is None:
+        return None, row.rule
+    return row.eps, "fixed default (does not depend on dtype)"
+
+
 def torch_default_eps(dtype: str, torch_version: str | None = None) -> tuple[float, str]:
     """eps used by torch.nn.RMSNorm / F.rms_norm with eps=None for ``dtype`` inputs.
 
     From 2.7 (or when no version is given: current torch): 2**-p of the compute type
     (float32 for half inputs). Before 2.7: 2**-p of the input dtype.
     """
-    if dtype not in _FRACTION_BITS:
-        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_dtype(dtype)
     if torch_version is not None and _parse_version(torch_version) < TORCH_OPMATH_FROM:
         return MACHINE_EPS[dtype], (
             f"torch {torch_version} (< 2.7): finfo({dtype}).eps, the input dtype's own"
@@ -95,23 +112,11 @@ def framework_defaults(
     framework: str | None = None, dtype: str | None = None, torch_version: str | None = None
 ) -> DefaultsResult:
     """The table (optionally one framework's rows), each row resolved to a number if it can be."""
-    if dtype is not None and dtype not in _FRACTION_BITS:
-        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_dtype(dtype)
     if torch_version is not None:
         _parse_version(torch_version)
     rows = _rows(framework) if framework is not None else list(FRAMEWORK_DEFAULTS)
-    out = []
-    for row in rows:
-        if row.framework == "torch":
-            if dtype is None:
-                out.append(ResolvedDefault(row, None, "depends on the input dtype: give --dtype"))
-            else:
-                eps, why = torch_default_eps(dtype, torch_version)
-                out.append(ResolvedDefault(row, eps, why))
-        elif row.eps is None:
-            out.append(ResolvedDefault(row, None, row.rule))
-        else:
-            out.append(ResolvedDefault(row, row.eps, "fixed default (does not depend on dtype)"))
+    out = [ResolvedDefault(row, *_row_eps(row, dtype, torch_version)) for row in rows]
     return DefaultsResult(framework, dtype, torch_version, tuple(out))
 
 
@@ -157,27 +162,21 @@ def framework_eps(
     guessed. The compute precision is ``reduction`` (opmath: float64 for float64 inputs, else
     float32; it needs ``dtype``).
     """
-    if dtype is not None and dtype not in _FRACTION_BITS:
-        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_dtype(dtype)
     rows = _rows(framework)
-    exact = [r for r in rows if r.name == framework.strip().lower()]
-    if exact:
-        rows = exact
+    rows = [r for r in rows if r.name == framework.strip().lower()] or rows
     if len(rows) > 1:
         listed = ", ".join(f"{r.name} ({r.api})" for r in rows)
         raise ConfigError(f"framework={framework} has several defaults; pick one: {listed}")
     (row,) = rows
-    if row.name == "torch":
-        if dtype is None:
-            raise ConfigError(
-                "framework=torch: the default eps depends on the input dtype "
-                "(1.1920929e-07 for float16/bfloat16/float32, 2.22e-16 for float64): add dtype="
-            )
-        eps, why = torch_default_eps(dtype, torch_version)
-    elif row.eps is None:
+    eps, why = _row_eps(row, dtype, torch_version)
+    if eps is None and row.name == "torch":
+        raise ConfigError(
+            "framework=torch: the default eps depends on the input dtype "
+            "(1.1920929e-07 for float16/bfloat16/float32, 2.22e-16 for float64): add dtype="
+        )
+    if eps is None:
         raise ConfigError(f"framework={row.name}: {row.rule}; give eps= explicitly")
-    else:
-        eps, why = row.eps, "fixed default (does not depend on dtype)"
     compute: str | None = None
     if row.reduction == "float32":
         compute = "float32"

@@ -31,6 +31,9 @@ class FrameworkDefault:
     reduction: str | None = None
 
 
+_TF_AS_OF = "as of 5.24"
+_TF_MODELS = "transformers 5.24 src/transformers/models/"
+
 FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
     FrameworkDefault(
         "torch",
@@ -50,9 +53,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "LlamaRMSNorm / LlamaConfig.rms_norm_eps",
         1e-6,
         "class default; Llama-2/3 checkpoints set 1e-5; fp32 reduction, cast back, then x weight",
-        "as of 5.24",
-        "transformers 5.24 src/transformers/models/"
-        "llama/configuration_llama.py (rms_norm_eps: float = 1e-6) and "
+        _TF_AS_OF,
+        _TF_MODELS + "llama/configuration_llama.py (rms_norm_eps: float = 1e-6) and "
         "modeling_llama.py (LlamaRMSNorm); AutoConfig.for_model('llama') on transformers 5.24",
         name="hf-llama",
         reduction="float32",
@@ -62,9 +64,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "MistralConfig.rms_norm_eps",
         1e-6,
         "class default; Mistral-7B checkpoints set 1e-5",
-        "as of 5.24",
-        "transformers 5.24 src/transformers/models/"
-        "mistral/configuration_mistral.py (rms_norm_eps: float = 1e-6)",
+        _TF_AS_OF,
+        _TF_MODELS + "mistral/configuration_mistral.py (rms_norm_eps: float = 1e-6)",
         name="hf-mistral",
         reduction="float32",
     ),
@@ -73,9 +74,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "Gemma/Gemma2/Gemma3 RMSNorm",
         1e-6,
         "gain (1 + w), multiplied in fp32, then cast",
-        "as of 5.24",
-        "transformers 5.24 src/transformers/models/"
-        "gemma/modeling_gemma.py (GemmaRMSNorm(dim, eps=1e-6): "
+        _TF_AS_OF,
+        _TF_MODELS + "gemma/modeling_gemma.py (GemmaRMSNorm(dim, eps=1e-6): "
         "output * (1.0 + self.weight.float()), then type_as(x)); gemma2, gemma3 the same",
         name="hf-gemma",
         reduction="float32",
@@ -85,9 +85,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "Olmo2Config.rms_norm_eps",
         1e-5,
         "class default; OLMo-2 checkpoints appear to use 1e-6",
-        "as of 5.24",
-        "transformers 5.24 src/transformers/models/"
-        "olmo2/configuration_olmo2.py (rms_norm_eps: float = 1e-5)",
+        _TF_AS_OF,
+        _TF_MODELS + "olmo2/configuration_olmo2.py (rms_norm_eps: float = 1e-5)",
         name="hf-olmo2",
         reduction="float32",
     ),
@@ -96,9 +95,8 @@ FRAMEWORK_DEFAULTS: tuple[FrameworkDefault, ...] = (
         "T5LayerNorm (an RMSNorm), key layer_norm_epsilon",
         1e-6,
         "class default",
-        "as of 5.24",
-        "transformers 5.24 src/transformers/models/"
-        "t5/configuration_t5.py (layer_norm_epsilon: float = 1e-6), "
+        _TF_AS_OF,
+        _TF_MODELS + "t5/configuration_t5.py (layer_norm_epsilon: float = 1e-6), "
         "modeling_t5.py (T5LayerNorm: no mean subtraction, no bias)",
         name="hf-t5",
         reduction="float32",

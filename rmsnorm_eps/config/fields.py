@@ -69,10 +69,12 @@ def _choice(raw: Any, choices: tuple[str, ...], path: str, key: str) -> str:
     return text
 
 
-def _bool(raw: Any, path: str, key: str) -> bool:
-    if not isinstance(raw, bool):
-        raise InputFileError(path, f"expected true or false, got {brief(raw)}", key=key)
-    return raw
+_CHOICES = {
+    "placement": PLACEMENTS,
+    "gain": GAINS,
+    "norm": NORMS,
+    "reduction_dtype": REDUCTION_DTYPES,
+}
 
 
 def parse_setting(name: str, raw: Any, path: str, key: str) -> Value:
@@ -81,14 +83,10 @@ def parse_setting(name: str, raw: Any, path: str, key: str) -> Value:
         return parse_eps(raw, path, key)
     if name == "dim":
         return parse_dim(raw, path, key)
-    if name == "placement":
-        return _choice(raw, PLACEMENTS, path, key)
-    if name == "gain":
-        return _choice(raw, GAINS, path, key)
-    if name == "norm":
-        return _choice(raw, NORMS, path, key)
-    if name == "reduction_dtype":
-        return _choice(raw, REDUCTION_DTYPES, path, key)
+    if name in _CHOICES:
+        return _choice(raw, _CHOICES[name], path, key)
     if name in ("gain_baked", "weight_after_cast"):
-        return _bool(raw, path, key)
+        if not isinstance(raw, bool):
+            raise InputFileError(path, f"expected true or false, got {brief(raw)}", key=key)
+        return raw
     raise InputFileError(path, f"unknown setting {name!r}", key=key)

@@ -11,13 +11,11 @@ more than the file holds is refused at once ("truncated or malformed GGUF file")
 GGUF stores eps as float32: 1e-5 reads back as 9.999999747378752e-06. The stored value is kept
 (compare with a relative tolerance, never ==) together with the shortest decimal that reads
 back as the same float32 ("1e-05").
-
-Why one module of ~450 lines: the bounded binary reader and the mapping of its metadata keys to
-norm settings describe the same file format and change together.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -143,22 +141,25 @@ class _Cursor:
         self.pos += n
         return value
 
-    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+    def length(self, what: str, limit: int = MAX_STRING_BYTES) -> int:
+        """A string's length prefix, checked against ``limit`` and the bytes left."""
         n = self.scalar("Q", f"{what} length")
         if n > limit:
             raise self.fail(f"{what} declares {n} bytes (limit {limit})")
         self.need(n, what)
+        return n
+
+    def string(self, what: str, limit: int = MAX_STRING_BYTES) -> str:
+        return self.text(self.length(what, limit), what)
+
+    def text(self, n: int, what: str) -> str:
+        """The next ``n`` bytes (checked by :meth:`length`) as UTF-8."""
         raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise self.fail(f"{what} is not UTF-8") from None
-
-    def skip_string(self, what: str) -> None:
-        n = self.scalar("Q", f"{what} length")
-        self.need(n, what)
-        self.pos += n
 
     def value_type(self, what: str) -> int:
         t = self.scalar("I", what)
@@ -187,7 +188,8 @@ class _Cursor:
         in_array = f"{shorten(key)}: string in array"
         for _ in range(count):
             if etype == _STRING:
-                self.skip_string(in_array)
+                n = self.length(in_array, limit=1 << 64)  # no cap: skipped, not kept
+                self.pos += n
             else:
                 self.skip_array(key, depth + 1)
         return name, count
@@ -260,29 +262,27 @@ def _fields(cur: _Cursor, n_kv: int) -> dict[str, GgufValue]:
 def _string_value(cur: _Cursor, key: str, name: str, kept: int) -> tuple[GgufValue, int]:
     """A string value: kept whole while the strings kept so far stay within
     :data:`MAX_KEPT_STRING_TOTAL` (second item: the bytes kept), else skipped by length."""
-    n = cur.scalar("Q", f"{shorten(key)}: string length")
-    if n > MAX_STRING_BYTES:
-        raise cur.fail(f"{shorten(key)}: string declares {n} bytes (limit {MAX_STRING_BYTES})")
-    cur.need(n, f"{shorten(key)}: string")
+    what = f"{shorten(key)}: string"
+    n = cur.length(what)
     if n <= MAX_KEPT_STRING and kept + n <= MAX_KEPT_STRING_TOTAL:
-        cur.pos -= 8
-        return GgufValue(name, cur.string(f"{shorten(key)}: string")), n
+        return GgufValue(name, cur.text(n, what)), n
     cur.pos += n
     return GgufValue(name, None, n), 0
 
 
-def _tensors(
-    cur: _Cursor, n_tensors: int
-) -> tuple[dict[str, tuple[int, ...]], list[tuple[str, int, int, tuple[int, ...]]]]:
+#: Tensor name -> (ggml type, data offset, dims), for :func:`_check_tensor_extents`.
+_Extents = dict[str, tuple[int, int, tuple[int, ...]]]
+
+
+def _tensors(cur: _Cursor, n_tensors: int) -> tuple[dict[str, tuple[int, ...]], _Extents]:
     """The tensor descriptions: the shapes of norm tensors (block 0 and global ones) and every
-    tensor's (name, type, offset, dims) for :func:`_check_tensor_extents`."""
+    tensor's extent."""
     # a tensor needs 8 (name length) + 4 (dimension count) + 4 (type) + 8 (offset) bytes
     cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")
     if n_tensors > MAX_TENSORS:
         raise cur.fail(f"{n_tensors} tensor descriptions declared (limit {MAX_TENSORS})")
     shapes: dict[str, tuple[int, ...]] = {}
-    names: set[str] = set()
-    extents: list[tuple[str, int, int, tuple[int, ...]]] = []
+    extents: _Extents = {}
     for _ in range(n_tensors):
         tname = cur.string("tensor name", MAX_KEY_BYTES)
         n_dims = cur.scalar("I", f"tensor {brief(tname)}: dimension count")
@@ -291,18 +291,15 @@ def _tensors(
         dims = tuple(cur.scalar("Q", f"tensor {brief(tname)}: dimension") for _ in range(n_dims))
         ttype = cur.scalar("I", f"tensor {brief(tname)}: type")
         offset = cur.scalar("Q", f"tensor {brief(tname)}: offset")
-        if tname in names:
+        if tname in extents:
             raise cur.fail(f"duplicate tensor {brief(tname)}")
-        names.add(tname)
         if tname.startswith("blk.0.") or ("norm" in tname and not tname.startswith("blk.")):
             shapes[tname] = dims
-        extents.append((tname, ttype, offset, dims))
+        extents[tname] = (ttype, offset, dims)
     return shapes, extents
 
 
-def _check_tensor_extents(
-    cur: _Cursor, fields: dict[str, GgufValue], extents: list[tuple[str, int, int, tuple[int, ...]]]
-) -> None:
+def _check_tensor_extents(cur: _Cursor, fields: dict[str, GgufValue], extents: _Extents) -> None:
     """Refuse a file whose tensor data would run past its end (a truncated download).
 
     Sizes come from the gguf package's table of ggml types when it is installed (block size,
@@ -325,10 +322,8 @@ def _check_tensor_extents(
         sizes: dict[int, tuple[int, int]] = {}
     else:
         sizes = {int(GGMLQuantizationType(k)): v for k, v in GGML_QUANT_SIZES.items()}
-    for tname, ttype, offset, dims in extents:
-        n = 1
-        for d in dims:
-            n *= d
+    for tname, (ttype, offset, dims) in extents.items():
+        n = math.prod(dims)
         block, type_size = sizes.get(ttype, (1, 0))
         if sizes and ttype not in sizes:
             raise cur.fail(f"tensor {brief(tname)} has unknown ggml type {ttype}")
@@ -337,10 +332,6 @@ def _check_tensor_extents(
             raise cur.fail(
                 f"tensor {brief(tname)} data end at byte {end}, the file has {cur.size} bytes"
             )
-
-
-def _field(meta: GgufMetadata, key: str) -> GgufValue | None:
-    return meta.fields.get(key)
 
 
 def _eps_field(meta: GgufMetadata, key: str, path: Path) -> float | None:
@@ -364,11 +355,11 @@ def read_gguf_config(path: Path) -> NormConfig:
     """Read the norm-relevant GGUF metadata into a :class:`NormConfig` (never tensor data)."""
     p = str(path)
     meta = read_gguf_metadata(path)
-    arch_field = _field(meta, "general.architecture")
+    arch_field = meta.fields.get("general.architecture")
     arch = arch_field.value if arch_field is not None and arch_field.type == "string" else None
     if not isinstance(arch, str) or not arch:
         raise InputFileError(path, "no general.architecture string", key="general.architecture")
-    name_field = _field(meta, "general.name")
+    name_field = meta.fields.get("general.name")
     name = name_field.value if name_field is not None and name_field.type == "string" else None
     notes: list[str] = []
     settings: dict[str, Resolved] = {}
@@ -413,7 +404,7 @@ def read_gguf_config(path: Path) -> NormConfig:
         "float64", Provenance("framework", "llama.cpp ggml CPU backend sums squares in double")
     )
     emb_key = f"{arch}.embedding_length"
-    emb = _field(meta, emb_key)
+    emb = meta.fields.get(emb_key)
     if emb is not None:
         if emb.type not in _INT_TYPES or emb.value < 1:
             raise InputFileError(

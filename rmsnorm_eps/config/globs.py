@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["GlobIndex", "compile_glob", "glob_matches", "is_literal", "match_tokens", "witness"]
+__all__ = ["GlobIndex", "compile_glob", "is_literal", "match_tokens", "witness"]
 
 _SPECIAL = frozenset("*?[")
 #: Characters tried, in order, for ``?`` and ``[...]`` in a witness name.
@@ -43,24 +44,24 @@ def is_literal(pattern: str) -> bool:
     return not (_SPECIAL & set(pattern))
 
 
-def glob_matches(name: str, pattern: str) -> bool:
-    """The reference semantics: ``fnmatch.fnmatchcase(name, pattern)``."""
-    return fnmatch.fnmatchcase(name, pattern)
+_STAR = object()
+_ANY = object()
+_Token = str | re.Pattern[str] | object
 
 
-def _tokens(pattern: str) -> list[tuple[str, str]]:
-    """Split a glob the way fnmatch.translate does: ('lit', c), ('star', ''), ('any', ''),
-    ('set', '[...]')."""
-    out: list[tuple[str, str]] = []
+def compile_glob(pattern: str) -> tuple[_Token, ...]:
+    """Split a glob the way fnmatch.translate does, into per-character tokens: a literal
+    character, ``_ANY`` (``?``), a set regex (``[...]``) or ``_STAR`` (a run of ``*``)."""
+    out: list[_Token] = []
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         i += 1
         if c == "*":
-            if not out or out[-1][0] != "star":
-                out.append(("star", ""))
+            if not out or out[-1] is not _STAR:
+                out.append(_STAR)
         elif c == "?":
-            out.append(("any", ""))
+            out.append(_ANY)
         elif c == "[":
             j = i
             if j < n and pattern[j] == "!":
@@ -70,13 +71,13 @@ def _tokens(pattern: str) -> list[tuple[str, str]]:
             while j < n and pattern[j] != "]":
                 j += 1
             if j >= n:
-                out.append(("lit", "["))
+                out.append("[")
             else:
-                out.append(("set", pattern[i - 1 : j + 1]))
+                out.append(_set_regex(pattern[i - 1 : j + 1]))
                 i = j + 1
         else:
-            out.append(("lit", c))
-    return out
+            out.append(c)
+    return tuple(out)
 
 
 def witness(pattern: str) -> str | None:
@@ -86,14 +87,13 @@ def witness(pattern: str) -> str | None:
     None when no such name exists (a set that accepts none of those characters, e.g. ``[z-a]``).
     """
     parts: list[str] = []
-    for kind, text in _tokens(pattern):
-        if kind == "lit":
-            parts.append(text)
-        elif kind == "any":
+    for tok in compile_glob(pattern):
+        if isinstance(tok, str):
+            parts.append(tok)
+        elif tok is _ANY:
             parts.append(_WITNESS_CHARS[0])
-        elif kind == "set":
-            rx = _set_regex(text)
-            hit = next((c for c in _WITNESS_CHARS if rx.match(c)), None)
+        elif isinstance(tok, re.Pattern):
+            hit = next((c for c in _WITNESS_CHARS if tok.match(c)), None)
             if hit is None:
                 return None
             parts.append(hit)
@@ -104,26 +104,6 @@ def witness(pattern: str) -> str | None:
 def _set_regex(text: str) -> re.Pattern[str]:
     """One ``[...]`` as fnmatch reads it, for testing one character."""
     return re.compile(fnmatch.translate(text))
-
-
-_STAR = object()
-_ANY = object()
-_Token = str | re.Pattern[str] | object
-
-
-def compile_glob(pattern: str) -> tuple[_Token, ...]:
-    """Per-character tokens: a literal character, ``_ANY``, a set regex, or ``_STAR``."""
-    out: list[_Token] = []
-    for kind, text in _tokens(pattern):
-        if kind == "lit":
-            out.append(text)
-        elif kind == "any":
-            out.append(_ANY)
-        elif kind == "set":
-            out.append(_set_regex(text))
-        else:
-            out.append(_STAR)
-    return tuple(out)
 
 
 def match_tokens(tokens: tuple[_Token, ...], name: str) -> bool:
@@ -158,31 +138,18 @@ def match_tokens(tokens: tuple[_Token, ...], name: str) -> bool:
     return j == m
 
 
-def _keys(pattern: str) -> list[tuple[str, str]]:
-    """Every (kind, run) a name matching the pattern must contain: its literal prefix
+def _keys(tokens: tuple[_Token, ...]) -> list[tuple[str, str]]:
+    """Every (kind, run) a name matching the tokens must contain: its literal prefix
     ('prefix'), literal suffix ('suffix') and each literal run between wildcards ('inside')."""
-    tokens = _tokens(pattern)
-    runs: list[tuple[int, int, str]] = []  # (first token, end token, text)
-    start, text = 0, ""
-    for k, (kind, t) in enumerate(tokens):
-        if kind == "lit":
-            if not text:
-                start = k
-            text += t
-        else:
-            if text:
-                runs.append((start, k, text))
-            text = ""
-    if text:
-        runs.append((start, len(tokens), text))
     keys = []
-    for first, end, run in runs:
-        if first == 0:
-            keys.append(("prefix", run))
-        elif end == len(tokens):
-            keys.append(("suffix", run))
-        else:
-            keys.append(("inside", run))
+    start = 0
+    for literal, group in itertools.groupby(tokens, key=lambda tok: isinstance(tok, str)):
+        run = list(group)
+        end = start + len(run)
+        if literal:
+            kind = "prefix" if start == 0 else "suffix" if end == len(tokens) else "inside"
+            keys.append((kind, "".join(map(str, run))))
+        start = end
     return keys
 
 
@@ -216,7 +183,7 @@ class GlobIndex:
             if tokens is None:
                 tokens = compiled_of[pattern] = compile_glob(pattern)
             index._compiled[i] = tokens
-            keys = _keys(pattern)
+            keys = _keys(tokens)
             if not keys:
                 index._free.append(i)
                 continue

@@ -12,14 +12,14 @@ disagree are a conflict (no value is chosen); no key at all is "missing".
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_eps.config.fields import parse_eps
 from rmsnorm_eps.config.hf_families import HF_FAMILIES, TRANSFORMERS, Family
 from rmsnorm_eps.config.hf_families import layer_family as _layer
 from rmsnorm_eps.config.hf_families import rms_family as _rms
-from rmsnorm_eps.config.json_file import MAX_JSON_BYTES, load_json, refuse_non_finite
+from rmsnorm_eps.config.json_file import load_json, refuse_non_finite
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -30,7 +30,7 @@ from rmsnorm_eps.config.model import (
 )
 from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["EPS_KEYS", "HF_FAMILIES", "MAX_JSON_BYTES", "load_json", "read_hf_config"]
+__all__ = ["EPS_KEYS", "read_hf_config"]
 
 #: Keys that hold a norm eps, in the order they are reported.
 EPS_KEYS = (
@@ -42,19 +42,16 @@ EPS_KEYS = (
     "norm_eps",
 )
 _DIM_KEYS = ("hidden_size", "d_model", "n_embd", "dim")
+#: (prefix, mapping) pairs searched for a key: ``text_config.`` first (multimodal), then the top.
+Scopes = list[tuple[str, dict[str, Any]]]
 
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:
+    """parse_eps, but a JSON string is not a number (YAML's "1e-6" is)."""
     refuse_non_finite(raw, path, key)
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
+    if isinstance(raw, str):
         raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
-    try:
-        value = float(raw)
-    except OverflowError:  # an integer literal beyond the float range
-        value = math.inf
-    if not math.isfinite(value) or value <= 0.0:
-        raise InputFileError(path, f"eps must be a finite number > 0, got {brief(raw)}", key=key)
-    return value
+    return parse_eps(raw, str(path), key)
 
 
 def _positive_int(raw: Any, path: Path, key: str) -> int:
@@ -64,17 +61,13 @@ def _positive_int(raw: Any, path: Path, key: str) -> int:
     return raw
 
 
-def _scopes(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _scopes(data: dict[str, Any]) -> Scopes:
     """(prefix, mapping) pairs to search: text_config first when present (multimodal)."""
-    scopes: list[tuple[str, dict[str, Any]]] = []
     text = data.get("text_config")
-    if isinstance(text, dict):
-        scopes.append(("text_config.", text))
-    scopes.append(("", data))
-    return scopes
+    return [("text_config.", text), ("", data)] if isinstance(text, dict) else [("", data)]
 
 
-def _find(scopes: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, Any] | None:
+def _find(scopes: Scopes, key: str) -> tuple[str, Any] | None:
     for prefix, scope in scopes:
         if key in scope and scope[key] is not None:
             return prefix + key, scope[key]
@@ -82,7 +75,7 @@ def _find(scopes: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, Any]
 
 
 def _resolve_eps(
-    scopes: list[tuple[str, dict[str, Any]]], path: Path, family: Family | None, mtype: str | None
+    scopes: Scopes, path: Path, family: Family | None, mtype: str | None
 ) -> tuple[Resolved, list[str]]:
     notes: list[str] = []
     found = [
@@ -149,7 +142,7 @@ def read_hf_config(path: Path, data: Any | None = None) -> NormConfig:
 
 
 def _model_type(
-    scopes: list[tuple[str, dict[str, Any]]], path: Path, data: dict[str, Any]
+    scopes: Scopes, path: Path, data: dict[str, Any]
 ) -> tuple[str, str | None, Family | None]:
     """(key, model_type, family): a Meta params.json (no model_type, ``norm_eps`` and
     ``n_heads``) is the Meta reference RMSNorm."""
@@ -203,19 +196,13 @@ def _family_settings(
         settings["weight_after_cast"] = Resolved(family.weight_after_cast, impl)
 
 
-def _dim_setting(
-    settings: dict[str, Resolved], scopes: list[tuple[str, dict[str, Any]]], path: Path
-) -> None:
+def _dim_setting(settings: dict[str, Resolved], scopes: Scopes, path: Path) -> None:
     """``dim`` from the first width key present (:data:`_DIM_KEYS` order)."""
     for key in _DIM_KEYS:
-        hit = _find(scopes, key)
-        if hit is not None:
-            value = _positive_int(hit[1], path, hit[0])
-            settings["dim"] = Resolved(value, Provenance("file", str(path), hit[0]))
+        dim = _int_key(scopes, path, key)
+        if dim is not None:
+            settings["dim"] = dim
             return
-
-
-Scopes = list[tuple[str, dict[str, Any]]]
 
 
 def _int_key(scopes: Scopes, path: Path, key: str) -> Resolved | None:
@@ -235,14 +222,12 @@ def _head_dim(scopes: Scopes, path: Path) -> Resolved:
     if hs is None or nh is None:
         return missing("no head_dim, hidden_size or num_attention_heads key")
     assert isinstance(hs.value, int) and isinstance(nh.value, int)
-    return Resolved(
-        hs.value // nh.value,
-        Provenance(
-            "derived",
-            str(path),
-            note=f"{hs.provenance.key} // {nh.provenance.key} (no head_dim)",
-        ),
-    )
+    note = f"{hs.provenance.key} // {nh.provenance.key} (no head_dim)"
+    return _derived(hs.value // nh.value, path, note)
+
+
+def _derived(value: int, path: Path, note: str) -> Resolved:
+    return Resolved(value, Provenance("derived", str(path), note=note))
 
 
 def _flag(scopes: Scopes, path: Path, key: str, default: bool) -> bool:
@@ -283,14 +268,9 @@ def _qk_olmo2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
             dim = missing(f"no {heads_key} or head dim")
         else:
             assert isinstance(heads.value, int) and isinstance(hd.value, int)
-            dim = Resolved(
-                heads.value * hd.value,
-                Provenance(
-                    "derived",
-                    str(path),
-                    note=f"{heads.provenance.key} * head_dim ({family.source}: "
-                    f"Olmo2RMSNorm({heads_key} * head_dim))",
-                ),
+            how = f"{family.source}: Olmo2RMSNorm({heads_key} * head_dim)"
+            dim = _derived(
+                heads.value * hd.value, path, f"{heads.provenance.key} * head_dim ({how})"
             )
         out.append(ConfigEntry(f"*.self_attn.{name}", (("dim", dim),)))
     return out
@@ -298,10 +278,7 @@ def _qk_olmo2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
 
 def _qk_cohere(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     """Cohere q_norm/k_norm (when use_qk_norm): CohereLayerNorm over head_dim per head."""
-    if not _flag(scopes, path, "use_qk_norm", False):
-        return []
-    dim = _head_dim(scopes, path)
-    return [ConfigEntry(f"*.self_attn.{n}", (("dim", dim),)) for n in ("q_norm", "k_norm")]
+    return _qk_head(scopes, path, family) if _flag(scopes, path, "use_qk_norm", False) else []
 
 
 def _qk_l2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
@@ -309,17 +286,10 @@ def _qk_l2(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     x * rsqrt(mean(x^2) + eps) over head_dim, no weight, applied to q and k."""
     if not _flag(scopes, path, "use_qk_norm", True):
         return []
-    why = "qk_norm = Llama4TextL2Norm(rms_norm_eps): no weight"
-    return [
-        ConfigEntry(
-            "*.self_attn.qk_norm",
-            (
-                ("norm", Resolved("l2", _fw(family, why))),
-                ("gain", Resolved("none", _fw(family, why))),
-                ("dim", _head_dim(scopes, path)),
-            ),
-        )
-    ]
+    fw = _fw(family, "qk_norm = Llama4TextL2Norm(rms_norm_eps): no weight")
+    dim = _head_dim(scopes, path)
+    settings = (("norm", Resolved("l2", fw)), ("gain", Resolved("none", fw)), ("dim", dim))
+    return [ConfigEntry("*.self_attn.qk_norm", settings)]
 
 
 def _mla(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
@@ -327,22 +297,13 @@ def _mla(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
     modeling code builds them without eps=, so they keep the class default 1e-6 whatever
     rms_norm_eps says."""
     out = []
-    for pattern, key in (
-        ("*.self_attn.q_a_layernorm", "q_lora_rank"),
-        ("*.self_attn.kv_a_layernorm", "kv_lora_rank"),
-    ):
+    cls = family.impl.split()[0]
+    for name, key in (("q_a_layernorm", "q_lora_rank"), ("kv_a_layernorm", "kv_lora_rank")):
         rank = _int_key(scopes, path, key)
-        if rank is None:
-            continue
-        cls = family.impl.split()[0]
-        eps = Resolved(
-            1e-6,
-            _fw(
-                family,
-                f"{pattern.rsplit('.', 1)[1]} = {cls}({key}) keeps the class default eps=1e-6",
-            ),
-        )
-        out.append(ConfigEntry(pattern, (("dim", rank), ("eps", eps))))
+        if rank is not None:
+            why = f"{name} = {cls}({key}) keeps the class default eps=1e-6"
+            eps = Resolved(1e-6, _fw(family, why))
+            out.append(ConfigEntry(f"*.self_attn.{name}", (("dim", rank), ("eps", eps))))
     return out
 
 
@@ -357,7 +318,6 @@ def _gated(
     """A builder for a gated RMSNorm entry: dim is the group size width // groups."""
 
     def build(scopes: Scopes, path: Path, family: Family) -> list[ConfigEntry]:
-        p = str(path)
         if family is HF_FAMILIES.get("falcon_h1") and not _flag(
             scopes, path, "mamba_rms_norm", False
         ):
@@ -370,31 +330,26 @@ def _gated(
         if total is None:
             dim = missing(why)
         elif groups_key is None:
-            dim = Resolved(total, Provenance("derived", p, note=why))
+            dim = _derived(total, path, why)
         elif groups is None:
             dim = missing(f"no {groups_key} key (group size = {why} / {groups_key})")
         else:
             assert isinstance(groups.value, int)
-            dim = Resolved(
-                total // groups.value,
-                Provenance("derived", p, note=f"group size ({why}) // {groups.provenance.key}"),
-            )
+            why = f"group size ({why}) // {groups.provenance.key}"
+            dim = _derived(total // groups.value, path, why)
         order = (
             "gate before the norm: q = mean((x*silu(g))^2) per group"
             if first
             else "gate after the norm: q = mean(x^2) per group"
         )
-        return [
-            ConfigEntry(
-                pattern,
-                (
-                    ("norm", Resolved("gated-rms", _fw(family, f"{cls}; {order}"))),
-                    ("gain", Resolved("w", _fw(family, cls))),
-                    ("weight_after_cast", Resolved(after_cast, _fw(family, cls))),
-                    ("dim", dim),
-                ),
-            )
-        ]
+        fw = _fw(family, cls)
+        settings = (
+            ("norm", Resolved("gated-rms", _fw(family, f"{cls}; {order}"))),
+            ("gain", Resolved("w", fw)),
+            ("weight_after_cast", Resolved(after_cast, fw)),
+            ("dim", dim),
+        )
+        return [ConfigEntry(pattern, settings)]
 
     return build
 
@@ -407,17 +362,13 @@ def _width(scopes: Scopes, path: Path, rule: str) -> tuple[int | None, str]:
         return None if hit is None else hit[1]
 
     hidden = get("hidden_size")
-    if rule == "expand":  # Mamba2: int(expand * hidden_size)
-        e = get("expand")
-        ok = isinstance(e, int | float) and isinstance(hidden, int)
-        return (int(e * hidden) if ok else None), "int(expand * hidden_size)"
-    if rule == "mamba_expand":  # Bamba, Falcon-H1 (mamba_d_ssm when set)
-        d_ssm = get("mamba_d_ssm")
+    if rule in ("expand", "mamba_expand"):  # Mamba2; Bamba, Falcon-H1 (mamba_d_ssm when set)
+        d_ssm = get("mamba_d_ssm") if rule == "mamba_expand" else None
         if isinstance(d_ssm, int) and not isinstance(d_ssm, bool) and d_ssm > 0:
             return d_ssm, "mamba_d_ssm"
-        e = get("mamba_expand")
+        e = get(rule)
         ok = isinstance(e, int | float) and isinstance(hidden, int)
-        return (int(e * hidden) if ok else None), "int(mamba_expand * hidden_size)"
+        return (int(e * hidden) if ok else None), f"int({rule} * hidden_size)"
     if rule == "heads":  # NemotronH: mamba_num_heads * mamba_head_dim
         h, d = get("mamba_num_heads"), get("mamba_head_dim")
         ok = isinstance(h, int) and isinstance(d, int)

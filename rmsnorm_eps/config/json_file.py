@@ -15,7 +15,7 @@ from typing import Any
 from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["MAX_JSON_BYTES", "NonFinite", "load_json", "refuse_non_finite"]
+__all__ = ["MAX_JSON_BYTES", "NonFinite", "load_json", "read_capped_text", "refuse_non_finite"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,6 @@ class NonFinite:
         return self.text
 
 
-def _non_finite(name: str) -> NonFinite:
-    return NonFinite(name)
-
-
 def refuse_non_finite(raw: Any, path: Path, key: str) -> None:
     if isinstance(raw, NonFinite):
         raise InputFileError(path, f"invalid JSON: {raw.text} is not valid JSON", key=key)
@@ -46,9 +42,7 @@ MAX_JSON_BYTES = 4 << 20
 
 
 class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    """The key (``args[0]``) repeated in a JSON object."""
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -62,29 +56,32 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def read_capped_text(path: Path, cap: int, kind: str) -> str:
+    """The UTF-8 text of a ``kind`` (JSON, YAML) config of at most ``cap`` bytes (a whole
+    number of MiB), refused before decoding when larger."""
+    from rmsnorm_eps.sources.sniff import read_head
+
+    raw = read_head(path, cap + 1)
+    if len(raw) > cap:
+        raise InputFileError(path, f"{kind} config larger than {cap >> 20} MiB: refused (size cap)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not UTF-8 text") from None
+
+
 def load_json(path: Path) -> Any:
     """Parse JSON (duplicate keys refused, at most :data:`MAX_JSON_BYTES`) into Python
     objects; NaN/Infinity literals become :class:`NonFinite` markers (refused where used)."""
+    text = read_capped_text(path, MAX_JSON_BYTES, "JSON")
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_JSON_BYTES + 1)
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise InputFileError(
-            path, f"JSON config larger than {MAX_JSON_BYTES >> 20} MiB: refused (size cap)"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text") from None
-    del raw
-    try:
-        return json.loads(text, parse_constant=_non_finite, object_pairs_hook=_unique_pairs)
+        return json.loads(text, parse_constant=NonFinite, object_pairs_hook=_unique_pairs)
     except RecursionError:
         raise InputFileError(path, "invalid JSON: nested too deeply") from None
     except _DuplicateKey as exc:
-        raise InputFileError(path, "duplicate key in a JSON object", key=shorten(exc.key)) from None
+        raise InputFileError(
+            path, "duplicate key in a JSON object", key=shorten(exc.args[0])
+        ) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from rmsnorm_eps.config.globs import GlobIndex, glob_matches, witness
+from rmsnorm_eps.config.globs import GlobIndex, witness
 
 __all__ = [
     "FIELDS",
@@ -141,18 +141,11 @@ class NormSettings:
 
 @dataclass(frozen=True)
 class ConfigEntry:
-    """One ``layers:`` entry: a glob of layer names and the settings it sets itself."""
+    """One ``layers:`` entry: a glob of layer names (:mod:`rmsnorm_eps.config.globs`, matched
+    through :meth:`NormConfig.matching`) and the settings it sets itself."""
 
     pattern: str
     overrides: tuple[tuple[str, Resolved], ...]
-
-    def matches(self, name: str) -> bool:
-        """fnmatch, case-sensitive; ``*`` also matches dots (``*.q_norm`` covers every layer).
-
-        The syntax is documented in :mod:`rmsnorm_eps.config.globs`; a config resolves many
-        names at once through :meth:`NormConfig.matching` (same semantics, indexed).
-        """
-        return glob_matches(name, self.pattern)
 
 
 @dataclass(frozen=True)
@@ -207,23 +200,19 @@ class NormConfig:
             self._overlays[hits] = settings
         return settings
 
-    def entry_settings(self, position: int) -> tuple[str | None, NormSettings]:
-        """The settings shown for entry ``position``: those of its witness name (the shortest
-        name its glob matches, :func:`~rmsnorm_eps.config.globs.witness`) resolved like any
-        layer, so a later entry that also matches it is applied. Without a witness (a glob
-        that matches nothing): the defaults with this entry's own keys."""
-        entry = self.entries[position]
-        name = witness(entry.pattern)
-        settings = self.settings_for(name) if name is not None else None
-        if settings is None:
-            settings = self.defaults.overlay(dict(entry.overrides))
-        return name, settings
-
     def resolved_entries(self) -> tuple[tuple[str, NormSettings], ...]:
-        """Each entry's pattern with the settings of :meth:`entry_settings`."""
-        return tuple(
-            (entry.pattern, self.entry_settings(i)[1]) for i, entry in enumerate(self.entries)
-        )
+        """Each entry's pattern with the settings shown for it: those of its witness name (the
+        shortest name its glob matches, :func:`~rmsnorm_eps.config.globs.witness`) resolved
+        like any layer, so a later entry that also matches it is applied. Without a witness (a
+        glob that matches nothing): the defaults with this entry's own keys."""
+        out = []
+        for entry in self.entries:
+            name = witness(entry.pattern)
+            settings = self.settings_for(name) if name is not None else None
+            if settings is None:
+                settings = self.defaults.overlay(dict(entry.overrides))
+            out.append((entry.pattern, settings))
+        return tuple(out)
 
     def unmatched(self, names: Iterable[str]) -> tuple[str, ...]:
         return tuple(n for n in names if not self._index.matches(n))

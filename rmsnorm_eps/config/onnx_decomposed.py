@@ -99,8 +99,7 @@ def _follow(g: _Graph, walk: _Walk, q: str) -> str | None:
         if node.op_type == "Sqrt":
             walk.nodes.append(node)
             root = node.output[0]
-            after = _skip_cast_down(g, root)
-            for nxt, _ in after:
+            for nxt, _ in _skip_cast_down(g, root):
                 if nxt.op_type in ("Add", "Max") and len(nxt.input) == 2:
                     c = _const(g, nxt.input[1]) or _const(g, nxt.input[0])
                     if c is not None:
@@ -110,9 +109,7 @@ def _follow(g: _Graph, walk: _Walk, q: str) -> str | None:
                         return _divide(g, walk, nxt.output[0])
             walk.dropped = True
             return _divide(g, walk, root)
-    if root is None:
-        return None
-    return _divide(g, walk, root)
+    return None if root is None else _divide(g, walk, root)
 
 
 def _is_rsqrt(g: _Graph, node: Any) -> bool:

@@ -53,18 +53,14 @@ SCHEMA_DEFAULTS: dict[tuple[str, str], tuple[float, str]] = {
         1e-5,
         "onnxruntime SimplifiedLayerNormalization epsilon default",
     ),
-    (MS, "SkipSimplifiedLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.SkipSimplifiedLayerNormalization",
-    ),
-    (MS, "SkipLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.SkipLayerNormalization",
-    ),
-    (MS, "EmbedLayerNormalization"): (
-        1e-12,
-        "onnxruntime docs/ContribOperators.md com.microsoft.EmbedLayerNormalization",
-    ),
+    **{
+        (MS, op): (1e-12, f"onnxruntime docs/ContribOperators.md com.microsoft.{op}")
+        for op in (
+            "SkipSimplifiedLayerNormalization",
+            "SkipLayerNormalization",
+            "EmbedLayerNormalization",
+        )
+    },
 }
 
 
@@ -139,9 +135,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
     if 0 <= scale_index < len(node.input) and node.input[scale_index]:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
     add_dtype, add_from = _stash_dtype(node)
-    module, name_from = _module_name([node])
     scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
-    module, name_from = _from_weight(module, name_from, scale)
+    module, name_from = _from_weight(*_module_name([node]), scale)
     return GraphNorm(
         name=module or node.name or (node.output[0] if node.output else op),
         norm=norm,
@@ -169,10 +164,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
 def _stash_dtype(node: Any) -> tuple[str | None, str]:
     """The dtype a fused ONNX-domain op computes the mean and eps in: its ``stash_type``
     (schema default 1, float32); None for the com.microsoft ops (no such attribute)."""
-    if node.op_type not in ("RMSNormalization", "LayerNormalization") or node.domain not in (
-        "",
-        "ai.onnx",
-    ):
+    onnx_domain = node.domain in ("", "ai.onnx")
+    if not onnx_domain or node.op_type not in ("RMSNormalization", "LayerNormalization"):
         return None, ""
     a = _attr(node, "stash_type")
     if a is None:

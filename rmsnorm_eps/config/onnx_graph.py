@@ -6,16 +6,9 @@ with a node cap (:data:`MAX_NODES`, main graph, ``model.functions`` and every If
 subgraph together). A file protobuf cannot parse is one :class:`InputFileError`.
 
 A norm is found either as a fused op (its ``epsilon`` attribute, or the op schema's default
-when the attribute is absent, said so) or as a decomposed pattern matched by structure, for x
-of dimension d:
-
-- ``q = ReduceMean(Pow(x, 2) | Mul(x, x))`` (RMS), ``q = ReduceMean(Pow(x - mean(x), 2))``
-  (LayerNorm), or ``s = ReduceSumSquare(x) | ReduceSum(Pow(x, 2))`` (sum: eps is scaled by d);
-- then ``Sqrt(Add(q, eps))`` (eps inside the sqrt), ``Add(Sqrt(q), eps)`` (outside),
-  ``Max(Sqrt(q), eps)`` (a clamp), or ``Sqrt(q)`` with no eps at all (a finding: the eps was
-  dropped, e.g. by torch's exporter for eps <= 1e-8);
-- then ``Div(x, r)`` or ``Mul(x, Reciprocal(r))``, and a gain: ``Mul(y, w)`` (w), ``Mul(y,
-  Add(w, 1))`` (1+w, Gemma), or none (no weight, or folded into the next op).
+when the attribute is absent, said so: :mod:`~rmsnorm_eps.config.onnx_fused`) or as a
+decomposed pattern matched by structure (:mod:`~rmsnorm_eps.config.onnx_decomposed`), where an
+eps dropped altogether (torch's exporter does so for eps <= 1e-8) is a finding.
 
 Cast nodes between the steps are walked through (the eps "behind a Cast" is reported with the
 dtype it is cast to). The eps is kept as stored: its exact value, its dtype (the dtype the
@@ -27,39 +20,31 @@ legacy node name (``/model/layers.0/input_layernorm/Add`` -> ``model.layers.0.in
 else the node's own name. The result is a :class:`~rmsnorm_eps.config.model.NormConfig` with
 one literal entry per norm, so ``config show``, ``config diff``, ``ratio --config`` and
 ``compare --config`` take an ONNX file like any other config.
-
-This module reads the file, walks the graphs under the caps and builds the NormConfig; the
-matching lives in sibling modules: :mod:`~rmsnorm_eps.config.onnx_nodes` (graph index,
-constants, Casts, names), :mod:`~rmsnorm_eps.config.onnx_fused` (fused ops, schema defaults),
-:mod:`~rmsnorm_eps.config.onnx_decomposed` (decomposed patterns) and
-:mod:`~rmsnorm_eps.config.onnx_settings` (each norm's settings and the findings).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.config.model import ConfigEntry, NormConfig, NormSettings
 from rmsnorm_eps.config.onnx_decomposed import _decomposed
-from rmsnorm_eps.config.onnx_fused import FUSED_OPS, SCHEMA_DEFAULTS, _fused, schema_default
+from rmsnorm_eps.config.onnx_fused import _fused
 from rmsnorm_eps.config.onnx_nodes import GraphNorm, _Graph, _index, _onnx
 from rmsnorm_eps.config.onnx_settings import _settings, _sibling_notes
 from rmsnorm_eps.errors import InputFileError
 
 __all__ = [
-    "FUSED_OPS",
     "MAX_NODES",
     "MAX_ONNX_BYTES",
-    "SCHEMA_DEFAULTS",
-    "GraphNorm",
     "escape_glob",
     "find_norms",
     "load_onnx_model",
+    "onnx_findings",
     "read_onnx_config",
-    "schema_default",
 ]
 
 #: Largest .onnx file read (protobuf's own limit for one message is 2 GiB).
@@ -151,19 +136,13 @@ def find_norms(model: Any, path: Path) -> tuple[GraphNorm, ...]:
         fopset.update({o.domain: int(o.version) for o in fn.opset_import})
         label = f"function {fn.domain}.{fn.name}"
         for norm in _walk_graph(fn, label, None, fopset, budget, 1):
-            norms.append(norm if norm.name_from != "node name" else _prefixed(norm, label))
+            if norm.name_from == "node name":
+                norm = replace(norm, name=f"{label}/{norm.name}")
+            norms.append(norm)
     return tuple(_unique(norms))
 
 
-def _prefixed(norm: GraphNorm, label: str) -> GraphNorm:
-    from dataclasses import replace
-
-    return replace(norm, name=f"{label}/{norm.name}")
-
-
 def _unique(norms: list[GraphNorm]) -> Iterator[GraphNorm]:
-    from dataclasses import replace
-
     seen: dict[str, int] = {}
     for norm in norms:
         n = seen.get(norm.name, 0)

@@ -1,15 +1,11 @@
-"""Lookups on one ONNX graph's protobuf, shared by the fused and the decomposed matchers.
-
-:class:`GraphNorm` (one norm found), the per-graph index (producers, consumers, initializers,
-value types; outer scopes included), constants behind a tensor name (initializer, Constant
-node, or a Cast of one: at most :data:`MAX_EPS_ELEMENTS` elements, all equal), walking through
-Cast nodes up and down, the gain of a scale tensor (``w`` or ``1 + w``, and its length d), and
-the module a norm came from (``pkg.torch.onnx.name_scopes``, a legacy node name, or the scale
-initializer ``<module>.weight``).
+"""Lookups on one ONNX graph's protobuf, shared by the fused and the decomposed matchers:
+:class:`GraphNorm` (one norm found), the per-graph index, constants behind a tensor name,
+walking through Cast nodes, the gain of a scale tensor and the module a norm came from.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,9 +120,7 @@ def _tensor_const(t: Any, where: str) -> _Const:
     import numpy as np
 
     dtype = _DTYPES.get(t.data_type, f"type {t.data_type}")
-    n = 1
-    for d in t.dims:
-        n *= int(d)
+    n = math.prod(int(d) for d in t.dims)
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return _Const(None, dtype, f"{where} (external data, not read)", n)
     if n > MAX_EPS_ELEMENTS or n == 0:
@@ -199,8 +193,7 @@ def _skip_cast_up(g: _Graph, name: str) -> str:
 
 
 def _producer_op(g: _Graph, name: str) -> Any:
-    node = g.producer.get(_skip_cast_up(g, name))
-    return node
+    return g.producer.get(_skip_cast_up(g, name))
 
 
 def _module_name(nodes: list[Any]) -> tuple[str | None, str]:

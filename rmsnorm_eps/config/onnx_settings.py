@@ -13,7 +13,7 @@ from rmsnorm_eps.config.onnx_nodes import GraphNorm
 
 def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
     """The NormConfig overrides of one graph norm."""
-    from rmsnorm_eps.config.gguf_reader import short_float32
+    import numpy as np
 
     def at(key: str, note: str = "") -> Provenance:
         return Provenance("file", path, key=key, note=note)
@@ -24,11 +24,9 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
     elif norm.eps_default:
         eps = Resolved(norm.eps, Provenance("framework", norm.eps_where, note=key))
     else:
-        short = short_float32(norm.eps) if norm.eps_dtype == "float32" else None
-        if norm.eps_dtype == "float16":
-            import numpy as np
-
-            short = str(np.float16(norm.eps))
+        # the shortest decimal that reads back as the same stored float (as GGUF's float32)
+        half_or_single = norm.eps_dtype in ("float16", "float32")
+        short = str(np.dtype(norm.eps_dtype).type(norm.eps)) if half_or_single else None
         # the narrowest dtype eps went through: a Cast to float16 then up to float32 rounded
         # it to float16's precision, whatever dtype it is added in
         through = next(

@@ -38,8 +38,6 @@ def model_dir_config(directory: Path) -> Path:
     """The config file of a model directory: ``config.json`` (as ``capture --model DIR``
     reads), else its single ``.gguf`` file. Several GGUF files and no config.json: an error
     naming them (pick one)."""
-    from rmsnorm_eps.errors import InputFileError
-
     config = directory / "config.json"
     if config.is_file():
         return config
@@ -243,11 +241,9 @@ def _canonical(config: NormConfig, field: str) -> tuple[Value, tuple[tuple[str, 
     the base is dropped (repeatedly).
     """
     base = config.defaults.get(field).value
-    rows: list[tuple[str, Value]] = []
-    for entry in config.entries:
-        for name, resolved in entry.overrides:
-            if name == field:
-                rows.append((entry.pattern, resolved.value))
+    rows: list[tuple[str, Value]] = [
+        (e.pattern, r.value) for e in config.entries for name, r in e.overrides if name == field
+    ]
     last = {pattern: i for i, (pattern, _) in enumerate(rows)}
     rows = [row for i, row in enumerate(rows) if last[row[0]] == i]
     stars = [i for i, (pattern, _) in enumerate(rows) if pattern and set(pattern) == {"*"}]
@@ -308,18 +304,14 @@ Grouped = dict[tuple[str, Resolved, Resolved], list[str]]
 def _probe_names(patterns: list[str], names: Iterable[str]) -> list[tuple[str, str]]:
     """(name, label shown) pairs: each pattern's witness (labelled by the pattern), then
     ``names`` (labelled by themselves), each name once."""
-    probes: list[tuple[str, str]] = []
-    probed: set[str] = set()
+    probes: dict[str, str] = {}
     for pattern in patterns:
         name = witness(pattern)
-        if name is not None and name not in probed:
-            probed.add(name)
-            probes.append((name, pattern))
+        if name is not None:
+            probes.setdefault(name, pattern)
     for name in names:
-        if name not in probed:
-            probed.add(name)
-            probes.append((name, name))
-    return probes
+        probes.setdefault(name, name)
+    return list(probes.items())
 
 
 def _diff_names(
@@ -328,18 +320,21 @@ def _diff_names(
     probes: list[tuple[str, str]],
     rel_tol: float,
     grouped: Grouped,
+    one_sided: bool = False,
 ) -> set[str]:
     """Resolve every probe name on both sides; group the differing (field, A, B) by label.
-    Returns the fields shown."""
+    Returns the fields shown. A setting outside SIGNIFICANT_FIELDS missing on both sides is not
+    a difference; with ``one_sided`` neither is one missing on one side only."""
     shown: set[str] = set()
     for name, label in probes:
         sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
         for field in FIELDS:
             ra, rb = sa.get(field), sb.get(field)
             differs = _differs(field, ra, rb, rel_tol)
-            significant = field in SIGNIFICANT_FIELDS
             if differs is False or (
-                differs is None and ra.value is None and rb.value is None and not significant
+                differs is None
+                and field not in SIGNIFICANT_FIELDS
+                and (one_sided or (ra.value is None and rb.value is None))
             ):
                 continue
             shown.add(field)
@@ -368,6 +363,18 @@ def _diff_normal_forms(
     grouped[(field, ra, rb)] = list(dict.fromkeys(p for p, _ in (*rows_a, *rows_b)))[:20]
 
 
+def _result(
+    a: NormConfig, b: NormConfig, patterns: list[str], grouped: Grouped, rel_tol: float
+) -> ConfigDiff:
+    """The ConfigDiff of ``grouped``: significant differences first, then in FIELDS order."""
+    diffs = [
+        FieldDifference(field, ra, rb, tuple(pats), field in SIGNIFICANT_FIELDS)
+        for (field, ra, rb), pats in grouped.items()
+    ]
+    diffs.sort(key=lambda d: (not d.significant, FIELDS.index(d.field)))
+    return ConfigDiff(a=a, b=b, patterns=tuple(patterns), differences=tuple(diffs), rel_tol=rel_tol)
+
+
 def diff_configs(
     a: NormConfig,
     b: NormConfig,
@@ -384,60 +391,34 @@ def diff_configs(
     placement, gain, norm) missing on either side is a difference: equivalence cannot be shown.
 
     Names spelled by the patterns cannot show every difference of two glob sets (``x*`` then
-    ``*y`` differ from ``*y`` then ``x*`` only on names like ``xy``), so a field that no
-    compared name shows different must also have the same normal form on both sides
-    (:func:`_canonical`: the ordered (pattern, value) pairs that set it, after dropping shadowed
-    entries). When the normal forms differ, names joined from two witnesses are tried (``xy``
-    from ``x*`` and ``*y``) and the first that differs is reported; if none does, the field is
-    a difference "not proven equal for every layer name". Equivalent therefore means: equal for
-    every possible layer name, not just the ones tried.
+    ``*y`` differ from ``*y`` then ``x*`` only on ``xy``), so a field no compared name shows
+    different must also have the same normal form (:func:`_canonical`) on both sides, else it
+    is a difference (:func:`_diff_normal_forms`). Equivalent therefore means: equal for every
+    possible layer name, not just the ones tried.
     """
     patterns = list(dict.fromkeys(e.pattern for e in (*a.entries, *b.entries)))
-    grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
+    grouped: Grouped = {}
     shown = _diff_names(a, b, _probe_names(patterns, names), rel_tol, grouped)
     for field in FIELDS:
         if field not in shown and not _canonical_equal(a, b, field):
             _diff_normal_forms(a, b, field, rel_tol, grouped)
-    diffs = tuple(
-        FieldDifference(field, ra, rb, tuple(pats), field in SIGNIFICANT_FIELDS)
-        for (field, ra, rb), pats in grouped.items()
-    )
-    diffs = tuple(sorted(diffs, key=lambda d: (not d.significant, FIELDS.index(d.field))))
-    return ConfigDiff(a=a, b=b, patterns=tuple(patterns), differences=diffs, rel_tol=rel_tol)
+    return _result(a, b, patterns, grouped, rel_tol)
 
 
 def diff_by_names(a: NormConfig, b: NormConfig) -> ConfigDiff:
     """Compare A and B on the norms of the ONNX side(s) only: each graph norm's module name
     is resolved on both sides (a config.json's ``*`` covers it) and every setting compared as
-    :func:`diff_configs` does (eps within its relative tolerance,
-    which absorbs float32 storage: 1e-5 stored as 9.999999747378752e-06 agrees, its float16
-    1.0013580322265625e-05 does not). A setting the graph cannot show (gain_baked,
+    :func:`diff_configs` does (eps within DIFF_REL_TOL: 1e-5 stored as float32 agrees, as
+    float16 1.0013580322265625e-05 does not). A setting the graph cannot show (gain_baked,
     weight_after_cast) is not compared when only one side knows it. Returns a
     :class:`ConfigDiff` whose ``patterns`` are the compared names.
     """
-    patterns: list[str] = []
-    for side in (a, b):
-        if side.kind == "onnx":
-            patterns += [e.pattern for e in side.entries]
-    patterns = list(dict.fromkeys(patterns))
-    grouped: dict[tuple[str, Resolved, Resolved], list[str]] = {}
-    for pattern in patterns:
-        name = unescape_glob(pattern)
-        sa, sb = _settings_or_defaults(a, name), _settings_or_defaults(b, name)
-        for fld in FIELDS:
-            ra, rb = sa.get(fld), sb.get(fld)
-            differs = _differs(fld, ra, rb, DIFF_REL_TOL)
-            if differs is False:
-                continue
-            if differs is None and fld not in SIGNIFICANT_FIELDS:
-                continue
-            grouped.setdefault((fld, ra, rb), []).append(pattern)
-    diffs = tuple(
-        FieldDifference(fld, ra, rb, tuple(pats), fld in SIGNIFICANT_FIELDS)
-        for (fld, ra, rb), pats in grouped.items()
-    )
-    diffs = tuple(sorted(diffs, key=lambda d: (not d.significant, FIELDS.index(d.field))))
-    return ConfigDiff(a=a, b=b, patterns=tuple(patterns), differences=diffs, rel_tol=DIFF_REL_TOL)
+    onnx = [e.pattern for side in (a, b) if side.kind == "onnx" for e in side.entries]
+    patterns = list(dict.fromkeys(onnx))
+    grouped: Grouped = {}
+    probes = [(unescape_glob(pattern), pattern) for pattern in patterns]
+    _diff_names(a, b, probes, DIFF_REL_TOL, grouped, one_sided=True)
+    return _result(a, b, patterns, grouped, DIFF_REL_TOL)
 
 
 def unescape_glob(pattern: str) -> str:

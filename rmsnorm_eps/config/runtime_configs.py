@@ -57,6 +57,7 @@ _EXECUTORCH_KEYS = (
     "enable_dynamic_shape",
     "max_context_len",
 )
+_SOURCES = {"TensorRT-LLM": TRTLLM_SOURCE, "ExecuTorch": EXECUTORCH_SOURCE}
 _TRTLLM_RMS = ("Llama", "Mistral", "Mixtral", "Qwen", "InternLM", "Baichuan", "Deepseek")
 
 
@@ -81,7 +82,8 @@ def runtime_of(data: Any) -> str | None:
 
 def read_json_config(path: Path) -> NormConfig:
     """A JSON config: one of the runtimes above, else a Hugging Face config.json."""
-    from rmsnorm_eps.config.hf import load_json, read_hf_config
+    from rmsnorm_eps.config.hf import read_hf_config
+    from rmsnorm_eps.config.json_file import load_json
 
     data = load_json(path)
     runtime = runtime_of(data)
@@ -95,18 +97,22 @@ def read_json_config(path: Path) -> NormConfig:
     return base
 
 
-def _eps(path: Path, data: dict[str, Any], key: str) -> Resolved | None:
+def _eps(path: Path, data: dict[str, Any], key: str, runtime: str, notes: list[str]) -> Resolved:
+    """eps from ``key``; when missing, the default 1e-5 the runtime documents (its ``source``
+    in :data:`_SOURCES`), said so in ``notes``."""
     from rmsnorm_eps.config.hf import _eps_value
 
-    if key in data and data[key] is not None:
+    if data.get(key) is not None:
         return Resolved(_eps_value(data[key], path, key), Provenance("file", str(path), key))
-    return None
+    source = _SOURCES[runtime]
+    notes.append(f"{key} missing: {runtime}'s default 1e-5 shown ({source})")
+    return Resolved(1e-5, Provenance("framework", source, note=f"{key} missing"))
 
 
 def _dim(path: Path, data: dict[str, Any], key: str) -> Resolved:
     from rmsnorm_eps.config.hf import _positive_int
 
-    if key in data and data[key] is not None:
+    if data.get(key) is not None:
         return Resolved(_positive_int(data[key], path, key), Provenance("file", str(path), key))
     return missing(f"no {key}")
 
@@ -116,10 +122,7 @@ def _trtllm(path: Path, data: dict[str, Any]) -> NormConfig:
 
     arch = str(data.get("architecture"))
     notes: list[str] = []
-    eps = _eps(path, data, "norm_epsilon")
-    if eps is None:
-        eps = Resolved(1e-5, Provenance("framework", TRTLLM_SOURCE, note="norm_epsilon missing"))
-        notes.append(f"norm_epsilon missing: TensorRT-LLM's default 1e-5 shown ({TRTLLM_SOURCE})")
+    eps = _eps(path, data, "norm_epsilon", "TensorRT-LLM", notes)
     settings: dict[str, Resolved] = {"eps": eps, "dim": _dim(path, data, "hidden_size")}
     if any(arch.startswith(x) for x in _TRTLLM_RMS):
         rule = Provenance("derived", str(path), "architecture", note=f"{arch}: RmsNorm")
@@ -145,10 +148,7 @@ def _trtllm(path: Path, data: dict[str, Any]) -> NormConfig:
 
 def _executorch(path: Path, data: dict[str, Any], base: NormConfig) -> NormConfig:
     notes = list(base.notes)
-    eps = _eps(path, data, "norm_eps")
-    if eps is None:
-        eps = Resolved(1e-5, Provenance("framework", EXECUTORCH_SOURCE, note="norm_eps missing"))
-        notes.append(f"norm_eps missing: ExecuTorch's default 1e-5 shown ({EXECUTORCH_SOURCE})")
+    eps = _eps(path, data, "norm_eps", "ExecuTorch", notes)
     norm_type = data.get("norm_type", "rmsnorm")
     settings: dict[str, Resolved] = {"eps": eps, "dim": _dim(path, data, "dim")}
     if norm_type == "rmsnorm":

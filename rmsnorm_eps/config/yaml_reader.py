@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.config.fields import parse_setting, shorten
+from rmsnorm_eps.config.json_file import read_capped_text
 from rmsnorm_eps.config.model import (
     FIELDS,
     ConfigEntry,
@@ -78,17 +79,15 @@ def _check_duplicates(
             if isinstance(key_node, yaml.ScalarNode):
                 key = str(key_node.value)
                 sub = f"{where}.{shorten(key)}" if where else shorten(key)
+                line = key_node.start_mark.line + 1
                 if key_node.tag == _MERGE_TAG:
                     raise InputFileError(
                         path,
-                        f"YAML merge key << (line {key_node.start_mark.line + 1}) is not "
-                        "allowed: write the settings out",
+                        f"YAML merge key << (line {line}) is not allowed: write the settings out",
                         key=sub,
                     )
                 if key in seen:
-                    raise InputFileError(
-                        path, f"duplicate key (line {key_node.start_mark.line + 1})", key=sub
-                    )
+                    raise InputFileError(path, f"duplicate key (line {line})", key=sub)
                 seen.add(key)
             else:
                 sub = f"{where}.?" if where else "?"
@@ -117,23 +116,9 @@ def _count_nodes(yaml: Any, text: str, loader_cls: Any, path: Path) -> None:
 def _load(path: Path) -> Any:
     import yaml
 
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_YAML_BYTES + 1)
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise InputFileError(
-            path, f"YAML config larger than {MAX_YAML_BYTES >> 20} MiB: refused (size cap)"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not UTF-8 text") from None
+    text = read_capped_text(path, MAX_YAML_BYTES, "YAML")
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        # compose builds nodes only (tags are not resolved to objects); checked, then built
-        # by the safe constructor from the same nodes (one parse).
+    try:  # counted, composed, checked, then built from the same nodes (module docstring)
         _count_nodes(yaml, text, loader_cls, path)
         node = yaml.compose(text, Loader=loader_cls)
         if node is None:
@@ -192,12 +177,9 @@ def read_yaml_config(path: Path) -> NormConfig:
             f"schema_version must be {YAML_SCHEMA_VERSION}, got {brief(version)}",
             key="schema_version",
         )
-    model = data.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InputFileError(path, f"expected a string, got {brief(model)}", key="model")
-    source = data.get("source")
-    if source is not None and not isinstance(source, str):
-        raise InputFileError(path, f"expected a string, got {brief(source)}", key="source")
+    for key in ("model", "source"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise InputFileError(path, f"expected a string, got {brief(data[key])}", key=key)
     defaults = NormSettings().overlay(_settings(data.get("defaults"), p, "defaults"))
     raw_layers = data.get("layers")
     entries: list[ConfigEntry] = []
@@ -227,9 +209,9 @@ def read_yaml_config(path: Path) -> NormConfig:
     return NormConfig(
         path=p,
         kind="yaml",
-        model=model,
+        model=data.get("model"),
         defaults=defaults,
         entries=tuple(entries),
         notes=notes,
-        source=source,
+        source=data.get("source"),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rmsnorm_eps.config.model import FIELDS, NormConfig, NormSettings, Resolved
+from rmsnorm_eps.config.model import FIELDS, NormConfig, Resolved
 from rmsnorm_eps.config.yaml_reader import YAML_SCHEMA_VERSION
 
 __all__ = ["config_yaml_document", "render_config_yaml"]
@@ -25,17 +25,13 @@ def _known(items: Any) -> dict[str, Any]:
     return out
 
 
-def _defaults(settings: NormSettings) -> dict[str, Any]:
-    return _known((name, settings.get(name)) for name in FIELDS)
-
-
 def config_yaml_document(config: NormConfig) -> dict[str, Any]:
     """The YAML document (plain dict, schema_version 1) of ``config``."""
     doc: dict[str, Any] = {"schema_version": YAML_SCHEMA_VERSION}
     if config.model is not None:
         doc["model"] = config.model
     doc["source"] = config.source if config.source is not None else config.path
-    doc["defaults"] = _defaults(config.defaults)
+    doc["defaults"] = _known((name, config.defaults.get(name)) for name in FIELDS)
     doc["layers"] = {entry.pattern: _known(entry.overrides) for entry in config.entries}
     return doc
 

@@ -7,7 +7,7 @@ import fnmatch
 from pathlib import Path
 
 from rmsnorm_eps.config import load_config
-from rmsnorm_eps.config.model import FIELDS, ConfigEntry, NormSettings, missing
+from rmsnorm_eps.config.model import FIELDS, ConfigEntry, NormConfig, NormSettings, missing
 
 YAML = """schema_version: 1
 defaults: {eps: 1e-5, placement: inside, gain: w, norm: rms}
@@ -41,5 +41,6 @@ def test_settings_overlay() -> None:
     base = NormSettings()
     assert all(getattr(base, f).value is None for f in FIELDS)
     entry = ConfigEntry("a.*", ())
-    assert entry.matches("a.b") and not entry.matches("b.a")
+    config = NormConfig("c.yaml", "yaml", None, base, (entry,))
+    assert config.matching("a.b") == (entry,) and config.matching("b.a") == ()
     assert missing("why").provenance.kind == "missing"
