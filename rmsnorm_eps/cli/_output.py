@@ -50,15 +50,9 @@ def write_text(output: Path | None, text: str) -> None:
         typer.echo(text, nl=False, color=True if color_forced() else None)
 
 
-def emit(
-    result: object,
-    fmt: str,
-    output: Path | None,
-    gate: GateResult | None = None,
-    histogram: str = "auto",
-) -> None:
+def emit(result: object, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` (atomic) or stdout."""
-    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
+    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output))
 
 
 def render_or_usage_error(result: object, fmt: str, options: RenderOptions) -> str:
@@ -112,13 +106,6 @@ def prepare_plot(plot: Path | None) -> str | None:
         raise usage_error(str(exc)) from None
     require_matplotlib()
     return fmt
-
-
-def write_plot(plot: Path, data: bytes) -> None:
-    """Write the plot's bytes atomically."""
-    from rmsnorm_eps.atomic import atomic_write_bytes
-
-    atomic_write_bytes(plot, data)
 
 
 def summary_line(text: str) -> None:
