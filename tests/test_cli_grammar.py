@@ -13,7 +13,8 @@ import pytest
 import typer.main
 
 from rmsnorm_eps.cli import app
-from rmsnorm_eps.cli._options import DTYPE_ALIASES, Format, Histogram, canonical_dtype
+from rmsnorm_eps.cli._options import Format, Histogram
+from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports import FORMATS, HISTOGRAM_CHOICES
 
 ROOT = Path(__file__).resolve().parents[1]

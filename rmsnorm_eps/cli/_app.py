@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from click import Option as _ClickOption
 from click import exceptions as _cx
 from typer.core import TyperCommand, TyperGroup
 
+from rmsnorm_eps import escape
 from rmsnorm_eps._version import __version__
 from rmsnorm_eps.cli._help import HelpContext
 
@@ -38,16 +39,10 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
-def _one_line(text: str) -> str:
-    """One bounded, inert stderr line (:func:`rmsnorm_eps.escape.message`)."""
-    from rmsnorm_eps.escape import message
-
-    return message(text)
-
-
-def fail(message: str) -> None:
-    """Print ``rmsnorm-eps: error: message`` on stderr and exit 2."""
-    typer.echo(f"rmsnorm-eps: error: {_one_line(message)}", err=True)
+def fail(message: str) -> NoReturn:
+    """Print ``rmsnorm-eps: error: message`` on stderr (one bounded, inert line:
+    :func:`rmsnorm_eps.escape.message`) and exit 2."""
+    typer.echo(f"rmsnorm-eps: error: {escape.message(message)}", err=True)
     raise typer.Exit(EXIT_ERROR)
 
 
@@ -261,7 +256,7 @@ class _Group(TyperGroup):
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare command: show its help
                 exc.show()
                 sys.exit(exc.exit_code)
-            typer.echo(f"rmsnorm-eps: error: {_one_line(_hinted(exc))} (see --help)", err=True)
+            typer.echo(f"rmsnorm-eps: error: {escape.message(_hinted(exc))} (see --help)", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
             typer.echo("rmsnorm-eps: aborted", err=True)
@@ -279,17 +274,13 @@ class _Group(TyperGroup):
             raise
         except KeyboardInterrupt:
             interrupted()
-        except RmsnormEpsError as exc:
-            if _debug_enabled(ctx):
-                raise
-            fail(str(exc))
-        except MemoryError:
-            if _debug_enabled(ctx):
-                raise
-            fail("out of memory")
         except Exception as exc:
             if _debug_enabled(ctx):
                 raise
+            if isinstance(exc, RmsnormEpsError):
+                fail(str(exc))
+            if isinstance(exc, MemoryError):
+                fail("out of memory")
             fail(
                 f"internal error: {type(exc).__name__}: {exc} "
                 "(rerun with --debug for the traceback, and please report it)"

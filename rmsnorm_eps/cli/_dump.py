@@ -16,17 +16,6 @@ if TYPE_CHECKING:
     from rmsnorm_eps.dumps import DumpReading
     from rmsnorm_eps.sources.intent import InputWarning
 
-__all__ = [
-    "ColumnOpt",
-    "DumpArg",
-    "DumpDtypeOpt",
-    "QFileOpt",
-    "RawOpt",
-    "one_dump",
-    "report_warnings",
-    "with_raw_hint",
-]
-
 DumpArg = Annotated[
     Path | None,
     typer.Argument(
@@ -64,7 +53,6 @@ DumpDtypeOpt = Annotated[
         show_default="the array's own",
     ),
 ]
-
 ColumnOpt = Annotated[
     str | None,
     typer.Option(
@@ -75,6 +63,11 @@ ColumnOpt = Annotated[
         "name.",
         show_default="every column",
     ),
+]
+
+ChunkBytesOpt = Annotated[
+    int | None,
+    typer.Option("--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."),
 ]
 
 #: A last axis at least this long, in a dump refused for a negative q, is probably the hidden
@@ -148,8 +141,7 @@ def dump_reading(
 ) -> DumpReading:
     """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
     ``--skip-unreadable``, ``--norm``, ``--threads``, ``--max-layers``), the worst inputs kept,
-    and the
-    ``--config`` file loaded (the library matches its layers): one object, passed whole."""
+    and the ``--config`` file loaded (the library matches its layers): one object, passed whole."""
     from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
     from rmsnorm_eps.sources.interface import MAX_LAYERS
 

@@ -30,7 +30,6 @@ from rmsnorm_eps.cli._output import (
     render_for,
     skipped_suffix,
     summary_line,
-    write_plot,
     write_text,
 )
 from rmsnorm_eps.cli._paths import Named, check_outputs
@@ -126,7 +125,9 @@ def finish(
     if options.summary:
         append_step_summary(result, gate)
     if options.plot is not None and options.plot_fmt is not None and draw is not None:
-        write_plot(options.plot, draw(options.plot_fmt))
+        from rmsnorm_eps.atomic import atomic_write_bytes
+
+        atomic_write_bytes(options.plot, draw(options.plot_fmt))
     word = "INCOMPLETE" if skipped else "PASS" if passed else "FAIL"
     line = message if message.startswith(word) or not (verdict or skipped) else f"{word}: {message}"
     summary_line(line + skipped_suffix(skipped))

@@ -21,17 +21,6 @@ _EXAMPLE_PREFIX = "rmsnorm-eps "
 _CONTINUATION = " \\"
 
 
-def _wrapper(width: int, indent: str) -> textwrap.TextWrapper:
-    return textwrap.TextWrapper(
-        width=max(width, 1),
-        initial_indent=indent,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-        replace_whitespace=True,
-    )
-
-
 def wrap_example(command: str, width: int, indent: str = "") -> list[str]:
     """A shell command as lines of at most ``width`` columns (when its tokens allow), every
     line but the last ending in `` \\`` and continuation lines indented two more spaces."""
@@ -74,7 +63,16 @@ def wrap_paragraphs(text: str, width: int, indent: str = "") -> list[str]:
         if body.startswith(_EXAMPLE_PREFIX):
             out.extend(wrap_example(body, width, own_indent))
         elif body:
-            out.extend(_wrapper(width, own_indent).wrap(body))
+            out.extend(
+                textwrap.wrap(
+                    body,
+                    max(width, 1),
+                    initial_indent=own_indent,
+                    subsequent_indent=own_indent,
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
     return out
 
 

@@ -17,39 +17,6 @@ import typer
 
 from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports.options import Format
-from rmsnorm_eps.sources.interface import MAX_LAYERS
-
-__all__ = [
-    "DTYPE_ALIASES",
-    "MAX_LAYERS",
-    "AllowUnmatchedOpt",
-    "DeprecatedOutOpt",
-    "DtypeChoice",
-    "ExitZeroOpt",
-    "ExitZeroSkipOpt",
-    "Format",
-    "FormatOpt",
-    "Histogram",
-    "MaxFractionOpt",
-    "MaxLayersOpt",
-    "MaxSamplesOpt",
-    "MaxTokensOpt",
-    "MaxViolationsOpt",
-    "OutputOpt",
-    "PlotLayersOpt",
-    "PlotOpt",
-    "ReportOpt",
-    "SkipUnreadableOpt",
-    "SplitOpt",
-    "StrictOpt",
-    "SummaryOpt",
-    "TopOpt",
-    "ZeroIsViolationOpt",
-    "canonical_dtype",
-    "complete_framework",
-    "data_output",
-    "parse_report_specs",
-]
 
 
 class Histogram(str, Enum):
@@ -215,7 +182,35 @@ MaxLayersOpt = Annotated[
         "companions such as <layer>::position are not counted.",
     ),
 ]
-#: Options that ``capture`` and ``sensitivity`` read their texts with, declared once.
+
+
+class ModelDtype(str, Enum):
+    """``--dtype`` of ``capture`` and ``sensitivity``: the model's dtype (fp32, bf16, fp16 are
+    aliases)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+#: Options that ``capture`` and ``sensitivity`` load the model and read their texts with,
+#: declared once.
+ModelOpt = Annotated[Path, typer.Option("--model", help="Local Hugging Face model directory.")]
+GgufOpt = Annotated[
+    str | None, typer.Option("--gguf", help="GGUF file name inside --model to load.")
+]
+ModelDtypeOpt = Annotated[
+    ModelDtype, typer.Option("--dtype", help="Model dtype.", case_sensitive=False)
+]
+BatchSizeOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")]
+TextOpt = Annotated[list[str] | None, typer.Option("--text", help="A text to run (repeatable).")]
+FieldOpt = Annotated[
+    str | None,
+    typer.Option("--field", help="JSON Lines key or dataset column holding the text."),
+]
 SplitOpt = Annotated[
     str, typer.Option("--split", help="Split of a save_to_disk dataset directory.")
 ]
@@ -248,6 +243,10 @@ ZeroIsViolationOpt = Annotated[
         help="Count every zero vector (q = 0 exactly, e.g. a padding row) as a violation. By "
         "default zero vectors are counted apart: their output is 0 under any eps.",
     ),
+]
+MinRatioOpt = Annotated[
+    float | None,
+    typer.Option("--min-ratio", help="Give the bound as a minimum q/eps instead of --delta."),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=0, help="Worst inputs listed per layer.")]
 MaxViolationsOpt = Annotated[

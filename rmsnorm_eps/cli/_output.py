@@ -50,15 +50,9 @@ def write_text(output: Path | None, text: str) -> None:
         typer.echo(text, nl=False, color=True if color_forced() else None)
 
 
-def emit(
-    result: object,
-    fmt: str,
-    output: Path | None,
-    gate: GateResult | None = None,
-    histogram: str = "auto",
-) -> None:
+def emit(result: object, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` (atomic) or stdout."""
-    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output, gate, histogram))
+    write_text(output, render_for(result, str(getattr(fmt, "value", fmt)), output))
 
 
 def render_or_usage_error(result: object, fmt: str, options: RenderOptions) -> str:
@@ -72,11 +66,9 @@ def render_or_usage_error(result: object, fmt: str, options: RenderOptions) -> s
         raise usage_error(f"--format {fmt} is not available for this output") from None
 
 
-def append_step_summary(result: object, gate: GateResult | None = None) -> Path | None:
-    """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` (never truncating it).
-
-    Returns the file written, or None (with a note on stderr) when the variable is unset.
-    """
+def append_step_summary(result: object, gate: GateResult | None = None) -> None:
+    """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` (never truncating it); when the
+    variable is unset, a note on stderr instead."""
     import os
 
     from rmsnorm_eps.errors import InputFileError
@@ -85,7 +77,7 @@ def append_step_summary(result: object, gate: GateResult | None = None) -> Path 
     target = os.environ.get("GITHUB_STEP_SUMMARY", "")
     if not target:
         summary_line("note: --summary: GITHUB_STEP_SUMMARY is not set; no job summary written")
-        return None
+        return
     text = render_or_usage_error(result, "markdown", RenderOptions(gate=gate))
     path = Path(target)
     try:
@@ -95,7 +87,6 @@ def append_step_summary(result: object, gate: GateResult | None = None) -> Path 
         raise InputFileError(
             path, f"cannot append the job summary: {exc.strerror or exc}", key=None
         ) from None
-    return path
 
 
 def prepare_plot(plot: Path | None) -> str | None:
@@ -112,13 +103,6 @@ def prepare_plot(plot: Path | None) -> str | None:
         raise usage_error(str(exc)) from None
     require_matplotlib()
     return fmt
-
-
-def write_plot(plot: Path, data: bytes) -> None:
-    """Write the plot's bytes atomically."""
-    from rmsnorm_eps.atomic import atomic_write_bytes
-
-    atomic_write_bytes(plot, data)
 
 
 def summary_line(text: str) -> None:

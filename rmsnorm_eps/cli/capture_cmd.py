@@ -7,36 +7,31 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_OK, app, usage_error
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
+    BatchSizeOpt,
     DeprecatedOutOpt,
+    FieldOpt,
     Format,
     FormatOpt,
+    GgufOpt,
     MaxSamplesOpt,
     MaxTokensOpt,
+    ModelDtype,
+    ModelDtypeOpt,
+    ModelOpt,
     OutputOpt,
     SplitOpt,
+    TextOpt,
     data_output,
 )
 from rmsnorm_eps.cli._output import summary_line
-
-
-class ModelDtype(str, Enum):
-    """``--dtype``: the model's dtype (fp32, bf16, fp16 are aliases)."""
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
 
 
 def _read_texts(
@@ -88,7 +83,8 @@ def _read_texts(
     ),
 )
 def capture(
-    model: Annotated[Path, typer.Option("--model", help="Local Hugging Face model directory.")],
+    ctx: typer.Context,
+    model: ModelOpt,
     save_data: Annotated[
         Path | None,
         typer.Option(
@@ -101,12 +97,8 @@ def capture(
         ),
     ] = None,
     out: DeprecatedOutOpt = None,
-    gguf: Annotated[
-        str | None, typer.Option("--gguf", help="GGUF file name inside --model to load.")
-    ] = None,
-    text: Annotated[
-        list[str] | None, typer.Option("--text", help="A text to run (repeatable).")
-    ] = None,
+    gguf: GgufOpt = None,
+    text: TextOpt = None,
     text_file: Annotated[
         Path | None,
         typer.Option(
@@ -115,10 +107,7 @@ def capture(
             "with --field): the text in field --field (default 'text').",
         ),
     ] = None,
-    field: Annotated[
-        str | None,
-        typer.Option("--field", help="JSON Lines key or dataset column holding the text."),
-    ] = None,
+    field: FieldOpt = None,
     dataset: Annotated[
         Path | None,
         typer.Option(
@@ -138,9 +127,7 @@ def capture(
             "(accelerate's device_map=auto over the visible GPUs; cpu when there is none).",
         ),
     ] = "cpu",
-    dtype: Annotated[
-        ModelDtype, typer.Option("--dtype", help="Model dtype.", case_sensitive=False)
-    ] = ModelDtype.float32,
+    dtype: ModelDtypeOpt = ModelDtype.float32,
     config_out: Annotated[
         Path | None,
         typer.Option(
@@ -165,9 +152,7 @@ def capture(
         list[str] | None,
         typer.Option("--module", help="Also hook this module name or glob (repeatable)."),
     ] = None,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")
-    ] = 8,
+    batch_size: BatchSizeOpt = 8,
     sort_by_length: Annotated[
         bool,
         typer.Option(
@@ -193,6 +178,7 @@ def capture(
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
     from rmsnorm_eps.capture.output import rank_outputs
+    from rmsnorm_eps.cli._app import _debug_enabled
     from rmsnorm_eps.cli._paths import check_outputs
 
     out = data_output(save_data, out, "the dump or summary to write")
@@ -231,7 +217,7 @@ def capture(
         result, order = _capture(
             loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
         )
-        if _debug() and rank == 0:  # where the time went: loading vs the forward passes
+        if _debug_enabled(ctx) and rank == 0:  # where the time went: loading vs the forward passes
             summary_line(
                 f"timing: load {loaded.load_seconds:.2f} s (config, tokenizer, weights), "
                 f"forward {time.perf_counter() - ran_at:.2f} s (tokenize, "
@@ -240,30 +226,31 @@ def capture(
         _report(result, order, loaded, job, d_value, out, config_out, fmt.value, output)
     finally:
         if world > 1:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            _close_group()
     if world > 1:
-        # Every file is written and flushed. gloo's worker threads can abort the interpreter's
-        # own shutdown ("terminate called without an active exception", SIGABRT) after a
-        # successful run, which torchrun would report as a failure: leave at once instead.
-        import os
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_OK)
+        _leave(EXIT_OK)
     raise typer.Exit(EXIT_OK)
 
 
-def _debug() -> bool:
-    """Whether ``--debug`` (or RMSNORM_EPS_DEBUG) is on for this invocation."""
-    import click
+def _close_group() -> None:
+    """Under torchrun: end the process group (also after an error)."""
+    import torch.distributed as dist
 
-    from rmsnorm_eps.cli._app import _debug_enabled
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
-    ctx = click.get_current_context(silent=True)
-    return ctx is not None and _debug_enabled(ctx)  # type: ignore[arg-type]
+
+def _leave(code: int) -> NoReturn:
+    """Under torchrun, once every file is written: end the group, flush, and leave at once
+    with ``code``. gloo's worker threads can abort the interpreter's own shutdown ("terminate
+    called without an active exception", SIGABRT) after a successful run, which torchrun
+    would report as a failure."""
+    import os
+
+    _close_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @dataclass(frozen=True)
@@ -351,14 +338,12 @@ def _report(
             emit(report, fmt, output)
             for line in not_analysed(result):  # unknown kinds: listed, never analysed
                 summary_line(line)
-        target = str(out)
     else:
         result = _with_sample_indices(result, order)
         path = rank_path(out, job.rank)
         if ran:
             write_dump(result, path)
-        target = str(out)
-        outputs = {"dump": target, "config": str(config_out) if config_out else None}
+        outputs = {"dump": str(out), "config": str(config_out) if config_out else None}
         doc = reduce_capture_documents(
             capture_document(result, loaded.name, outputs) if ran else None
         )
@@ -373,7 +358,7 @@ def _report(
         ranks = f" over {job.world} ranks" if job.world > 1 else ""
         summary_line(
             f"captured {count} norm module(s), {totals[0]} text(s), "
-            f"{totals[1]} tokens{ranks} -> {target}"
+            f"{totals[1]} tokens{ranks} -> {out}"
         )
 
 

@@ -11,6 +11,7 @@ import typer
 from rmsnorm_eps.cli._app import app, usage_error
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._dump import (
+    ChunkBytesOpt,
     ColumnOpt,
     DumpArg,
     DumpDtypeOpt,
@@ -22,7 +23,6 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
-    MAX_LAYERS,
     AllowUnmatchedOpt,
     ExitZeroSkipOpt,
     Format,
@@ -41,6 +41,7 @@ from rmsnorm_eps.cli._options import (
     TopOpt,
     ZeroIsViolationOpt,
 )
+from rmsnorm_eps.sources.interface import MAX_LAYERS
 
 
 @app.command(
@@ -114,10 +115,7 @@ def compare(
     summary: SummaryOpt = False,
     plot: PlotOpt = None,
     plot_layers: PlotLayersOpt = 6,
-    chunk_bytes: Annotated[
-        int | None,
-        typer.Option("--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."),
-    ] = None,
+    chunk_bytes: ChunkBytesOpt = None,
     dtype: DumpDtypeOpt = None,
     column: ColumnOpt = None,
     skip_unreadable: SkipUnreadableOpt = False,

@@ -16,6 +16,7 @@ from rmsnorm_eps.cli._options import (
     FormatOpt,
     MaxFractionOpt,
     MaxViolationsOpt,
+    MinRatioOpt,
     OutputOpt,
     PlotLayersOpt,
     PlotOpt,
@@ -54,10 +55,7 @@ def merge(
         float | None,
         typer.Option("--delta", help="Bound for the merged report.", show_default="the shards'"),
     ] = None,
-    min_ratio: Annotated[
-        float | None,
-        typer.Option("--min-ratio", help="Give the bound as a minimum q/eps instead of --delta."),
-    ] = None,
+    min_ratio: MinRatioOpt = None,
     top: Annotated[
         int | None,
         typer.Option(

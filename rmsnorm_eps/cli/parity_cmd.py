@@ -175,30 +175,15 @@ def parity(
             raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
         if plot is not None or norm is not None:
             raise usage_error("--onnx takes neither --plot nor --norm")
-        _parity_onnx(
-            onnx_path,
-            config,
-            eps_rtol,
-            optimized_out,
-            tail_options(
-                fmt,
-                output,
-                reports=report_to,
-                summary=summary,
-                exit_zero=exit_zero,
-                inputs=[("--onnx", onnx_path)] + ([("--config", config)] if config else []),
-                extra_outputs=[("--optimized-out", optimized_out)],
-            ),
-        )
-    if probes_path is None or actual is None:
-        raise usage_error("give --probes and --actual (or --onnx MODEL)")
-    if config is not None or optimized_out is not None:
-        raise usage_error("--config and --optimized-out go with --onnx")
-    from rmsnorm_eps.parity.actual import read_actual
-    from rmsnorm_eps.parity.api import compare_outputs
-    from rmsnorm_eps.parity.probes import load_probes
-    from rmsnorm_eps.parity.record import record_format, write_record
-
+        inputs = [("--onnx", onnx_path), ("--config", config)]
+        extra = [("--optimized-out", optimized_out)]
+    else:
+        if probes_path is None or actual is None:
+            raise usage_error("give --probes and --actual (or --onnx MODEL)")
+        if config is not None or optimized_out is not None:
+            raise usage_error("--config and --optimized-out go with --onnx")
+        inputs = [("--probes", probes_path), ("--actual", actual)]
+        extra = [("--record", record)]
     options = tail_options(
         fmt,
         output,
@@ -206,9 +191,17 @@ def parity(
         summary=summary,
         plot=plot,
         exit_zero=exit_zero,
-        inputs=[("--probes", probes_path), ("--actual", actual)],
-        extra_outputs=[("--record", record)],
+        inputs=inputs,
+        extra_outputs=extra,
     )
+    if onnx_path is not None:
+        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, options)
+    assert probes_path is not None and actual is not None  # checked above, for mypy
+    from rmsnorm_eps.parity.actual import read_actual
+    from rmsnorm_eps.parity.api import compare_outputs
+    from rmsnorm_eps.parity.probes import load_probes
+    from rmsnorm_eps.parity.record import record_format, write_record
+
     if record is not None:
         try:
             record_format(record)

@@ -71,10 +71,8 @@ def precision(
     from rmsnorm_eps.compare.precision import precision_report
 
     options = tail_options(fmt, output, reports=report_to, summary=summary, exit_zero=exit_zero)
-    names: list[str] = []
-    for listed in dtype or []:
-        names += [d for d in listed.split(",") if d not in names]
-    report = precision_report(eps, tuple(names) or None, norm.value)
+    names = tuple(dict.fromkeys(d for listed in dtype or [] for d in listed.split(",")))
+    report = precision_report(eps, names or None, norm.value)
     gone = report.vanishing
     finish(
         report,

@@ -10,6 +10,7 @@ import typer
 from rmsnorm_eps.cli._app import app, usage_error
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._dump import (
+    ChunkBytesOpt,
     ColumnOpt,
     DumpArg,
     DumpDtypeOpt,
@@ -21,7 +22,6 @@ from rmsnorm_eps.cli._dump import (
     with_raw_hint,
 )
 from rmsnorm_eps.cli._options import (
-    MAX_LAYERS,
     AllowUnmatchedOpt,
     ExitZeroSkipOpt,
     Format,
@@ -30,6 +30,7 @@ from rmsnorm_eps.cli._options import (
     MaxFractionOpt,
     MaxLayersOpt,
     MaxViolationsOpt,
+    MinRatioOpt,
     NormOpt,
     OutputOpt,
     PlotLayersOpt,
@@ -41,6 +42,7 @@ from rmsnorm_eps.cli._options import (
     TopOpt,
     ZeroIsViolationOpt,
 )
+from rmsnorm_eps.sources.interface import MAX_LAYERS
 
 
 @app.command(
@@ -95,10 +97,7 @@ def ratio(
             show_default="0.01",
         ),
     ] = None,
-    min_ratio: Annotated[
-        float | None,
-        typer.Option("--min-ratio", help="Give the bound as a minimum q/eps instead of --delta."),
-    ] = None,
+    min_ratio: MinRatioOpt = None,
     top: TopOpt = 5,
     max_violations: MaxViolationsOpt = None,
     max_fraction: MaxFractionOpt = None,
@@ -117,10 +116,7 @@ def ratio(
             "of the layers; auto = all up to 8 layers, else violating.",
         ),
     ] = Histogram.AUTO,
-    chunk_bytes: Annotated[
-        int | None,
-        typer.Option("--chunk-bytes", min=1, hidden=True, help="Bytes read per chunk (testing)."),
-    ] = None,
+    chunk_bytes: ChunkBytesOpt = None,
     save_summary: Annotated[
         Path | None,
         typer.Option(

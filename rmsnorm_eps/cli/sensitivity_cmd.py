@@ -11,17 +11,24 @@ import typer
 from rmsnorm_eps.cli._app import app, usage_error
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
+    BatchSizeOpt,
     ExitZeroOpt,
+    FieldOpt,
     Format,
     FormatOpt,
+    GgufOpt,
     MaxSamplesOpt,
     MaxTokensOpt,
+    ModelDtype,
+    ModelDtypeOpt,
+    ModelOpt,
     OutputOpt,
     ReportOpt,
     SplitOpt,
     SummaryOpt,
+    TextOpt,
 )
-from rmsnorm_eps.cli.capture_cmd import ModelDtype, _read_texts
+from rmsnorm_eps.cli.capture_cmd import _close_group, _leave, _read_texts
 
 
 @app.command(
@@ -45,10 +52,8 @@ from rmsnorm_eps.cli.capture_cmd import ModelDtype, _read_texts
 )
 def sensitivity(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Option("--model", help="Local Hugging Face model directory.")],
-    gguf: Annotated[
-        str | None, typer.Option("--gguf", help="GGUF file name inside --model to load.")
-    ] = None,
+    model: ModelOpt,
+    gguf: GgufOpt = None,
     eps: Annotated[
         list[float] | None,
         typer.Option("--eps", help="Set every norm's eps to this value (repeatable)."),
@@ -107,9 +112,7 @@ def sensitivity(
         float | None,
         typer.Option("--min-top1", min=0.0, max=1.0, help="Gate: top-1 agreement of either class."),
     ] = None,
-    text: Annotated[
-        list[str] | None, typer.Option("--text", help="A text to run (repeatable).")
-    ] = None,
+    text: TextOpt = None,
     text_file: Annotated[
         Path | None,
         typer.Option(
@@ -117,10 +120,7 @@ def sensitivity(
             help="UTF-8 file: one text per non-empty line, or JSON Lines (with --field).",
         ),
     ] = None,
-    field: Annotated[
-        str | None,
-        typer.Option("--field", help="JSON Lines key or dataset column holding the text."),
-    ] = None,
+    field: FieldOpt = None,
     dataset: Annotated[
         Path | None,
         typer.Option("--dataset", help="Local dataset file or save_to_disk directory."),
@@ -128,15 +128,11 @@ def sensitivity(
     split: SplitOpt = "train",
     max_samples: MaxSamplesOpt = None,
     max_tokens: MaxTokensOpt = None,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")
-    ] = 8,
+    batch_size: BatchSizeOpt = 8,
     device: Annotated[
         str, typer.Option("--device", help="cpu, cuda (under torchrun: cuda:LOCAL_RANK), cuda:N.")
     ] = "cpu",
-    dtype: Annotated[
-        ModelDtype, typer.Option("--dtype", help="Model dtype.", case_sensitive=False)
-    ] = ModelDtype.float32,
+    dtype: ModelDtypeOpt = ModelDtype.float32,
     exit_zero: ExitZeroOpt = False,
     fmt: FormatOpt = Format.TEXT,
     output: OutputOpt = None,
@@ -209,10 +205,7 @@ def sensitivity(
         raise
     finally:
         if world > 1:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            _close_group()
 
 
 def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None) -> list[Any]:
@@ -247,18 +240,3 @@ def _debug(p: Any) -> None:
         f"{p.batches} batch(es) of {p.layers} layers",
         file=sys.stderr,
     )
-
-
-def _leave(code: int) -> None:
-    """Under torchrun: every report is written; leave at once (gloo's worker threads can abort
-    the interpreter's own shutdown after a successful run, as ``capture`` notes)."""
-    import os
-    import sys
-
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
