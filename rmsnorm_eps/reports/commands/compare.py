@@ -45,11 +45,10 @@ from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, Te
 from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:  # compare.analysis imports numpy
-    from rmsnorm_eps.analysis import GateResult
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-__all__ = ["COMPARE_RULES", "checks", "document", "text"]
+__all__ = ["COMPARE_RULES", "CompareReporter"]
 
 
 # ----------------------------------------------------------------------------- json
@@ -125,51 +124,6 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
         # layer (their indices are indices of the whole layer)
         doc["first_token"] = _layer(layer.first_token)
         doc["other_tokens"] = _layer(layer.other_tokens)
-    return doc
-
-
-def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
-    """The compare document."""
-    doc: dict[str, Any] = head("compare")
-    doc["schema_version"] = DOCUMENT_VERSION
-    doc.update(
-        {
-            "source": result.source,
-            "raw": result.raw,
-            "from": _side(result.spec_from),
-            "to": _side(result.spec_to),
-            "tolerance": result.tolerance,
-            "scale": result.scale,
-            "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
-            "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
-            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
-            "zero_is_violation": result.zero_is_violation,
-            "safe_eps_bound": {
-                "delta": result.tolerance,
-                "min_ratio": jnum(result.bound_ratio),
-                "rule": "safe_eps: largest --to eps with scale^2*q/eps >= min_ratio(tolerance) "
-                "for every positive finite q",
-            },
-            "top_k": result.top_k,
-            "summary": {
-                "layers": len(result.layers),
-                "count": result.count,
-                "moved": result.moved,
-                "zero": result.zero_count,
-                "nonfinite": result.nonfinite,
-                "violations": result.violations,
-                "violation_fraction": result.violation_fraction,
-                "max_abs_change": jnum(result.max_abs_change),
-                "layers_affected": list(result.layers_affected),
-                **safe_eps_document(result),
-                "within_safe_eps": result.within_safe_eps,
-                **members_document(result),
-            },
-            "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
-        }
-    )
-    doc.update(skipped_document(result.skipped))
     return doc
 
 
@@ -324,11 +278,6 @@ def _safe_eps_parts(report: CompareReport) -> list[Block]:
     return [*parts, Text(_within_text(report) + "\n")]
 
 
-def text(result: CompareReport, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(_compare_parts(result, options), options)
-
-
 # ----------------------------------------------------------------------------- checks
 COMPARE_RULES = (
     Rule(
@@ -421,60 +370,6 @@ def _nonfinite_check(layer: CompareLayer, bad: Level) -> Check:
     return Check("compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
 
 
-def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
-
-    ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
-    when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
-    ``warning`` when the gate passed within its budget.
-    """
-    passed = report.violations == 0 if gate is None else bool(gate.passed)
-    bad: Level = "warning" if passed else "error"
-    tol = report.tolerance
-    checks: list[Check] = []
-    for layer in report.layers:
-        checks.append(_moved_check(layer, tol, bad))
-        checks.append(_nonfinite_check(layer, bad))
-    verdict = (
-        gate.reason
-        if gate is not None
-        else ("no violations" if passed else f"{report.violations} violation(s)")
-    )
-    kind = (
-        quantity_kind(report.layers, report.raw, str)
-        if quantity_label(report.layers) != "q"
-        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
-    )
-    scale = "" if report.scale == 1.0 else f"; the --to side sees c*x with c = {_g(report.scale)}"
-    facts = (
-        ("source", f"{report.source} ({kind})"),
-        ("from", _spec_text(report.spec_from)),
-        ("to", _spec_text(report.spec_to) + scale),
-        ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
-        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
-        (
-            "violations",
-            f"{report.violations} ({report.moved} moved, {report.nonfinite} nonfinite"
-            f"{zero_part(report)}) in {len(report.layers_affected)} layer(s); "
-            f"max |change| {_g(report.max_abs_change)}",
-        ),
-        ("safe eps", _safe_fact(report)),
-        verdict_fact(passed, verdict),
-    )
-    checked = CheckReport(
-        command="compare",
-        title=f"rmsnorm-eps compare: {report.source}",
-        source=report.source,
-        subject="layer",
-        rules=COMPARE_RULES,
-        checks=tuple(checks),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-    return with_skipped(checked, tuple(report.skipped))
-
-
 def _tristate(value: bool | None) -> str:
     return "undefined" if value is None else "yes" if value else "no"
 
@@ -501,10 +396,106 @@ class CompareReporter(
     """``compare``: every format; the gate decides the verdict and the level of a failed check."""
 
     def text(self, result: CompareReport) -> str:
-        return text(result, self.options)
+        """The text report."""
+        return render_blocks(_compare_parts(result, self.options), self.options)
 
     def document(self, result: CompareReport) -> dict[str, object]:
-        return document(result, self.options.gate)
+        """The compare document."""
+        doc: dict[str, Any] = head("compare")
+        doc["schema_version"] = DOCUMENT_VERSION
+        doc.update(
+            {
+                "source": result.source,
+                "raw": result.raw,
+                "from": _side(result.spec_from),
+                "to": _side(result.spec_to),
+                "tolerance": result.tolerance,
+                "scale": result.scale,
+                "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
+                "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
+                "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+                "zero_is_violation": result.zero_is_violation,
+                "safe_eps_bound": {
+                    "delta": result.tolerance,
+                    "min_ratio": jnum(result.bound_ratio),
+                    "rule": "safe_eps: largest --to eps with scale^2*q/eps >= min_ratio(tolerance) "
+                    "for every positive finite q",
+                },
+                "top_k": result.top_k,
+                "summary": {
+                    "layers": len(result.layers),
+                    "count": result.count,
+                    "moved": result.moved,
+                    "zero": result.zero_count,
+                    "nonfinite": result.nonfinite,
+                    "violations": result.violations,
+                    "violation_fraction": result.violation_fraction,
+                    "max_abs_change": jnum(result.max_abs_change),
+                    "layers_affected": list(result.layers_affected),
+                    **safe_eps_document(result),
+                    "within_safe_eps": result.within_safe_eps,
+                    **members_document(result),
+                },
+                "gate": gate_document(self.options.gate),
+                "layers": [_layer(layer) for layer in result.layers],
+            }
+        )
+        doc.update(skipped_document(result.skipped))
+        return doc
 
     def checks(self, result: CompareReport) -> CheckReport:
-        return checks(result, self.options.gate)
+        """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
+
+        ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
+        when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
+        ``warning`` when the gate passed within its budget.
+        """
+        passed = (
+            result.violations == 0 if self.options.gate is None else bool(self.options.gate.passed)
+        )
+        bad: Level = "warning" if passed else "error"
+        tol = result.tolerance
+        checks: list[Check] = []
+        for layer in result.layers:
+            checks.append(_moved_check(layer, tol, bad))
+            checks.append(_nonfinite_check(layer, bad))
+        verdict = (
+            self.options.gate.reason
+            if self.options.gate is not None
+            else ("no violations" if passed else f"{result.violations} violation(s)")
+        )
+        kind = (
+            quantity_kind(result.layers, result.raw, str)
+            if quantity_label(result.layers) != "q"
+            else ("activations (q = mean(x^2) over the last axis)" if result.raw else "q values")
+        )
+        scale = (
+            "" if result.scale == 1.0 else f"; the --to side sees c*x with c = {_g(result.scale)}"
+        )
+        facts = (
+            ("source", f"{result.source} ({kind})"),
+            ("from", _spec_text(result.spec_from)),
+            ("to", _spec_text(result.spec_to) + scale),
+            ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
+            ("inputs", f"{result.count} in {len(result.layers)} layer(s)"),
+            (
+                "violations",
+                f"{result.violations} ({result.moved} moved, {result.nonfinite} nonfinite"
+                f"{zero_part(result)}) in {len(result.layers_affected)} layer(s); "
+                f"max |change| {_g(result.max_abs_change)}",
+            ),
+            ("safe eps", _safe_fact(result)),
+            verdict_fact(passed, verdict),
+        )
+        checked = CheckReport(
+            command="compare",
+            title=f"rmsnorm-eps compare: {result.source}",
+            source=result.source,
+            subject="layer",
+            rules=COMPARE_RULES,
+            checks=tuple(checks),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )
+        return with_skipped(checked, tuple(result.skipped))

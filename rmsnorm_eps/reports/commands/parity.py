@@ -8,7 +8,7 @@ given.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
@@ -16,26 +16,12 @@ from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict
 from rmsnorm_eps.reports.checks import g as _g6
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.parity.api import ParityResult
     from rmsnorm_eps.parity.infer import Inference
 
-__all__ = [
-    "PARITY_RULES",
-    "checks",
-    "document",
-    "eps_summary",
-    "text",
-]
-
-
-def document(result: ParityResult) -> dict[str, Any]:
-    """The parity document (the acceptance record without a timestamp)."""
-    from rmsnorm_eps.parity.document import parity_document
-
-    return parity_document(result)
+__all__ = ["PARITY_RULES", "ParityReporter", "eps_summary"]
 
 
 # ----------------------------------------------------------------------------- text
@@ -102,11 +88,6 @@ def parity_parts(result: ParityResult) -> list[Block]:
     return parts
 
 
-def text(result: ParityResult, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(parity_parts(result), options)
-
-
 # ----------------------------------------------------------------------------- checks
 PARITY_RULES = (
     Rule(
@@ -131,112 +112,116 @@ def _source_file(source: str) -> str:
     return source
 
 
-def checks(result: ParityResult) -> CheckReport:
-    """Two checks per probe category of a :class:`~rmsnorm_eps.parity.api.ParityResult`.
-
-    ``parity/tolerance`` fails when some element of the category fails the rule (the
-    command's verdict); ``parity/nonfinite`` when a NaN, or an inf the reference does not
-    have, is among them (the category's minimum passing atol is then infinite).
-    """
-    tol = result.tolerance
-    checks: list[Check] = []
-    for c in result.categories:
-        nums: dict[str, Number] = {
-            "rows": c.rows,
-            "elements": c.elements,
-            "failing": c.failing,
-            "failing_rows": c.failing_rows,
-            "fraction_failing": c.fraction_failing,
-            "max_abs_error": c.max_abs_error,
-            "max_rel_error": c.max_rel_error,
-            "atol": tol.atol,
-            "rtol": tol.rtol,
-            "min_atol": c.min_atol,
-            "min_rtol": c.min_rtol,
-        }
-        errors = f"max abs error {_g6(c.max_abs_error, 4)}, max rel error {_g6(c.max_rel_error, 4)}"
-        if c.failing:
-            msg = (
-                f"{c.name}: {c.failing} of {c.elements} elements ({c.failing_rows} of {c.rows} "
-                f"rows) fail {tol.rule} (atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)}); {errors}; "
-                f"passing would need atol >= {_g6(c.min_atol, 4)} or rtol >= {_g6(c.min_rtol, 4)}"
-            )
-        else:
-            msg = (
-                f"{c.name}: all {c.elements} elements pass {tol.rule} (atol {_g6(tol.atol)}, "
-                f"rtol {_g6(tol.rtol)}); {errors}"
-            )
-        checks.append(
-            Check(
-                "parity/tolerance",
-                c.name,
-                c.passed,
-                "note" if c.passed else "error",
-                msg,
-                nums,
-            )
-        )
-        bad_nonfinite = c.min_atol == float("inf")
-        nf_msg = (
-            f"{c.name}: nonfinite outputs fail ({c.nan} NaN, {c.inf} inf of {c.elements} elements)"
-            if bad_nonfinite
-            else f"{c.name}: no failing nonfinite output ({c.nan} NaN, {c.inf} inf)"
-        )
-        checks.append(
-            Check(
-                "parity/nonfinite",
-                c.name,
-                not bad_nonfinite,
-                "error" if bad_nonfinite else "note",
-                nf_msg,
-                {"elements": c.elements, "nan": c.nan, "inf": c.inf},
-            )
-        )
-    inf = result.inference
-    p = result.probes
-    passed = bool(result.passed)
-    failing = tuple(result.failing_categories)
-    verdict = (
-        f"all {len(result.categories)} categories within tolerance"
-        if passed
-        else f"{len(failing)} of {len(result.categories)} categories fail: {', '.join(failing)}"
-    )
-    facts = (
-        ("outputs", f"{result.actual_source} ({result.output_dtype})"),
-        ("probes", f"{result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
-        ("configured eps", _g6(p.eps, 12)),
-        (
-            "error rule",
-            f"{tol.rule}: {tol.formula()}; atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)} "
-            f"({tol.source})",
-        ),
-        ("inferred", f"eps {_g6(inf.eps, 4)}, placement {inf.placement}, gain {inf.gain.kind}"),
-        ("diagnosis", result.diagnosis),
-        verdict_fact(passed, verdict),
-    )
-    return CheckReport(
-        command="parity",
-        title=f"rmsnorm-eps parity: {result.actual_source}",
-        source=_source_file(result.actual_source),
-        subject="category",
-        rules=PARITY_RULES,
-        checks=tuple(checks),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-
-
 class ParityReporter(
     Reporter, TextRole["ParityResult"], DocumentRole["ParityResult"], ChecksRole["ParityResult"]
 ):
     """``parity``: every format."""
 
     def text(self, result: ParityResult) -> str:
-        return text(result, self.options)
+        """The text report."""
+        return render_blocks(parity_parts(result), self.options)
 
     def document(self, result: ParityResult) -> dict[str, object]:
-        return document(result)
+        """The parity document (the acceptance record without a timestamp)."""
+        from rmsnorm_eps.parity.document import parity_document
+
+        return parity_document(result)
 
     def checks(self, result: ParityResult) -> CheckReport:
-        return checks(result)
+        """Two checks per probe category of a :class:`~rmsnorm_eps.parity.api.ParityResult`.
+
+        ``parity/tolerance`` fails when some element of the category fails the rule (the
+        command's verdict); ``parity/nonfinite`` when a NaN, or an inf the reference does not
+        have, is among them (the category's minimum passing atol is then infinite).
+        """
+        tol = result.tolerance
+        checks: list[Check] = []
+        for c in result.categories:
+            nums: dict[str, Number] = {
+                "rows": c.rows,
+                "elements": c.elements,
+                "failing": c.failing,
+                "failing_rows": c.failing_rows,
+                "fraction_failing": c.fraction_failing,
+                "max_abs_error": c.max_abs_error,
+                "max_rel_error": c.max_rel_error,
+                "atol": tol.atol,
+                "rtol": tol.rtol,
+                "min_atol": c.min_atol,
+                "min_rtol": c.min_rtol,
+            }
+            errors = (
+                f"max abs error {_g6(c.max_abs_error, 4)}, max rel error {_g6(c.max_rel_error, 4)}"
+            )
+            if c.failing:
+                msg = (
+                    f"{c.name}: {c.failing} of {c.elements} elements ({c.failing_rows} of "
+                    f"{c.rows} rows) fail {tol.rule} (atol {_g6(tol.atol)}, rtol "
+                    f"{_g6(tol.rtol)}); {errors}; passing would need atol >= "
+                    f"{_g6(c.min_atol, 4)} or rtol >= {_g6(c.min_rtol, 4)}"
+                )
+            else:
+                msg = (
+                    f"{c.name}: all {c.elements} elements pass {tol.rule} (atol {_g6(tol.atol)}, "
+                    f"rtol {_g6(tol.rtol)}); {errors}"
+                )
+            checks.append(
+                Check(
+                    "parity/tolerance",
+                    c.name,
+                    c.passed,
+                    "note" if c.passed else "error",
+                    msg,
+                    nums,
+                )
+            )
+            bad_nonfinite = c.min_atol == float("inf")
+            nf_msg = (
+                f"{c.name}: nonfinite outputs fail ({c.nan} NaN, {c.inf} inf of {c.elements} "
+                "elements)"
+                if bad_nonfinite
+                else f"{c.name}: no failing nonfinite output ({c.nan} NaN, {c.inf} inf)"
+            )
+            checks.append(
+                Check(
+                    "parity/nonfinite",
+                    c.name,
+                    not bad_nonfinite,
+                    "error" if bad_nonfinite else "note",
+                    nf_msg,
+                    {"elements": c.elements, "nan": c.nan, "inf": c.inf},
+                )
+            )
+        inf = result.inference
+        p = result.probes
+        passed = bool(result.passed)
+        failing = tuple(result.failing_categories)
+        verdict = (
+            f"all {len(result.categories)} categories within tolerance"
+            if passed
+            else f"{len(failing)} of {len(result.categories)} categories fail: {', '.join(failing)}"
+        )
+        facts = (
+            ("outputs", f"{result.actual_source} ({result.output_dtype})"),
+            ("probes", f"{result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+            ("configured eps", _g6(p.eps, 12)),
+            (
+                "error rule",
+                f"{tol.rule}: {tol.formula()}; atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)} "
+                f"({tol.source})",
+            ),
+            ("inferred", f"eps {_g6(inf.eps, 4)}, placement {inf.placement}, gain {inf.gain.kind}"),
+            ("diagnosis", result.diagnosis),
+            verdict_fact(passed, verdict),
+        )
+        return CheckReport(
+            command="parity",
+            title=f"rmsnorm-eps parity: {result.actual_source}",
+            source=_source_file(result.actual_source),
+            subject="category",
+            rules=PARITY_RULES,
+            checks=tuple(checks),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )

@@ -29,18 +29,16 @@ from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, Te
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 
 if TYPE_CHECKING:  # analysis imports numpy
-    from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
+    from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = [
     "RATIO_RULES",
-    "checks",
-    "document",
+    "RatioReporter",
     "histogram_rows",
     "quantity_kind",
     "quantity_label",
     "safe_eps_document",
     "safe_eps_parts",
-    "text",
     "zero_part",
 ]
 
@@ -135,42 +133,6 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
         "decades": [{"decade": k, "count": c} for k, c in layer.decades],
         **safe_eps_document(layer),
     }
-
-
-def document(result: RatioReport, gate: GateResult | None) -> dict[str, Any]:
-    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
-    doc = head("merge" if result.shards else "ratio")
-    doc["schema_version"] = DOCUMENT_VERSION
-    doc.update(
-        {
-            "source": result.source,
-            "raw": result.raw,
-            "delta": result.delta,
-            "min_ratio": result.min_ratio,
-            "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
-            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
-            "zero_is_violation": result.zero_is_violation,
-            "top_k": result.top_k,
-            "summary": {
-                "layers": len(result.layers),
-                "count": result.count,
-                "below_bound": result.below_bound,
-                "zero": result.zero_count,
-                "nonfinite": result.nonfinite,
-                "violations": result.violations,
-                "violation_fraction": result.violation_fraction,
-                "layers_affected": list(result.layers_affected),
-                **safe_eps_document(result),
-                **members_document(result),
-            },
-            "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
-        }
-    )
-    if result.shards:
-        doc["shards"] = list(result.shards)
-    doc.update(skipped_document(result.skipped))
-    return doc
 
 
 # ----------------------------------------------------------------------------- text
@@ -410,11 +372,6 @@ def safe_eps_parts(
     return [Text(title), NamedTable(table), Text(line + "\n")]
 
 
-def text(result: RatioReport, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(_ratio_parts(result, options), options)
-
-
 # ----------------------------------------------------------------------------- checks
 RATIO_RULES = (
     Rule(
@@ -532,67 +489,6 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
     return Check("ratio/nonfinite", layer.name, nf == 0, level, msg, nums, loc)
 
 
-def checks(report: RatioReport, gate: GateResult | None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
-
-    ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
-    ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
-    gate passed within its budget (then ``warning``).
-    """
-    passed = report.violations == 0 if gate is None else bool(gate.passed)
-    bad: Level = "warning" if passed else "error"
-    bound = report.min_ratio
-    shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
-    where = _Shards(shards)
-    checks: list[Check] = []
-    for layer in report.layers:
-        checks.append(_below_bound_check(layer, report, bad, where))
-        checks.append(_nonfinite_check(layer, bad, where))
-    verdict = (
-        gate.reason
-        if gate is not None
-        else ("no violations" if passed else f"{report.violations} violation(s)")
-    )
-    qv = quantity_label(report.layers)
-    kind = (
-        quantity_kind(report.layers, report.raw, str)
-        if qv != "q"
-        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
-    )
-    facts: tuple[tuple[str, str], ...] = (
-        ("source", f"{report.source} ({kind})"),
-        (
-            "bound",
-            f"A >= {_g(1.0 - report.delta, 12)} <=> {qv}/eps >= {_g(bound, 12)} "
-            f"(delta {_g(report.delta, 12)})",
-        ),
-        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
-        (
-            "violations",
-            f"{report.violations} ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite{zero_part(report)}) in "
-            f"{len(report.layers_affected)} layer(s)",
-        ),
-        ("safe eps", _safe_fact(report)),
-        ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
-    )
-    command = "merge" if shards else "ratio"
-    if shards:
-        facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
-    checked = CheckReport(
-        command=command,
-        title=f"rmsnorm-eps {command}: {report.source}",
-        source=None if shards else report.source,
-        subject="layer",
-        rules=RATIO_RULES,
-        checks=tuple(checks),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-    return with_skipped(checked, tuple(getattr(report, "skipped", ())))
-
-
 def _safe_fact(report: Any) -> str:
     """The model's safe eps and margin, for the facts of a check report."""
     if report.safe_eps is None:
@@ -610,10 +506,102 @@ class RatioReporter(
     verdict and the level of a failed check."""
 
     def text(self, result: RatioReport) -> str:
-        return text(result, self.options)
+        """The text report."""
+        return render_blocks(_ratio_parts(result, self.options), self.options)
 
     def document(self, result: RatioReport) -> dict[str, object]:
-        return document(result, self.options.gate)
+        """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
+        doc = head("merge" if result.shards else "ratio")
+        doc["schema_version"] = DOCUMENT_VERSION
+        doc.update(
+            {
+                "source": result.source,
+                "raw": result.raw,
+                "delta": result.delta,
+                "min_ratio": result.min_ratio,
+                "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+                "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+                "zero_is_violation": result.zero_is_violation,
+                "top_k": result.top_k,
+                "summary": {
+                    "layers": len(result.layers),
+                    "count": result.count,
+                    "below_bound": result.below_bound,
+                    "zero": result.zero_count,
+                    "nonfinite": result.nonfinite,
+                    "violations": result.violations,
+                    "violation_fraction": result.violation_fraction,
+                    "layers_affected": list(result.layers_affected),
+                    **safe_eps_document(result),
+                    **members_document(result),
+                },
+                "gate": gate_document(self.options.gate),
+                "layers": [_layer(layer) for layer in result.layers],
+            }
+        )
+        if result.shards:
+            doc["shards"] = list(result.shards)
+        doc.update(skipped_document(result.skipped))
+        return doc
 
     def checks(self, result: RatioReport) -> CheckReport:
-        return checks(result, self.options.gate)
+        """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
+
+        ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
+        ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
+        gate passed within its budget (then ``warning``).
+        """
+        passed = (
+            result.violations == 0 if self.options.gate is None else bool(self.options.gate.passed)
+        )
+        bad: Level = "warning" if passed else "error"
+        bound = result.min_ratio
+        shards: tuple[str, ...] = tuple(getattr(result, "shards", ()))
+        where = _Shards(shards)
+        checks: list[Check] = []
+        for layer in result.layers:
+            checks.append(_below_bound_check(layer, result, bad, where))
+            checks.append(_nonfinite_check(layer, bad, where))
+        verdict = (
+            self.options.gate.reason
+            if self.options.gate is not None
+            else ("no violations" if passed else f"{result.violations} violation(s)")
+        )
+        qv = quantity_label(result.layers)
+        kind = (
+            quantity_kind(result.layers, result.raw, str)
+            if qv != "q"
+            else ("activations (q = mean(x^2) over the last axis)" if result.raw else "q values")
+        )
+        facts: tuple[tuple[str, str], ...] = (
+            ("source", f"{result.source} ({kind})"),
+            (
+                "bound",
+                f"A >= {_g(1.0 - result.delta, 12)} <=> {qv}/eps >= {_g(bound, 12)} "
+                f"(delta {_g(result.delta, 12)})",
+            ),
+            ("inputs", f"{result.count} in {len(result.layers)} layer(s)"),
+            (
+                "violations",
+                f"{result.violations} ({result.below_bound} below the bound, "
+                f"{result.nonfinite} nonfinite{zero_part(result)}) in "
+                f"{len(result.layers_affected)} layer(s)",
+            ),
+            ("safe eps", _safe_fact(result)),
+            ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
+        )
+        command = "merge" if shards else "ratio"
+        if shards:
+            facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
+        checked = CheckReport(
+            command=command,
+            title=f"rmsnorm-eps {command}: {result.source}",
+            source=None if shards else result.source,
+            subject="layer",
+            rules=RATIO_RULES,
+            checks=tuple(checks),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )
+        return with_skipped(checked, tuple(getattr(result, "skipped", ())))
