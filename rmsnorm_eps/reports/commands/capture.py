@@ -112,11 +112,7 @@ class CaptureReporter(
         for m in doc["modules"]:
             ran = m["count"] > 0
             nums: dict[str, Number] = {
-                "eps": m["eps"],
-                "dim": m["dim"],
-                "count": m["count"],
-                "calls": m["calls"],
-                "min_ratio": m["min_ratio"],
+                k: m[k] for k in ("eps", "dim", "count", "calls", "min_ratio")
             }
             ratio = m["min_ratio"]
             shown = ratio if isinstance(ratio, str) else _g(ratio)

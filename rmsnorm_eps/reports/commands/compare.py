@@ -2,11 +2,12 @@
 changes from one setting to another: the document, the text tables, and two checks per layer
 (``moved`` and ``nonfinite``), with the zero vectors and the safe eps of the ``--to`` side.
 
-Why one module of ~510 lines: it is the compare command's whole reporter (document, text and
+Why one module of ~470 lines: it is the compare command's whole reporter (document, text and
 checks), the unit a new field touches; the pieces it shares with ratio live there."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
@@ -42,7 +43,6 @@ from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:  # compare.analysis imports numpy
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
@@ -58,20 +58,7 @@ def _side(side: EpsSpec | LayerSpecs) -> dict[str, Any]:
 
     if isinstance(side, LayerSpecs):
         return {"text": side.text, "config": side.config, "per_layer": True}
-    return _spec(side)
-
-
-def _spec(spec: EpsSpec) -> dict[str, Any]:
-    return {
-        "text": spec.text,
-        "eps": spec.eps,
-        "placement": spec.placement,
-        "dim": spec.dim,
-        "dtype": spec.dtype,
-        "framework": spec.framework,
-        "input_dtype": spec.input_dtype,
-        "note": spec.note,
-    }
+    return asdict(side)  # every field of the spec, in field order
 
 
 def _moved(m: MovedInput) -> dict[str, Any]:
@@ -87,8 +74,8 @@ def _moved(m: MovedInput) -> dict[str, Any]:
 def _layer(layer: CompareLayer) -> dict[str, Any]:
     doc = {
         "name": layer.name,
-        "from": _spec(layer.spec_from),
-        "to": _spec(layer.spec_to),
+        "from": asdict(layer.spec_from),
+        "to": asdict(layer.spec_to),
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
@@ -166,19 +153,6 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
     return out
 
 
-def _position_table(report: CompareReport) -> list[Block]:
-    """For dumps with token positions: first token (position 0) next to the other tokens."""
-    return position_split_parts(
-        report.layers,
-        [
-            ("n", lambda p: str(p.count)),
-            ("max |change|", lambda p: _f(p.max_abs_change, 4)),
-            ("moved", lambda p: str(p.moved)),
-            ("viol", lambda p: str(p.violations)),
-        ],
-    )
-
-
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
     layers that use it (dump order)."""
@@ -192,65 +166,6 @@ def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
         lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
         lines.append(f"    ({_e(spec.note)})")
     return lines
-
-
-def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Block]:
-    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
-
-    kind = quantity_kind(report.layers, report.raw)
-    lines = [f"{_e(report.source)} ({kind})"]
-    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
-        if side == "to" and report.scale != 1.0:
-            head += f", inputs scaled by {report.scale:g}"
-        lines.append(head)
-        if isinstance(spec, LayerSpecs):
-            lines += _per_layer_lines(side, report)
-    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        if isinstance(spec, EpsSpec) and spec.note:
-            lines.append(f"{side} default: {_e(spec.note)}")
-    lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
-    parts: list[Block] = [Text("\n".join(lines))]
-    table = simple_table(
-        "layer",
-        "count",
-        "nonfinite",
-        "max |change|",
-        "min factor",
-        "max factor",
-        "moved",
-        "moved %",
-    )
-    for layer in report.layers:
-        table.add_row(
-            _e(layer.name),
-            str(layer.count),
-            str(layer.nonfinite_q + layer.nonfinite_factor),
-            _f(layer.max_abs_change),
-            _f(layer.min_factor),
-            _f(layer.max_factor),
-            str(layer.moved),
-            f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
-            style="bold" if layer.violations else None,
-        )
-    parts.append(NamedTable(table))
-    parts.extend(_safe_eps_parts(report))
-    parts.extend(_position_table(report))
-    for layer in report.layers:
-        if layer.violations:
-            parts.extend(_layer_details(layer))
-    parts.extend(members_parts(report))
-    parts.append(
-        Text(
-            f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
-            f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
-            f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) out of "
-            f"{report.count} inputs; "
-            f"max |change| {_f(report.max_abs_change)}"
-        )
-    )
-    parts.extend(tail_parts(report.skipped, options))
-    return parts
 
 
 def _within_text(report: CompareReport) -> str:
@@ -294,11 +209,6 @@ COMPARE_RULES = (
         "each one counts as a violation.",
     ),
 )
-
-
-def _spec_text(spec: Any) -> str:
-    """``eps=1e-06 inside float64`` (or ``per layer from FILE`` for settings from a config)."""
-    return str(spec.describe())
 
 
 def _moved_check(layer: CompareLayer, tol: float, bad: Level) -> Check:
@@ -397,7 +307,72 @@ class CompareReporter(
 
     def text(self, result: CompareReport) -> str:
         """The text report."""
-        return render_blocks(_compare_parts(result, self.options), self.options)
+        from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
+
+        kind = quantity_kind(result.layers, result.raw)
+        lines = [f"{_e(result.source)} ({kind})"]
+        for side, spec in (("from", result.spec_from), ("to", result.spec_to)):
+            head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
+            if side == "to" and result.scale != 1.0:
+                head += f", inputs scaled by {result.scale:g}"
+            lines.append(head)
+            if isinstance(spec, LayerSpecs):
+                lines += _per_layer_lines(side, result)
+        for side, spec in (("from", result.spec_from), ("to", result.spec_to)):
+            if isinstance(spec, EpsSpec) and spec.note:
+                lines.append(f"{side} default: {_e(spec.note)}")
+        lines.append(
+            f"factor = y_to/y_from per input; moved when |factor - 1| > {result.tolerance:g}"
+        )
+        parts: list[Block] = [Text("\n".join(lines))]
+        table = simple_table(
+            "layer",
+            "count",
+            "nonfinite",
+            "max |change|",
+            "min factor",
+            "max factor",
+            "moved",
+            "moved %",
+        )
+        for layer in result.layers:
+            table.add_row(
+                _e(layer.name),
+                str(layer.count),
+                str(layer.nonfinite_q + layer.nonfinite_factor),
+                _f(layer.max_abs_change),
+                _f(layer.min_factor),
+                _f(layer.max_factor),
+                str(layer.moved),
+                f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
+                style="bold" if layer.violations else None,
+            )
+        parts.append(NamedTable(table))
+        parts.extend(_safe_eps_parts(result))
+        parts += position_split_parts(  # dumps with token positions: position 0 and the rest
+            result.layers,
+            [
+                ("n", lambda p: str(p.count)),
+                ("max |change|", lambda p: _f(p.max_abs_change, 4)),
+                ("moved", lambda p: str(p.moved)),
+                ("viol", lambda p: str(p.violations)),
+            ],
+        )
+        for layer in result.layers:
+            if layer.violations:
+                parts.extend(_layer_details(layer))
+        parts.extend(members_parts(result))
+        parts.append(
+            Text(
+                f"Total: {result.violations} violation(s) in {len(result.layers_affected)} of "
+                f"{len(result.layers)} layer(s) ({result.moved} moved by more than "
+                f"{result.tolerance:g}, {result.nonfinite} nonfinite{zero_part(result)}) out of "
+                f"{result.count} inputs; "
+                f"max |change| {_f(result.max_abs_change)}"
+            )
+        )
+        parts.extend(tail_parts(result.skipped, self.options))
+        return render_blocks(parts, self.options)
 
     def document(self, result: CompareReport) -> dict[str, object]:
         """The compare document."""
@@ -474,8 +449,8 @@ class CompareReporter(
         )
         facts = (
             ("source", f"{result.source} ({kind})"),
-            ("from", _spec_text(result.spec_from)),
-            ("to", _spec_text(result.spec_to) + scale),
+            ("from", result.spec_from.describe()),
+            ("to", result.spec_to.describe() + scale),
             ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
             ("inputs", f"{result.count} in {len(result.layers)} layer(s)"),
             (

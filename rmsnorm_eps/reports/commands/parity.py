@@ -39,55 +39,6 @@ def eps_summary(inf: Inference) -> str:
     return text + f", {inf.eps / inf.configured_eps:.4g}x configured {inf.configured_eps!r}"
 
 
-def parity_parts(result: ParityResult) -> list[Block]:
-    p, inf, tol = result.probes, result.inference, result.tolerance
-    parts: list[Block] = [
-        Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
-        Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
-        Text(
-            f"configured eps {p.eps!r}, gain {_e(p.gain_kind)} (convention {p.gain_convention})"
-            + (f", LayerNorm with bias {_e(p.bias_kind or 'given')}" if p.norm == "layer" else "")
-        ),
-        Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
-        Text(f"({tol.source}); nonfinite values checked separately"),
-    ]
-    table = Table()
-    for name in (
-        "category",
-        "rows",
-        "failing",
-        "max abs err",
-        "max rel err",
-        "min atol",
-        "min rtol",
-        "nonfinite",
-        "result",
-    ):
-        table.add_column(name, justify="left" if name in ("category", "result") else "right")
-    for c in result.categories:
-        table.add_row(
-            _e(c.name),
-            str(c.rows),
-            f"{c.failing}/{c.elements}",
-            _g(c.max_abs_error),
-            _g(c.max_rel_error),
-            _g(c.min_atol),
-            _g(c.min_rtol),
-            str(c.nan + c.inf),
-            "pass" if c.passed else "FAIL",
-            style=None if c.passed else "bold",
-        )
-    parts.append(table)
-    eps_line = f"inferred eps {eps_summary(inf)}; "
-    eps_line += f"placement {inf.placement}" + (f" ({inf.note})" if inf.note else "")
-    eps_line += f"; gain {inf.gain.kind}"
-    if inf.gain.factor is not None and inf.gain.kind != "match":
-        eps_line += f" (median channel factor {inf.gain.factor:.4g})"
-    parts.append(Text(eps_line))
-    parts.append(Text(result.diagnosis))
-    return parts
-
-
 # ----------------------------------------------------------------------------- checks
 PARITY_RULES = (
     Rule(
@@ -119,7 +70,56 @@ class ParityReporter(
 
     def text(self, result: ParityResult) -> str:
         """The text report."""
-        return render_blocks(parity_parts(result), self.options)
+        p, inf, tol = result.probes, result.inference, result.tolerance
+        parts: list[Block] = [
+            Text(f"outputs {_e(result.actual_source)} ({result.output_dtype})"),
+            Text(f"probes  {_e(result.probe_source)} ({p.dtype}, d={p.dim}, {p.count} rows)"),
+            Text(
+                f"configured eps {p.eps!r}, gain {_e(p.gain_kind)} (convention {p.gain_convention})"
+                + (
+                    f", LayerNorm with bias {_e(p.bias_kind or 'given')}"
+                    if p.norm == "layer"
+                    else ""
+                )
+            ),
+            Text(f"rule {tol.rule}: {tol.formula()}; atol {tol.atol!r}, rtol {tol.rtol!r}"),
+            Text(f"({tol.source}); nonfinite values checked separately"),
+        ]
+        table = Table()
+        for name in (
+            "category",
+            "rows",
+            "failing",
+            "max abs err",
+            "max rel err",
+            "min atol",
+            "min rtol",
+            "nonfinite",
+            "result",
+        ):
+            table.add_column(name, justify="left" if name in ("category", "result") else "right")
+        for c in result.categories:
+            table.add_row(
+                _e(c.name),
+                str(c.rows),
+                f"{c.failing}/{c.elements}",
+                _g(c.max_abs_error),
+                _g(c.max_rel_error),
+                _g(c.min_atol),
+                _g(c.min_rtol),
+                str(c.nan + c.inf),
+                "pass" if c.passed else "FAIL",
+                style=None if c.passed else "bold",
+            )
+        parts.append(table)
+        eps_line = f"inferred eps {eps_summary(inf)}; "
+        eps_line += f"placement {inf.placement}" + (f" ({inf.note})" if inf.note else "")
+        eps_line += f"; gain {inf.gain.kind}"
+        if inf.gain.factor is not None and inf.gain.kind != "match":
+            eps_line += f" (median channel factor {inf.gain.factor:.4g})"
+        parts.append(Text(eps_line))
+        parts.append(Text(result.diagnosis))
+        return render_blocks(parts, self.options)
 
     def document(self, result: ParityResult) -> dict[str, object]:
         """The parity document (the acceptance record without a timestamp)."""

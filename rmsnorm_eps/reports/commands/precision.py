@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmsnorm_eps.reports.blocks import Block, Table, Text
+from rmsnorm_eps.reports.blocks import Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head, jnum
@@ -50,37 +50,6 @@ def _notes(r: PrecisionRow, q: str = "q") -> list[str]:
     return notes
 
 
-def _precision_parts(report: PrecisionReport) -> list[Block]:
-    rows = report.rows
-    t = Table()
-    t.add_column(f"eps = {report.eps:g}", justify="left")
-    for r in rows:
-        t.add_column(f"{r.dtype} (p={r.precision_bits})", justify="right")
-
-    def row(label: str, cells: list[str]) -> None:
-        t.add_row(label, *cells)
-
-    row("stored eps", [f"{r.stored:.9g}" for r in rows])
-    row("relative error", [f"{r.relative_error:+.3g}" for r in rows])
-    row("eps is", [_flags(r) for r in rows])
-    q = report.quantity  # q = mean(x^2), or v (LayerNorm variance): same figures
-    row(f"{q} + eps == {q} from {q} =", [_f(r.absorbed_from) for r in rows])
-    row(f"... for every {q} >=", [_f(r.always_absorbed_from) for r in rows])
-    row("1 - A there (exact)", [_f(r.loss_at_absorption, 3) for r in rows])
-    row("checked by adding", ["yes" if r.verified else "MISMATCH" for r in rows])
-    row(f"largest {q}", [_f(r.max) for r in rows])
-    row(f"{q} flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
-    row("x*x finite up to |x| =", [_f(r.square_finite_max) for r in rows])
-    row("x*x overflows from", [_f(r.square_overflow_from) for r in rows])
-    notes = [note for r in rows for note in _notes(r, q)]
-    if q == "v":
-        notes.append(
-            "LayerNorm: v = mean((x - mean x)^2), to which eps is added exactly as to "
-            "q = mean(x^2) in RMSNorm"
-        )
-    return [t, Text("\n".join(notes))] if notes else [t]
-
-
 PRECISION_RULES = (
     Rule(
         "precision/eps-vanishes",
@@ -101,7 +70,34 @@ class PrecisionReporter(
 
     def text(self, result: PrecisionReport) -> str:
         """The text table and its notes."""
-        return render_blocks(_precision_parts(result), self.options)
+        rows = result.rows
+        t = Table()
+        t.add_column(f"eps = {result.eps:g}", justify="left")
+        for r in rows:
+            t.add_column(f"{r.dtype} (p={r.precision_bits})", justify="right")
+
+        def row(label: str, cells: list[str]) -> None:
+            t.add_row(label, *cells)
+
+        row("stored eps", [f"{r.stored:.9g}" for r in rows])
+        row("relative error", [f"{r.relative_error:+.3g}" for r in rows])
+        row("eps is", [_flags(r) for r in rows])
+        q = result.quantity  # q = mean(x^2), or v (LayerNorm variance): same figures
+        row(f"{q} + eps == {q} from {q} =", [_f(r.absorbed_from) for r in rows])
+        row(f"... for every {q} >=", [_f(r.always_absorbed_from) for r in rows])
+        row("1 - A there (exact)", [_f(r.loss_at_absorption, 3) for r in rows])
+        row("checked by adding", ["yes" if r.verified else "MISMATCH" for r in rows])
+        row(f"largest {q}", [_f(r.max) for r in rows])
+        row(f"{q} flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
+        row("x*x finite up to |x| =", [_f(r.square_finite_max) for r in rows])
+        row("x*x overflows from", [_f(r.square_overflow_from) for r in rows])
+        notes = [note for r in rows for note in _notes(r, q)]
+        if q == "v":
+            notes.append(
+                "LayerNorm: v = mean((x - mean x)^2), to which eps is added exactly as to "
+                "q = mean(x^2) in RMSNorm"
+            )
+        return render_blocks([t, Text("\n".join(notes))] if notes else [t], self.options)
 
     def document(self, result: PrecisionReport) -> dict[str, object]:
         """The precision document: per dtype, the stored eps and where it stops acting."""

@@ -2,9 +2,9 @@
 canonical document (json), and two checks per layer (markdown, github, junit, sarif).
 
 A merged report (``merge``: a ratio report of shards) is rendered here too, with each worst
-input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
+input's shard.
 
-Why one module of ~620 lines: it is the ratio command's whole reporter (text, document and
+Why one module of ~590 lines: it is the ratio command's whole reporter (text, document and
 checks), the unit a new format or field touches; merge and compare reuse its pieces.
 """
 
@@ -244,95 +244,6 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
-def _position_parts(report: RatioReport) -> list[Block]:
-    return position_split_parts(
-        report.layers,
-        [
-            ("n", lambda p: str(p.count)),
-            ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
-            ("max q", lambda p: fmt(p.max_q, 4)),
-            ("viol", lambda p: str(p.violations)),
-        ],
-    )
-
-
-def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Block]:
-    parts: list[Block] = []
-    kind = quantity_kind(report.layers, report.raw)
-    qv = quantity_label(report.layers)
-    parts.append(
-        Text(
-            f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
-            f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
-        )
-    )
-    table = Table()
-    for name, justify in [
-        ("layer", "left"),
-        ("eps", "right"),
-        ("count", "right"),
-        ("nonfinite", "right"),
-        ("zero", "right"),
-        (f"min {qv} > 0", "right"),
-        (f"min {qv}/eps", "right"),
-        ("min A", "right"),
-        ("below bound", "right"),
-        ("violating", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for layer in report.layers:
-        table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
-    parts.append(NamedTable(table))
-    parts.extend(_eps_source_parts(report))
-    parts.extend(safe_eps_parts(report.layers, report, "eps"))
-    parts.extend(_position_parts(report))
-    for layer in report.layers:
-        if _wants_histogram(layer, report, options):
-            parts.extend(_histogram(layer, report.min_ratio, options.color))
-        if not layer.violations:
-            continue
-        if layer.worst:  # (--top 0 lists none)
-            # The title is a line of its own: a table title wraps at the table's width.
-            parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
-            worst = Table()
-            q = layer.quantity
-            for name in ("index", q, f"{q}/eps", "A", "1 - A"):
-                worst.add_column(name, justify="left" if name == "index" else "right")
-            for w in layer.worst:
-                worst.add_row(
-                    _shard_index(w.index, w.shard, w.shard_index),
-                    fmt(w.q),
-                    fmt(w.ratio),
-                    fmt(w.attenuation),
-                    fmt(w.loss),
-                )
-            parts.append(worst)
-        if layer.nonfinite:
-            shown = ", ".join(
-                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
-                for n in layer.nonfinite_examples
-            )
-            parts.append(
-                Text(
-                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
-                    f"({layer.nan_count} NaN, "
-                    f"{layer.inf_count} inf), each a violation: {shown}"
-                )
-            )
-    parts.extend(members_parts(report))
-    affected = report.layers_affected
-    parts.append(
-        Text(
-            f"Total: {report.violations} violation(s) in {len(affected)} of "
-            f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite{zero_part(report)}) out of {report.count} inputs"
-            + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
-        )
-    )
-    parts.extend(tail_parts(report.skipped, options))
-    return parts
-
-
 def _margin(m: float | None) -> str:
     return "-" if m is None else f"{m:+.3g}"
 
@@ -396,7 +307,8 @@ class _Shards:
         self.shards = shards
 
     def of(self, item: Any) -> tuple[str, str | None]:
-        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None."""
+        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None
+        (also for no input: None)."""
         s = getattr(item, "shard", None)
         if not self.shards or s is None:
             return "", None
@@ -441,10 +353,8 @@ def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> 
     loc: str | None = None
     if below:
         w = layer.worst[0] if layer.worst else None
-        where = f" at index {list(w.index)}" if w is not None else ""
-        if w is not None:
-            in_shard, loc = shards.of(w)
-            where += in_shard
+        in_shard, loc = shards.of(w)
+        where = f" at index {list(w.index)}{in_shard}" if w is not None else ""
         msg = (
             f"{layer.name}: {below} of {layer.count} inputs "
             f"({_g(100.0 * below / layer.count, 3)}%) have {qv}/eps below {_g(bound, 12)} "
@@ -475,10 +385,8 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
     loc: str | None = None
     if nf:
         first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-        where = f", first at index {list(first.index)}" if first is not None else ""
-        if first is not None:
-            in_shard, loc = shards.of(first)
-            where += in_shard
+        in_shard, loc = shards.of(first)
+        where = f", first at index {list(first.index)}{in_shard}" if first is not None else ""
         msg = (
             f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
             f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
@@ -507,7 +415,88 @@ class RatioReporter(
 
     def text(self, result: RatioReport) -> str:
         """The text report."""
-        return render_blocks(_ratio_parts(result, self.options), self.options)
+        parts: list[Block] = []
+        kind = quantity_kind(result.layers, result.raw)
+        qv = quantity_label(result.layers)
+        parts.append(
+            Text(
+                f"{_e(result.source)} ({kind}): bound A >= {fmt(1 - result.delta, 12)} "
+                f"(delta {fmt(result.delta, 12)}) <=> {qv}/eps >= {fmt(result.min_ratio, 12)}"
+            )
+        )
+        table = Table()
+        for name, justify in [
+            ("layer", "left"),
+            ("eps", "right"),
+            ("count", "right"),
+            ("nonfinite", "right"),
+            ("zero", "right"),
+            (f"min {qv} > 0", "right"),
+            (f"min {qv}/eps", "right"),
+            ("min A", "right"),
+            ("below bound", "right"),
+            ("violating", "right"),
+        ]:
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for layer in result.layers:
+            table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
+        parts.append(NamedTable(table))
+        parts.extend(_eps_source_parts(result))
+        parts.extend(safe_eps_parts(result.layers, result, "eps"))
+        parts += position_split_parts(
+            result.layers,
+            [
+                ("n", lambda p: str(p.count)),
+                ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
+                ("max q", lambda p: fmt(p.max_q, 4)),
+                ("viol", lambda p: str(p.violations)),
+            ],
+        )
+        for layer in result.layers:
+            if _wants_histogram(layer, result, self.options):
+                parts.extend(_histogram(layer, result.min_ratio, self.options.color))
+            if not layer.violations:
+                continue
+            if layer.worst:  # (--top 0 lists none)
+                # The title is a line of its own: a table title wraps at the table's width.
+                parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
+                worst = Table()
+                q = layer.quantity
+                for name in ("index", q, f"{q}/eps", "A", "1 - A"):
+                    worst.add_column(name, justify="left" if name == "index" else "right")
+                for w in layer.worst:
+                    worst.add_row(
+                        _shard_index(w.index, w.shard, w.shard_index),
+                        fmt(w.q),
+                        fmt(w.ratio),
+                        fmt(w.attenuation),
+                        fmt(w.loss),
+                    )
+                parts.append(worst)
+            if layer.nonfinite:
+                shown = ", ".join(
+                    f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                    for n in layer.nonfinite_examples
+                )
+                parts.append(
+                    Text(
+                        f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
+                        f"({layer.nan_count} NaN, "
+                        f"{layer.inf_count} inf), each a violation: {shown}"
+                    )
+                )
+        parts.extend(members_parts(result))
+        affected = result.layers_affected
+        parts.append(
+            Text(
+                f"Total: {result.violations} violation(s) in {len(affected)} of "
+                f"{len(result.layers)} layer(s) ({result.below_bound} below the bound, "
+                f"{result.nonfinite} nonfinite{zero_part(result)}) out of {result.count} inputs"
+                + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
+            )
+        )
+        parts.extend(tail_parts(result.skipped, self.options))
+        return render_blocks(parts, self.options)
 
     def document(self, result: RatioReport) -> dict[str, object]:
         """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
