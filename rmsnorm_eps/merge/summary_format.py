@@ -30,7 +30,7 @@ counted zeros in ``below_bound`` and listed them in ``worst``; its worst list ca
 into version 2's (the positive inputs it crowded out are lost), so a version 1 file is refused
 with one line saying to write it again.
 
-Why one module of ~670 lines: the writer and the validator describe the same format and must
+Why one module of ~660 lines: the writer and the validator describe the same format and must
 change together (a field added to :func:`summary_document` is a row added to a table here).
 """
 

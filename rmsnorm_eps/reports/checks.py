@@ -164,7 +164,8 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
 
 
 def g(value: float | None, digits: int = 6) -> str:
-    """A number in a check message: ``digits`` significant digits, '-' for None."""
+    """A number for display (check messages and text reports): ``digits`` significant
+    digits, '-' for None."""
     return "-" if value is None else f"{value:.{digits}g}"
 
 

@@ -61,7 +61,7 @@ class CaptureReporter(
     def text(self, result: CaptureReport) -> str:
         """A table of the hooked modules and their live settings."""
         from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
-        from rmsnorm_eps.reports.formats.text import fmt, render_blocks
+        from rmsnorm_eps.reports.formats.text import render_blocks
 
         doc = _document(result)
         table = Table()
@@ -73,13 +73,13 @@ class CaptureReporter(
             table.add_row(
                 Text(_e(m["name"])),
                 Text(_e(m.get("norm") or "-")),
-                fmt(m["eps"], 8),
+                _g(m["eps"], 8),
                 str(m["dim"] or "-"),
                 Text(_e(m["input_dtype"] or "-")),
                 Text(_e(m["gain"])),
                 Text(_e((m["layout"] or "-").split(" ")[0])),
                 str(m["count"]),
-                ratio if isinstance(ratio, str) else fmt(ratio),
+                ratio if isinstance(ratio, str) else _g(ratio),
             )
         eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
         head = Text(

@@ -39,7 +39,6 @@ from rmsnorm_eps.reports.commands.ratio import (
     zero_part,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
@@ -123,7 +122,7 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
         worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
         for m in layer.worst:
-            worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
+            worst.add_row(_idx(m.index), _g(m.q), _g(m.ratio), _g(m.factor), f"{m.change:+.6g}")
         out.append(worst)
     if layer.decades:
         out.append(Text(f"{_e(layer.name)}: by decade of {q}/eps_from (eps_from {eps_from:g})"))
@@ -133,7 +132,7 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
                 f"[1e{d.decade}, 1e{d.decade + 1})",
                 str(d.count),
                 str(d.moved),
-                _f(d.max_abs_change),
+                _g(d.max_abs_change),
             )
         if layer.zero_count:
             moved = str(layer.zero_count) if layer.zeros_violate else "0"
@@ -185,7 +184,7 @@ def _safe_eps_parts(report: CompareReport) -> list[Block]:
     qv = quantity_label(report.layers)
     title = (
         f"Safe eps for --to: the largest eps at which every positive finite {qv}, as the --to "
-        f"side sees it, has {qv}/eps >= {_f(bound, 12)} (delta = tolerance {report.tolerance:g})"
+        f"side sees it, has {qv}/eps >= {_g(bound, 12)} (delta = tolerance {report.tolerance:g})"
         if bound is not None
         else f"Safe eps for --to: undefined (tolerance {report.tolerance:g} is not in (0, 1))"
     )
@@ -340,9 +339,9 @@ class CompareReporter(
                 _e(layer.name),
                 str(layer.count),
                 str(layer.nonfinite_q + layer.nonfinite_factor),
-                _f(layer.max_abs_change),
-                _f(layer.min_factor),
-                _f(layer.max_factor),
+                _g(layer.max_abs_change),
+                _g(layer.min_factor),
+                _g(layer.max_factor),
                 str(layer.moved),
                 f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
                 style="bold" if layer.violations else None,
@@ -353,7 +352,7 @@ class CompareReporter(
             result.layers,
             [
                 ("n", lambda p: str(p.count)),
-                ("max |change|", lambda p: _f(p.max_abs_change, 4)),
+                ("max |change|", lambda p: _g(p.max_abs_change, 4)),
                 ("moved", lambda p: str(p.moved)),
                 ("viol", lambda p: str(p.violations)),
             ],
@@ -368,7 +367,7 @@ class CompareReporter(
                 f"{len(result.layers)} layer(s) ({result.moved} moved by more than "
                 f"{result.tolerance:g}, {result.nonfinite} nonfinite{zero_part(result)}) out of "
                 f"{result.count} inputs; "
-                f"max |change| {_f(result.max_abs_change)}"
+                f"max |change| {_g(result.max_abs_change)}"
             )
         )
         parts.extend(tail_parts(result.skipped, self.options))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
-from rmsnorm_eps.reports.checks import g as _g6
+from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 
@@ -25,10 +25,6 @@ __all__ = ["PARITY_RULES", "ParityReporter", "eps_summary"]
 
 
 # ----------------------------------------------------------------------------- text
-def _g(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
-
-
 def eps_summary(inf: Inference) -> str:
     """``1.19209e-07 +- 6.5e-07 relative (1 sigma), 0.1192x configured 1e-06``."""
     if inf.eps is None:
@@ -103,10 +99,10 @@ class ParityReporter(
                 _e(c.name),
                 str(c.rows),
                 f"{c.failing}/{c.elements}",
-                _g(c.max_abs_error),
-                _g(c.max_rel_error),
-                _g(c.min_atol),
-                _g(c.min_rtol),
+                _g(c.max_abs_error, 4),
+                _g(c.max_rel_error, 4),
+                _g(c.min_atol, 4),
+                _g(c.min_rtol, 4),
                 str(c.nan + c.inf),
                 "pass" if c.passed else "FAIL",
                 style=None if c.passed else "bold",
@@ -151,19 +147,19 @@ class ParityReporter(
                 "min_rtol": c.min_rtol,
             }
             errors = (
-                f"max abs error {_g6(c.max_abs_error, 4)}, max rel error {_g6(c.max_rel_error, 4)}"
+                f"max abs error {_g(c.max_abs_error, 4)}, max rel error {_g(c.max_rel_error, 4)}"
             )
             if c.failing:
                 msg = (
                     f"{c.name}: {c.failing} of {c.elements} elements ({c.failing_rows} of "
-                    f"{c.rows} rows) fail {tol.rule} (atol {_g6(tol.atol)}, rtol "
-                    f"{_g6(tol.rtol)}); {errors}; passing would need atol >= "
-                    f"{_g6(c.min_atol, 4)} or rtol >= {_g6(c.min_rtol, 4)}"
+                    f"{c.rows} rows) fail {tol.rule} (atol {_g(tol.atol)}, rtol "
+                    f"{_g(tol.rtol)}); {errors}; passing would need atol >= "
+                    f"{_g(c.min_atol, 4)} or rtol >= {_g(c.min_rtol, 4)}"
                 )
             else:
                 msg = (
-                    f"{c.name}: all {c.elements} elements pass {tol.rule} (atol {_g6(tol.atol)}, "
-                    f"rtol {_g6(tol.rtol)}); {errors}"
+                    f"{c.name}: all {c.elements} elements pass {tol.rule} (atol {_g(tol.atol)}, "
+                    f"rtol {_g(tol.rtol)}); {errors}"
                 )
             checks.append(
                 Check(
@@ -204,13 +200,13 @@ class ParityReporter(
         facts = (
             ("outputs", f"{result.actual_source} ({result.output_dtype})"),
             ("probes", f"{result.probe_source} ({p.dtype}, d={p.dim}, {p.count} rows)"),
-            ("configured eps", _g6(p.eps, 12)),
+            ("configured eps", _g(p.eps, 12)),
             (
                 "error rule",
-                f"{tol.rule}: {tol.formula()}; atol {_g6(tol.atol)}, rtol {_g6(tol.rtol)} "
+                f"{tol.rule}: {tol.formula()}; atol {_g(tol.atol)}, rtol {_g(tol.rtol)} "
                 f"({tol.source})",
             ),
-            ("inferred", f"eps {_g6(inf.eps, 4)}, placement {inf.placement}, gain {inf.gain.kind}"),
+            ("inferred", f"eps {_g(inf.eps, 4)}, placement {inf.placement}, gain {inf.gain.kind}"),
             ("diagnosis", result.diagnosis),
             verdict_fact(passed, verdict),
         )

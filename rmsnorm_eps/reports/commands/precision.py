@@ -9,7 +9,6 @@ from rmsnorm_eps.reports.blocks import Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head, jnum
-from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 
@@ -83,14 +82,14 @@ class PrecisionReporter(
         row("relative error", [f"{r.relative_error:+.3g}" for r in rows])
         row("eps is", [_flags(r) for r in rows])
         q = result.quantity  # q = mean(x^2), or v (LayerNorm variance): same figures
-        row(f"{q} + eps == {q} from {q} =", [_f(r.absorbed_from) for r in rows])
-        row(f"... for every {q} >=", [_f(r.always_absorbed_from) for r in rows])
-        row("1 - A there (exact)", [_f(r.loss_at_absorption, 3) for r in rows])
+        row(f"{q} + eps == {q} from {q} =", [_g(r.absorbed_from) for r in rows])
+        row(f"... for every {q} >=", [_g(r.always_absorbed_from) for r in rows])
+        row("1 - A there (exact)", [_g(r.loss_at_absorption, 3) for r in rows])
         row("checked by adding", ["yes" if r.verified else "MISMATCH" for r in rows])
-        row(f"largest {q}", [_f(r.max) for r in rows])
-        row(f"{q} flushes to 0 if <=", [_f(r.q_flush_to_zero_at_or_below, 4) for r in rows])
-        row("x*x finite up to |x| =", [_f(r.square_finite_max) for r in rows])
-        row("x*x overflows from", [_f(r.square_overflow_from) for r in rows])
+        row(f"largest {q}", [_g(r.max) for r in rows])
+        row(f"{q} flushes to 0 if <=", [_g(r.q_flush_to_zero_at_or_below, 4) for r in rows])
+        row("x*x finite up to |x| =", [_g(r.square_finite_max) for r in rows])
+        row("x*x overflows from", [_g(r.square_overflow_from) for r in rows])
         notes = [note for r in rows for note in _notes(r, q)]
         if q == "v":
             notes.append(

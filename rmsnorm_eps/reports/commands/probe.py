@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
+from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.document import jnum as _jnum
 from rmsnorm_eps.reports.formats.text import render_blocks
@@ -50,10 +51,6 @@ def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def _g(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
-
-
 def probe_parts(probes: ProbeSet, path: str | None) -> list[Block]:
     doc = probe_document(probes, path)
     head = (
@@ -82,7 +79,7 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[Block]:
 
 
 def _fmt_ratio(value: object) -> str:
-    return value if isinstance(value, str) else _g(value)  # type: ignore[arg-type]
+    return value if isinstance(value, str) else _g(value, 4)  # type: ignore[arg-type]
 
 
 class ProbeReporter(Reporter, TextRole["ProbeSummary"], DocumentRole["ProbeSummary"]):

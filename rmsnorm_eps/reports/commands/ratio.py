@@ -24,7 +24,7 @@ from rmsnorm_eps.reports.commands._layers import (
     tail_parts,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_blocks
+from rmsnorm_eps.reports.formats.text import fmt_index, render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 
@@ -174,20 +174,20 @@ def _eps_source_parts(report: RatioReport) -> list[Block]:
     lines = []
     for (eps, source), names in groups.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"eps {fmt(eps)} from {_e(source)}: {shown}")
+        lines.append(f"eps {_g(eps)} from {_e(source)}: {shown}")
     return [Text("\n".join(lines))] if lines else []
 
 
 def _layer_row(layer: LayerResult) -> list[str]:
     return [
         _e(layer.name),
-        fmt(layer.eps),
+        _g(layer.eps),
         str(layer.count),
         str(layer.nonfinite),
         str(layer.zero_count),
-        fmt(layer.min_pos_q),
-        fmt(layer.min_ratio),
-        fmt(layer.min_attenuation),
+        _g(layer.min_pos_q),
+        _g(layer.min_ratio),
+        _g(layer.min_attenuation),
         str(layer.below_bound),
         f"{100.0 * layer.violation_fraction:.3g}%",
     ]
@@ -222,7 +222,7 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
 def _histogram(layer: LayerResult, bound: float, color: bool) -> list[Block]:
     """The title line and the table (a table title would wrap at the table's width)."""
     qv = layer.quantity
-    title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {fmt(bound)})")
+    title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {_g(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
     table = Table()
@@ -263,17 +263,17 @@ def safe_eps_parts(
     for name in columns:
         table.add_column(name, justify="left" if name == "layer" else "right")
     for layer in layers:
-        safe = fmt(layer.safe_eps) if layer.safe_eps is not None else layer.safe_eps_note[:4]
+        safe = _g(layer.safe_eps) if layer.safe_eps is not None else layer.safe_eps_note[:4]
         row = [_e(layer.name), safe.rstrip(":"), _margin(layer.safe_eps_margin)]
         if compare:
             within = layer.within_safe_eps
             yes = "-" if within is None else "yes" if within else "no"
-            row = [row[0], str(layer.zero_count), fmt(layer.min_pos_q), *row[1:], yes]
+            row = [row[0], str(layer.zero_count), _g(layer.min_pos_q), *row[1:], yes]
         table.add_row(*row)
     model = report.safe_eps
     if model is not None:
         line = (
-            f"Safe eps (model): {fmt(model, 6)}; margin {_margin(report.safe_eps_margin)} "
+            f"Safe eps (model): {_g(model, 6)}; margin {_margin(report.safe_eps_margin)} "
             f"decade(s) from the configured {eps_name} (negative: it already fails)"
         )
     else:
@@ -420,8 +420,8 @@ class RatioReporter(
         qv = quantity_label(result.layers)
         parts.append(
             Text(
-                f"{_e(result.source)} ({kind}): bound A >= {fmt(1 - result.delta, 12)} "
-                f"(delta {fmt(result.delta, 12)}) <=> {qv}/eps >= {fmt(result.min_ratio, 12)}"
+                f"{_e(result.source)} ({kind}): bound A >= {_g(1 - result.delta, 12)} "
+                f"(delta {_g(result.delta, 12)}) <=> {qv}/eps >= {_g(result.min_ratio, 12)}"
             )
         )
         table = Table()
@@ -447,8 +447,8 @@ class RatioReporter(
             result.layers,
             [
                 ("n", lambda p: str(p.count)),
-                ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
-                ("max q", lambda p: fmt(p.max_q, 4)),
+                ("min q/eps", lambda p: _g(p.min_ratio, 4)),
+                ("max q", lambda p: _g(p.max_q, 4)),
                 ("viol", lambda p: str(p.violations)),
             ],
         )
@@ -467,10 +467,10 @@ class RatioReporter(
                 for w in layer.worst:
                     worst.add_row(
                         _shard_index(w.index, w.shard, w.shard_index),
-                        fmt(w.q),
-                        fmt(w.ratio),
-                        fmt(w.attenuation),
-                        fmt(w.loss),
+                        _g(w.q),
+                        _g(w.ratio),
+                        _g(w.attenuation),
+                        _g(w.loss),
                     )
                 parts.append(worst)
             if layer.nonfinite:

@@ -64,10 +64,6 @@ def _row(r: NormRow) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- text
-def _f(v: float | None, digits: int = 4) -> str:
-    return "-" if v is None else f"{v:.{digits}g}"
-
-
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * v:.2f}%"
 
@@ -91,13 +87,13 @@ _HEADS = ["KL (pos>=1)", "KL (pos 0)", "top-1", "top-1 pos 0", "max |dz|", "NMSE
 
 def _cells(m: Metrics) -> list[str]:
     return [
-        _f(m.kl),
-        _f(m.kl_first),
+        _g(m.kl, 4),
+        _g(m.kl_first, 4),
         _pct(m.top1_agreement),
         _pct(m.top1_agreement_first),
-        _f(m.max_abs_logit_change),
-        _f(m.nmse_last),
-        _f(m.perplexity, 6),
+        _g(m.max_abs_logit_change, 4),
+        _g(m.nmse_last, 4),
+        _g(m.perplexity, 6),
     ]
 
 
@@ -107,9 +103,9 @@ def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
         if r.metrics is not None:
             cells = _cells(r.metrics)
         else:
-            cells = [f"~{_f(r.kl)}", *["-"] * (len(_HEADS) - 1)]
+            cells = [f"~{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
         role = [] if label == "role" else [r.role]
-        body.append([_e(r.name), *role, *cells, _pct(r.share), _f(r.min_q_over_eps)])
+        body.append([_e(r.name), *role, *cells, _pct(r.share), _g(r.min_q_over_eps, 4)])
     heads = [label] if label == "role" else [label, "role"]
     return _table([*heads, *_HEADS, "share", "min q/eps"], body)
 
@@ -147,7 +143,7 @@ class SensitivityReporter(
         lines = [
             f"{_e(result.model)}: {len(result.norms)} norm(s), {result.texts} text(s), "
             f"{result.tokens} tokens ({result.tokens_first} at position 0)",
-            f"base perplexity {_f(result.perplexity_base, 6)}",
+            f"base perplexity {_g(result.perplexity_base, 6)}",
             "KL = mean next-token KL(base || new), nats; top-1 = argmax agreement",
             "",
         ]
@@ -165,7 +161,8 @@ class SensitivityReporter(
         if result.suggestions:
             lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
             srows = [
-                [_e(s.group), _f(s.eps), _f(s.smallest), _f(s.largest)] for s in result.suggestions
+                [_e(s.group), _g(s.eps, 4), _g(s.smallest, 4), _g(s.largest, 4)]
+                for s in result.suggestions
             ]
             lines += _table(["group", "configured", "smallest", "largest"], srows)
         lines += [
