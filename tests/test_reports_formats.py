@@ -15,6 +15,8 @@ import pytest
 
 from rmsnorm_eps.analysis import RatioReport, analyze_dump, evaluate_gate
 from rmsnorm_eps.bound import bound_for_delta, figures_for_ratios
+from rmsnorm_eps.escape import github_data as escape_data
+from rmsnorm_eps.escape import github_property as escape_property
 from rmsnorm_eps.reports import (
     FORMATS,
     RenderOptions,
@@ -26,7 +28,6 @@ from rmsnorm_eps.reports import (
 from rmsnorm_eps.reports.checks import Check, CheckReport, Rule
 from rmsnorm_eps.reports.commands.ratio import histogram_rows
 from rmsnorm_eps.reports.document import document
-from rmsnorm_eps.reports.formats.github import escape_data, escape_property
 from rmsnorm_eps.reports.registry import REPORTERS
 from rmsnorm_eps.reports.schema import SCHEMA_COMMANDS, load_schema
 

@@ -30,7 +30,7 @@ from rmsnorm_eps.parity.actual import read_actual
 from rmsnorm_eps.parity.api import compare_outputs
 from rmsnorm_eps.parity.probes import load_probes
 from rmsnorm_eps.reports import RenderOptions, render
-from rmsnorm_eps.reports.formats.text import fmt
+from rmsnorm_eps.reports.checks import g as fmt
 from rmsnorm_eps.reports.table import ELLIPSIS, common_prefix, ellipsize, shorten_names
 
 ROOT = Path(__file__).resolve().parents[1]

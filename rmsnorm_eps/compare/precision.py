@@ -115,14 +115,11 @@ def absorption_thresholds(stored: float, f: FloatFormat) -> tuple[float | None, 
 
 def _add_in(dtype: str, a: np.ndarray, b: float) -> np.ndarray:
     """``fl(a + b)`` computed by the dtype's own arithmetic (a, b are values of the dtype)."""
-    if dtype == "float16":
+    native = {"float16": np.float16, "float32": np.float32}.get(dtype)
+    if native is not None:
         with np.errstate(over="ignore"):
-            s16 = a.astype(np.float16) + np.float16(b)
-        return s16.astype(np.float64)
-    if dtype == "float32":
-        with np.errstate(over="ignore"):
-            s32 = a.astype(np.float32) + np.float32(b)
-        return s32.astype(np.float64)
+            total = a.astype(native) + native(b)
+        return total.astype(np.float64)
     try:
         import ml_dtypes
     except ImportError:

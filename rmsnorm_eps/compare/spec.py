@@ -226,9 +226,7 @@ class LayerSpecs:
     _by_name: dict[str, EpsSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        by_name: dict[str, EpsSpec] = {}
-        for layer, spec in self.layers:
-            by_name.setdefault(layer, spec)
+        by_name = {layer: spec for layer, spec in reversed(self.layers)}  # the first one wins
         object.__setattr__(self, "_by_name", by_name)
 
     def for_layer(self, name: str) -> EpsSpec:

@@ -46,7 +46,7 @@ import os
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +61,7 @@ from rmsnorm_eps.analysis import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.merge.summary_format import (
+    MAX_INT,
     ShardLayer,
     ShardSummary,
     load_summary,
@@ -72,6 +73,9 @@ from rmsnorm_eps.numerics import q_threshold
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, LayerAccumulator, decade_edge
 
 __all__ = ["merge_reports", "merge_summaries"]
+
+#: An input listed in a merged layer (a worst input or a nonfinite example).
+_Listed = TypeVar("_Listed", WorstInput, NonfiniteInput)
 
 
 def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | None:
@@ -96,9 +100,6 @@ def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | No
                 return below_zero + sum(c for j, c in decades.items() if j < k)
             return None
     return None
-
-
-_MAX_INT = 2**63 - 1
 
 
 def _bound_of(
@@ -145,10 +146,10 @@ class _Fold:
     def add(self, s: ShardSummary, ly: ShardLayer, ratio: float, k: int) -> None:
         self._agree(s, ly)
         shape = (1,) if not ly.shape else ly.shape
-        if (self.rows + shape[0]) * self.stride > _MAX_INT:
+        if (self.rows + shape[0]) * self.stride > MAX_INT:
             raise InputFileError(
                 s.path,
-                f"the merged layer would hold more than {_MAX_INT} values (int64)",
+                f"the merged layer would hold more than {MAX_INT} values (int64)",
                 key=self.name,
             )
         off = self.rows
@@ -255,20 +256,16 @@ class _Fold:
         )
         offsets = self.offsets
 
-        def locate(index: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-            pos = bisect_right(offsets, index[0]) - 1
-            local = () if self.zero_d else (index[0] - offsets[pos], *index[1:])
-            return pos, local
+        def located(item: _Listed) -> _Listed:
+            pos = bisect_right(offsets, item.index[0]) - 1
+            local = () if self.zero_d else (item.index[0] - offsets[pos], *item.index[1:])
+            return replace(item, shard=pos, shard_index=local)
 
-        worst_out: list[WorstInput] = []
-        for w in result.worst[:k]:
-            pos, local = locate(w.index)
-            worst_out.append(replace(w, shard=pos, shard_index=local))
-        nonf_out: list[NonfiniteInput] = []
-        for n in result.nonfinite_examples[:k]:
-            pos, local = locate(n.index)
-            nonf_out.append(replace(n, shard=pos, shard_index=local))
-        return replace(result, worst=tuple(worst_out), nonfinite_examples=tuple(nonf_out))
+        return replace(
+            result,
+            worst=tuple(located(w) for w in result.worst[:k]),
+            nonfinite_examples=tuple(located(n) for n in result.nonfinite_examples[:k]),
+        )
 
 
 def merge_summaries(
@@ -314,9 +311,10 @@ def merge_summaries(
         else:
             _check_agrees(first, s, single, names, delta is None and min_ratio is None)
             k = min(k, s.top_k)
-        by_name = {s.layers[0].name: s.layers[0]} if single else _first_by_name(s.layers)
+        # layer name -> the first layer of that name (a reversed dict keeps the first)
+        by_name = {ly.name: ly for ly in reversed(s.layers)}
         for name, fold in folds.items():
-            fold.add(s, by_name[name] if not single else s.layers[0], bound[1], k)
+            fold.add(s, s.layers[0] if single else by_name[name], bound[1], k)
         labels.append(str(s.path))
         sources.append(s.source)
         del s, by_name, p  # folded: not held while the next summary is read
@@ -352,14 +350,6 @@ def _check_agrees(
     other = sorted(ly.name for ly in s.layers)
     if other != names:
         raise InputFileError(s.path, f"layers {other} differ from {first.path}'s {names}")
-
-
-def _first_by_name(layers: Iterable[ShardLayer]) -> dict[str, ShardLayer]:
-    """Layer name -> the first layer of that name."""
-    out: dict[str, ShardLayer] = {}
-    for ly in layers:
-        out.setdefault(ly.name, ly)
-    return out
 
 
 def merge_reports(

@@ -30,7 +30,7 @@ counted zeros in ``below_bound`` and listed them in ``worst``; its worst list ca
 into version 2's (the positive inputs it crowded out are lost), so a version 1 file is refused
 with one line saying to write it again.
 
-Why one module of ~670 lines: the writer and the validator describe the same format and must
+Why one module of ~660 lines: the writer and the validator describe the same format and must
 change together (a field added to :func:`summary_document` is a row added to a table here).
 """
 
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps._version import __version__
 from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.jsonvalues import jnum
 from rmsnorm_eps.numerics import q_threshold
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = [
+    "MAX_INT",
     "MAX_SUMMARY_BYTES",
     "SUMMARY_SCHEMA",
     "SUMMARY_VERSION",
@@ -72,21 +74,11 @@ SUMMARY_VERSION = 2
 #: Larger summary files are refused before they are read (see the module docstring).
 MAX_SUMMARY_BYTES = 4 << 20
 #: Counts, sizes and indices must fit in int64 (numpy's index arithmetic).
-_MAX_INT = 2**63 - 1
+MAX_INT = 2**63 - 1
 _MAX_FLOAT = 1.7976931348623157e308  # the largest finite double
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def _jnum(value: float | None) -> float | str | None:
-    if value is None:
-        return None
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
 
 
 def summary_document(report: RatioReport) -> dict[str, Any]:
@@ -120,7 +112,7 @@ def _figures(layer: LayerResult) -> dict[str, Any]:
         "max_q": layer.max_q,
         "worst": [{"index": list(w.index), "q": w.q} for w in layer.worst],
         "nonfinite_examples": [
-            {"index": list(n.index), "value": _jnum(n.value)} for n in layer.nonfinite_examples
+            {"index": list(n.index), "value": jnum(n.value)} for n in layer.nonfinite_examples
         ],
         "decades": [[k, c] for k, c in layer.decades],
     }
@@ -236,7 +228,7 @@ def _is_int(v: Any) -> bool:
 
 def _int(minimum: int = 0) -> Check:
     def check(r: _Reader, v: Any, key: str) -> int:
-        if not _is_int(v) or not minimum <= v <= _MAX_INT:
+        if not _is_int(v) or not minimum <= v <= MAX_INT:
             raise r.fail(key, f"expected an integer >= {minimum} (int64), got {_shown(v)}")
         return int(v)
 
@@ -284,7 +276,7 @@ def _shape(r: _Reader, v: Any, key: str) -> tuple[int, ...]:
         not isinstance(v, list)
         or len(v) > 32
         or not all(_is_int(n) and n >= 0 for n in v)
-        or math.prod(v) > _MAX_INT
+        or math.prod(v) > MAX_INT
     ):
         raise r.fail(key, f"expected a list of sizes (int64), got {_shown(v)}")
     r.shape = tuple(v)
@@ -292,7 +284,7 @@ def _shape(r: _Reader, v: Any, key: str) -> tuple[int, ...]:
 
 
 def _raw_dim(r: _Reader, v: Any, key: str) -> int | None:
-    if v is not None and (not _is_int(v) or not 1 <= v <= _MAX_INT):
+    if v is not None and (not _is_int(v) or not 1 <= v <= MAX_INT):
         raise r.fail(key, f"expected an integer >= 1 or null, got {_shown(v)}")
     return v
 
@@ -319,7 +311,7 @@ def _decade(r: _Reader, v: Any, key: str) -> tuple[int, int]:
         or len(v) != 2
         or not all(_is_int(x) for x in v)
         or not DECADE_MIN <= v[0] <= DECADE_MAX
-        or not 0 <= v[1] <= _MAX_INT
+        or not 0 <= v[1] <= MAX_INT
     ):
         raise r.fail(key, f"expected [decade, count], got {_shown(v)}")
     return v[0], v[1]

@@ -3,8 +3,8 @@
 Every command that gates turns its result into a :class:`CheckReport`: a flat list of
 :class:`Check` objects, one per (subject, rule) pair, e.g. one per layer for each of the
 ``ratio`` rules ``below-bound`` and ``nonfinite``. The CI reporters only know this model, so a
-new command gets all four formats from one function ``checks(result, gate) -> CheckReport`` in
-its command module (see :mod:`rmsnorm_eps.reports.registry`).
+new command gets all four formats from one method ``checks(result) -> CheckReport`` of its
+reporter (see :mod:`rmsnorm_eps.reports.interface`).
 
 Levels follow SARIF: ``error`` (a violation that fails the gate), ``warning`` (a violation the
 gate's budget allows), ``note`` (a passing check, for completeness).
@@ -164,7 +164,8 @@ def with_skipped(report: CheckReport, skipped: tuple[Any, ...]) -> CheckReport:
 
 
 def g(value: float | None, digits: int = 6) -> str:
-    """A number in a check message: ``digits`` significant digits, '-' for None."""
+    """A number for display (check messages and text reports): ``digits`` significant
+    digits, '-' for None."""
     return "-" if value is None else f"{value:.{digits}g}"
 
 

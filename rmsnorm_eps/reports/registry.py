@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from rmsnorm_eps.reports.checks import CheckReport
 
 __all__ = [
-    "ALL_FORMATS",
     "CHECK_WRITERS",
     "REPORTERS",
     "WRITERS",
@@ -37,9 +36,6 @@ __all__ = [
     "reporter_for",
     "supported_formats",
 ]
-
-#: The ``--format`` names, in the order the help lists them.
-ALL_FORMATS = tuple(f.value for f in Format)
 
 #: Command name (a result's ``command``) -> ``"<module>:<class>"`` in ``reports.commands``.
 REPORTERS: Mapping[str, str] = {

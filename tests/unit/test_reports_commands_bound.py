@@ -37,7 +37,7 @@ def _rich(result: object, options: RenderOptions) -> str:
 @pytest.mark.parametrize("width", [None, 120, 80, 60, 40, 20])
 def test_plain_text_is_what_rich_renders(result: object, width: int | None) -> None:
     options = RenderOptions(width=width)
-    assert bound.text(result, options) == _rich(result, options)  # type: ignore[arg-type]
+    assert bound.BoundReporter(options).text(result) == _rich(result, options)  # type: ignore[arg-type]
 
 
 def test_bound_imports_neither_rich_console_nor_numpy() -> None:

@@ -15,8 +15,6 @@ from rmsnorm_eps.capture.report import CaptureReport
 from rmsnorm_eps.reports.commands.capture import (
     CAPTURE_RULES,
     CaptureReporter,
-    document,
-    text,
 )
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -60,7 +58,7 @@ def report() -> CaptureReport:
 
 
 def test_document_min_ratio_is_the_smallest_positive_q_over_eps(report: CaptureReport) -> None:
-    doc = document(report)
+    doc = CaptureReporter().document(report)
     assert (doc["command"], doc["model"], doc["tokens"]) == ("capture", "tiny-llama", 3)
     first, idle, unknown = doc["modules"]
     assert first["min_ratio"] == pytest.approx(Q0[Q0 > 0].min() / EPS, rel=1e-15)
@@ -71,12 +69,12 @@ def test_document_min_ratio_is_the_smallest_positive_q_over_eps(report: CaptureR
 
 
 def test_a_prebuilt_document_is_used_and_its_infinity_is_a_string(report: CaptureReport) -> None:
-    doc = document(report)
+    doc = CaptureReporter().document(report)
     doc["modules"][0] = {**doc["modules"][0], "min_ratio": float("inf")}
     reduced = CaptureReport(report.result, report.model, report.outputs, document=doc)
-    assert document(reduced)["modules"][0]["min_ratio"] == "inf"
+    assert CaptureReporter().document(reduced)["modules"][0]["min_ratio"] == "inf"
     assert doc["modules"][0]["min_ratio"] == float("inf")  # the given document is not changed
-    shown = text(reduced, RenderOptions()).splitlines()
+    shown = CaptureReporter(RenderOptions()).text(reduced).splitlines()
     row = next(line.split() for line in shown if line.startswith(" model.layers.0"))
     assert row[-1] == "inf"
 
@@ -102,8 +100,7 @@ def test_checks_warn_for_idle_and_unknown_modules_and_pass(report: CaptureReport
 
 
 def test_text_table_notes_and_escapes(report: CaptureReport) -> None:
-    out = text(report, RenderOptions())
-    assert out == CaptureReporter(RenderOptions()).text(report)
+    out = CaptureReporter(RenderOptions()).text(report)
     lines = out.splitlines()
     assert lines[0] == "tiny-llama: 3 norm modules, 2 text(s), 3 tokens; live eps: 1e-05"
     row = next(line.split() for line in lines if line.startswith(" model.layers.0"))

@@ -14,10 +14,7 @@ from rmsnorm_eps.config.model import FIELDS
 from rmsnorm_eps.config.resolve import ConfigDiff
 from rmsnorm_eps.reports.commands.config_diff import (
     ConfigDiffReporter,
-    checks,
     diff_line,
-    document,
-    text,
 )
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -50,7 +47,7 @@ def test_eps_within_the_relative_tolerance_passes(
 ) -> None:
     b_eps = 1e-5 * factor
     assert (abs(b_eps - 1e-5) <= REL_TOL * max(b_eps, 1e-5)) is equal  # the rule, by hand
-    report = checks(_diff(tmp_path, b_eps))
+    report = ConfigDiffReporter().checks(_diff(tmp_path, b_eps))
     eps_checks = [c for c in report.checks if c.rule == "config/eps"]
     assert [(c.name, c.passed) for c in eps_checks] == [
         ("*.input_layernorm", equal),
@@ -64,7 +61,6 @@ def test_eps_within_the_relative_tolerance_passes(
 def test_one_check_per_pattern_and_setting_with_levels(tmp_path: Path) -> None:
     diff = _diff(tmp_path, 1e-5, b_norm_eps=2e-6, b_dim=32)
     report = ConfigDiffReporter().checks(diff)
-    assert report.checks == checks(diff).checks
     assert len(report.checks) == len(diff.patterns) * len(FIELDS) == 2 * len(FIELDS)
     assert [(c.rule, c.name, c.level) for c in report.failed] == [
         ("config/dim", "*.input_layernorm", "warning"),
@@ -82,8 +78,7 @@ def test_one_check_per_pattern_and_setting_with_levels(tmp_path: Path) -> None:
 
 def test_text_one_line_per_difference_and_verdict(tmp_path: Path) -> None:
     diff = _diff(tmp_path, 1e-5, b_norm_eps=2e-6, b_dim=32)
-    out = text(diff, RenderOptions())
-    assert out == ConfigDiffReporter(RenderOptions()).text(diff)
+    out = ConfigDiffReporter(RenderOptions()).text(diff)
     lines = out.splitlines()
     assert lines[0] == f"A: {diff.a.path} (yaml, a)"
     assert lines[2] == "compared 2 layer pattern(s); eps within relative tolerance 1e-06"
@@ -94,13 +89,13 @@ def test_text_one_line_per_difference_and_verdict(tmp_path: Path) -> None:
         "(defaults.dim)",
     ]
     assert lines[-1] == "DIFFERENT: 1 difference(s) in eps, placement, gain or norm type"
-    same = text(_diff(tmp_path, 1e-5), RenderOptions())
+    same = ConfigDiffReporter(RenderOptions()).text(_diff(tmp_path, 1e-5))
     assert same.splitlines()[-1] == "EQUIVALENT: eps, placement, gain and norm type agree"
 
 
 def test_document_lists_each_difference_with_its_line(tmp_path: Path) -> None:
     diff = _diff(tmp_path, 1e-5, b_norm_eps=2e-6, b_dim=32)
-    doc = document(diff)
+    doc = ConfigDiffReporter().document(diff)
     assert (doc["command"], doc["equivalent"], doc["rel_tol"]) == ("config diff", False, REL_TOL)
     assert doc["patterns"] == ["*.input_layernorm", "model.norm"]
     eps, dim = doc["differences"]
@@ -120,5 +115,5 @@ def test_a_value_missing_on_one_side_cannot_be_compared(tmp_path: Path) -> None:
     (norm,) = [d for d in diff.differences if d.field == "norm"]
     assert diff_line(norm).startswith("DIFF norm [")
     assert "cannot compare: A rms" in diff_line(norm) and "vs B missing" in diff_line(norm)
-    report = checks(diff)
+    report = ConfigDiffReporter().checks(diff)
     assert [c.rule for c in report.failed if c.level == "error"] == ["config/norm"]

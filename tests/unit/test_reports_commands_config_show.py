@@ -13,9 +13,7 @@ from rmsnorm_eps.config import load_config
 from rmsnorm_eps.config.model import FIELDS, Provenance, Resolved
 from rmsnorm_eps.reports.commands.config_show import (
     ConfigShowReporter,
-    document,
     show_value,
-    text,
     value_document,
 )
 from rmsnorm_eps.reports.options import RenderOptions
@@ -65,7 +63,7 @@ def test_show_value_by_hand() -> None:
 
 
 def test_document_defaults_and_each_pattern_with_its_entries(config_path: Path) -> None:
-    doc = document(load_config(config_path))
+    doc = ConfigShowReporter().document(load_config(config_path))
     assert (doc["command"], doc["kind"], doc["model"]) == ("config show", "yaml", "tiny")
     assert doc["source"] == "https://example.org/config.json"
     assert list(doc["defaults"]) == list(FIELDS)
@@ -85,7 +83,6 @@ def test_document_defaults_and_each_pattern_with_its_entries(config_path: Path) 
 def test_text_defaults_layers_and_overrides(config_path: Path) -> None:
     config = load_config(config_path)
     out = ConfigShowReporter(RenderOptions()).text(config)
-    assert out == text(config, RenderOptions())
     lines = out.splitlines()
     assert lines[0] == f"{config_path} (yaml): model tiny"
     assert lines[1] == "source: https://example.org/config.json"
@@ -105,12 +102,15 @@ def test_text_escapes_hostile_patterns_and_model(tmp_path: Path) -> None:
         "utf-8",
     )
     config = load_config(path)
-    out = text(config, RenderOptions())
+    out = ConfigShowReporter(RenderOptions()).text(config)
     assert "\x1b" not in out and "##[" not in out
     assert not any(line.lstrip().startswith("::") for line in out.splitlines())
     assert "x\\x1b[2J\\x0a\\x3a:error\\x3a:y \\x23#[group]</testcase>*" in out
     assert out.splitlines()[0].endswith("model m\\x1b[31m</b>")
-    assert document(config)["layers"][0]["pattern"] == "x\x1b[2J\n::error::y ##[group]</testcase>*"
+    assert (
+        ConfigShowReporter().document(config)["layers"][0]["pattern"]
+        == "x\x1b[2J\n::error::y ##[group]</testcase>*"
+    )
 
 
 def test_many_patterns_keep_one_row_each(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_many_patterns_keep_one_row_each(tmp_path: Path) -> None:
     body = "".join(f'  "model.layers.{i}.norm": {{eps: {i + 1}e-7}}\n' for i in range(n))
     path = tmp_path / "many.yaml"
     path.write_text(f"schema_version: 1\ndefaults: {{eps: 1e-5}}\nlayers:\n{body}", "utf-8")
-    out = text(load_config(path), RenderOptions())
+    out = ConfigShowReporter(RenderOptions()).text(load_config(path))
     rows = [line.split() for line in out.splitlines() if line.startswith(" model.layers.")]
     assert len(rows) == n
     assert rows[0][:2] == ["model.layers.0.norm", "1e-07"]

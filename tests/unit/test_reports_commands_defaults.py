@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.config.defaults import framework_defaults
-from rmsnorm_eps.reports.commands.defaults import PIPE_WIDTH, DefaultsReporter, document, text
+from rmsnorm_eps.reports.commands.defaults import PIPE_WIDTH, DefaultsReporter
 from rmsnorm_eps.reports.options import RenderOptions
 
 
@@ -19,18 +19,17 @@ from rmsnorm_eps.reports.options import RenderOptions
 def test_one_torch_value_first_line_alone(dtype: str, compute: type[np.floating]) -> None:
     result = framework_defaults("torch", dtype)
     out = DefaultsReporter(RenderOptions()).text(result)
-    assert out == text(result, RenderOptions())
     first, *rest = out.splitlines()
     assert first == f"{float(np.finfo(compute).eps):.8g}"
     assert rest[0].startswith("torch.nn.RMSNorm / torch.nn.functional.rms_norm: ")
     assert all(line.startswith("  ") for line in rest[1:])  # the explanation, indented
-    (row,) = document(result)["rows"]
+    (row,) = DefaultsReporter().document(result)["rows"]
     assert row["eps"] == float(np.finfo(compute).eps)
 
 
 def test_document_holds_every_row_in_order() -> None:
     result = framework_defaults(None, "float32")
-    doc = document(result)
+    doc = DefaultsReporter().document(result)
     assert (doc["command"], doc["framework"], doc["dtype"]) == ("defaults", None, "float32")
     assert [r["name"] for r in doc["rows"]] == [x.row.name for x in result.rows]
     assert len(doc["rows"]) > 10
@@ -43,7 +42,7 @@ def test_document_holds_every_row_in_order() -> None:
 @pytest.mark.parametrize("width", [None, 120, 60, 40])
 def test_records_wrap_at_the_width_without_splitting_words(width: int | None) -> None:
     result = framework_defaults(None, "float32")
-    out = text(result, RenderOptions(width=width))
+    out = DefaultsReporter(RenderOptions(width=width)).text(result)
     limit = width or PIPE_WIDTH
     records = out.rstrip("\n").split("\n\n")
     assert len(records) == len(result.rows)
@@ -60,6 +59,6 @@ def test_records_wrap_at_the_width_without_splitting_words(width: int | None) ->
 
 
 def test_torch_without_a_dtype_has_no_number() -> None:
-    out = text(framework_defaults("torch"), RenderOptions())
+    out = DefaultsReporter(RenderOptions()).text(framework_defaults("torch"))
     assert out.splitlines()[1] == "  eps      -"
     assert "depends on the input dtype: give --dtype" in " ".join(out.split())

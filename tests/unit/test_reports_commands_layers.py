@@ -36,8 +36,8 @@ def _split_row(out: str, name: str) -> list[str]:
 def test_members_document_and_line_count_companions_apart(tmp_path: Path) -> None:
     rep = analyze_dump(_positions_dump(tmp_path), EPS)
     assert members_document(rep) == {"members": {"total": 2, "analysed": 2}}
-    assert ratio.document(rep, None)["summary"]["members"] == {"total": 2, "analysed": 2}
-    out = ratio.text(rep, RenderOptions())
+    assert ratio.RatioReporter().document(rep)["summary"]["members"] == {"total": 2, "analysed": 2}
+    out = ratio.RatioReporter(RenderOptions()).text(rep)
     assert "Members: 1 layer (+1 companion) in the file, 1 analysed" in out.splitlines()
 
 
@@ -46,19 +46,22 @@ def test_members_line_without_companions_and_none_for_one_array(tmp_path: Path) 
     np.savez(path, a=np.array([1.0]), b=np.array([1.0]), c=np.array([-1.0]))
     rep = analyze_dump(path, EPS, skip_unreadable=True)
     assert (rep.members_total, rep.members_analysed) == (3, 2)
-    assert "Members: 3 in the file, 2 analysed" in ratio.text(rep, RenderOptions()).splitlines()
+    assert (
+        "Members: 3 in the file, 2 analysed"
+        in ratio.RatioReporter(RenderOptions()).text(rep).splitlines()
+    )
     one = tmp_path / "q.npy"
     np.save(one, np.array([1.0]), allow_pickle=False)
     single = analyze_dump(one, EPS)
-    assert "Members:" not in ratio.text(single, RenderOptions())
+    assert "Members:" not in ratio.RatioReporter(RenderOptions()).text(single)
     merged = replace(rep, shards=("a.json", "b.json"))  # a merge has no file of its own
     assert members_document(merged) == {}
-    assert "Members:" not in ratio.text(merged, RenderOptions())
+    assert "Members:" not in ratio.RatioReporter(RenderOptions()).text(merged)
 
 
 def test_position_split_table_of_ratio(tmp_path: Path) -> None:
     rep = analyze_dump(_positions_dump(tmp_path), EPS)
-    out = ratio.text(rep, RenderOptions())
+    out = ratio.RatioReporter(RenderOptions()).text(rep)
     assert "By token position: first token (position 0) | other tokens" in out
     first, other = Q[POSITIONS == 0], Q[POSITIONS != 0]
     bound = rep.min_ratio
@@ -76,12 +79,14 @@ def test_position_split_table_of_ratio(tmp_path: Path) -> None:
     assert _split_row(out, "L")[1:] == expected
     without = tmp_path / "plain.npz"
     np.savez(without, L=Q)
-    assert "By token position" not in ratio.text(analyze_dump(without, EPS), RenderOptions())
+    assert "By token position" not in ratio.RatioReporter(RenderOptions()).text(
+        analyze_dump(without, EPS)
+    )
 
 
 def test_position_split_table_of_compare(tmp_path: Path) -> None:
     rep = compare_dump(_positions_dump(tmp_path), "eps=1e-6", "eps=1e-5")
-    out = compare.text(rep, RenderOptions())
+    out = compare.CompareReporter(RenderOptions()).text(rep)
     assert "By token position: first token (position 0) | other tokens" in out
     first, other = Q[POSITIONS == 0], Q[POSITIONS != 0]
 
@@ -98,22 +103,22 @@ def test_tail_skipped_lines_then_the_verdict(tmp_path: Path) -> None:
     np.savez(path, a=np.array([1e-9]), bad=np.array([-2.0]))
     rep = analyze_dump(path, EPS, skip_unreadable=True)
     gate = evaluate_gate(rep)
-    lines = ratio.text(rep, RenderOptions(gate=gate)).splitlines()
+    lines = ratio.RatioReporter(RenderOptions(gate=gate)).text(rep).splitlines()
     assert lines[-2].startswith("SKIPPED (unreadable, not analysed): bad: negative q -2.0")
     assert lines[-1] == "INCOMPLETE (1 layer(s) skipped): FAIL: 1 violation(s), none allowed"
-    no_gate = ratio.text(rep, RenderOptions()).splitlines()
+    no_gate = ratio.RatioReporter(RenderOptions()).text(rep).splitlines()
     assert no_gate[-1].startswith("SKIPPED")  # no gate: no verdict line
     clean = analyze_dump(path, EPS, min_ratio=1e-4, skip_unreadable=True)
     done = replace(clean, skipped=())
-    assert ratio.text(done, RenderOptions(gate=evaluate_gate(done))).splitlines()[-1] == (
-        "PASS: no violations"
-    )
+    assert ratio.RatioReporter(RenderOptions(gate=evaluate_gate(done))).text(done).splitlines()[
+        -1
+    ] == ("PASS: no violations")
 
 
 def test_tail_escapes_skipped_names(tmp_path: Path) -> None:
     path = tmp_path / "d.npz"
     np.savez(path, a=np.array([1.0]), **{"x\x1b[2J\n##[error]": np.array([-1.0])})  # type: ignore[arg-type]
     rep = analyze_dump(path, EPS, skip_unreadable=True)
-    out = ratio.text(rep, RenderOptions(gate=evaluate_gate(rep)))
+    out = ratio.RatioReporter(RenderOptions(gate=evaluate_gate(rep))).text(rep)
     assert "SKIPPED (unreadable, not analysed): x\\x1b[2J\\x0a\\x23#[error]: " in out
     assert "\x1b" not in out and "##[" not in out

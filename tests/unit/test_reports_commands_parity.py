@@ -14,10 +14,7 @@ from rmsnorm_eps.parity.probes import CATEGORIES, ProbeSet, make_probes
 from rmsnorm_eps.reports.commands.parity import (
     PARITY_RULES,
     ParityReporter,
-    checks,
-    document,
     eps_summary,
-    text,
 )
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.schema import load_schema
@@ -86,7 +83,7 @@ def test_eps_inside_passes_and_is_inferred(probes: ProbeSet) -> None:
     res = compare_outputs(probes, y, output_dtype="float32", actual_source="ok.npy")
     tol = res.tolerance
     assert not any(_failing(probes, y, tol.atol, tol.rtol).values())
-    report = checks(res)
+    report = ParityReporter().checks(res)
     assert report.passed and report.counts["failed"] == 0
     assert report.verdict == f"all {len(res.categories)} categories within tolerance"
     assert res.inference.eps is not None
@@ -98,11 +95,11 @@ def test_eps_inside_passes_and_is_inferred(probes: ProbeSet) -> None:
 
 def test_document_summary_matches_checks(without_eps: tuple[ParityResult, np.ndarray]) -> None:
     res, _ = without_eps
-    doc = document(res)
+    doc = ParityReporter().document(res)
     jsonschema.Draft202012Validator(load_schema("parity")).validate(doc)
     assert doc["command"] == "parity"
     cats = {c["name"]: c for c in doc["categories"]}
-    report = checks(res)
+    report = ParityReporter().checks(res)
     for c in report.checks:
         if c.rule == "parity/tolerance":
             assert cats[c.name]["failing"] == c.numbers["failing"], c.name
@@ -113,7 +110,7 @@ def test_text_rows_and_escaped_sources(
     probes: ProbeSet, without_eps: tuple[ParityResult, np.ndarray]
 ) -> None:
     res, y = without_eps
-    out = text(res, RenderOptions())
+    out = ParityReporter(RenderOptions()).text(res)
     lines = out.splitlines()
     assert lines[0] == "outputs out.npy [y] (float32)"
     assert lines[3] == "rule torch: pass if |a - r| <= atol + rtol * |r|; atol 1e-05, rtol 1.3e-06"
@@ -123,7 +120,7 @@ def test_text_rows_and_escaped_sources(
     hostile = compare_outputs(
         probes, y, output_dtype="float32", actual_source="o\x1b[2J\n::error::x ##[y].npy"
     )
-    shown = text(hostile, RenderOptions())
+    shown = ParityReporter(RenderOptions()).text(hostile)
     assert (
         shown.splitlines()[0] == "outputs o\\x1b[2J\\x0a\\x3a:error\\x3a:x \\x23#[y].npy (float32)"
     )

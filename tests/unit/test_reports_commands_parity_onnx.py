@@ -13,10 +13,7 @@ import pytest
 from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport
 from rmsnorm_eps.reports.commands.parity_onnx import (
     OnnxParityReporter,
-    checks,
-    document,
     norm_line,
-    text,
 )
 from rmsnorm_eps.reports.options import RenderOptions
 
@@ -92,15 +89,15 @@ def test_one_check_per_norm_failing_exactly_with_findings() -> None:
     }
     assert report.verdict == "1 of 2 norm(s) run a different eps than stored or configured"
     assert report.source == "model.onnx" and report.command == "parity-onnx"
-    ok = checks(_report(GOOD))
+    ok = OnnxParityReporter().checks(_report(GOOD))
     assert ok.passed and ok.verdict == "every norm's effective eps within 1% of the stored eps"
-    empty = checks(_report(skipped=(("x", "no probe input"),)))
+    empty = OnnxParityReporter().checks(_report(skipped=(("x", "no probe input"),)))
     assert not empty.passed and empty.verdict == "no norm measured"
     assert ("measured", "0 norm(s), 1 skipped") in empty.facts
 
 
 def test_document_keeps_names_and_numbers_exact() -> None:
-    doc = document(_report(GOOD, BAD, skipped=(("m", "why"),)))
+    doc = OnnxParityReporter().document(_report(GOOD, BAD, skipped=(("m", "why"),)))
     assert (doc["command"], doc["path"], doc["passed"], doc["rel_tol"]) == (
         "parity onnx",
         "model.onnx",
@@ -116,8 +113,7 @@ def test_document_keeps_names_and_numbers_exact() -> None:
 
 def test_text_one_line_per_norm_escaped_and_verdict() -> None:
     report = _report(GOOD, BAD, skipped=(("m", "why"),))
-    out = text(report, RenderOptions())
-    assert out == OnnxParityReporter(RenderOptions()).text(report)
+    out = OnnxParityReporter(RenderOptions()).text(report)
     lines = out.splitlines()
     assert lines[0] == (
         "model.onnx: 2 norm(s) measured by ORT_ENABLE_ALL; eps relative tolerance 0.01"
@@ -134,7 +130,7 @@ def test_text_one_line_per_norm_escaped_and_verdict() -> None:
 
 @pytest.mark.parametrize("rel_tol", [0.001, 0.004])
 def test_verdict_states_the_tolerance_it_applied(rel_tol: float) -> None:
-    report = checks(replace(_report(GOOD), rel_tol=rel_tol))
+    report = OnnxParityReporter().checks(replace(_report(GOOD), rel_tol=rel_tol))
     match = re.search(r"within ([0-9.e+-]+)% of the stored eps", report.verdict)
     assert match is not None, report.verdict
     assert float(match.group(1)) / 100 == pytest.approx(rel_tol)

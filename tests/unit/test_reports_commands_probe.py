@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.parity.probes import CATEGORIES, ProbeSet, ProbeSummary, make_probes
-from rmsnorm_eps.reports.commands.probe import ProbeReporter, document, probe_document, text
+from rmsnorm_eps.reports.commands.probe import ProbeReporter, probe_document
 from rmsnorm_eps.reports.options import RenderOptions
 
 EPS = 1e-6
@@ -19,7 +19,7 @@ def probes() -> ProbeSet:
 
 
 def test_document_categories_are_numpys(probes: ProbeSet) -> None:
-    doc = document(ProbeSummary(probes, "out/p.npz"))
+    doc = ProbeReporter().document(ProbeSummary(probes, "out/p.npz"))
     assert doc == probe_document(probes, "out/p.npz")
     assert (doc["command"], doc["path"], doc["rows"], doc["dim"]) == ("probe", "out/p.npz", 32, 8)
     assert doc["eps"] == EPS and "tool" in doc  # the head's tool, not the metadata's
@@ -43,17 +43,17 @@ def test_document_categories_are_numpys(probes: ProbeSet) -> None:
 def test_text_head_and_one_row_per_category(probes: ProbeSet) -> None:
     summary = ProbeSummary(probes, None)
     out = ProbeReporter(RenderOptions()).text(summary)
-    assert out == text(summary, RenderOptions())
     lines = out.splitlines()
     assert lines[0] == (
         "32 probes, d=8, dtype float32, eps 1e-06, gain ones (convention w), seed 0"
     )  # no path: no "-> PATH"
-    doc = document(summary)
+    doc = ProbeReporter().document(summary)
     for cat in doc["categories"]:
         row = next(line.split() for line in lines if line.split()[:1] == [cat["name"]])
         assert row[1:] == [str(cat["rows"]), f"{cat['min_ratio']:.4g}", f"{cat['max_ratio']:.4g}"]
     assert (
-        text(ProbeSummary(probes, "o\n::x.npz"), RenderOptions())
+        ProbeReporter(RenderOptions())
+        .text(ProbeSummary(probes, "o\n::x.npz"))
         .splitlines()[0]
         .endswith("-> o\\x0a\\x3a:x.npz")
     )
@@ -61,6 +61,6 @@ def test_text_head_and_one_row_per_category(probes: ProbeSet) -> None:
 
 def test_layer_norm_probes_name_the_variance() -> None:
     probes = make_probes(8, EPS, norm="layer")
-    out = text(ProbeSummary(probes, None), RenderOptions())
+    out = ProbeReporter(RenderOptions()).text(ProbeSummary(probes, None))
     assert "LayerNorm (bias" in out.splitlines()[0]
     assert "min v/eps" in out and "min q/eps" not in out

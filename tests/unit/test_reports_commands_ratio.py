@@ -19,13 +19,10 @@ from rmsnorm_eps.analysis import RatioReport, analyze_dump, evaluate_gate
 from rmsnorm_eps.reports.commands.ratio import (
     RATIO_RULES,
     RatioReporter,
-    checks,
-    document,
     histogram_rows,
     quantity_kind,
     quantity_label,
     safe_eps_document,
-    text,
     zero_part,
 )
 from rmsnorm_eps.reports.options import RenderOptions
@@ -55,7 +52,7 @@ def test_document_counts_are_numpys(raw_case: tuple[RatioReport, np.ndarray]) ->
     r = q / eps
     below = int(np.sum(r < BOUND))
     assert 0 < below < q.size
-    doc = document(rep, None)
+    doc = RatioReporter().document(rep)
     jsonschema.Draft202012Validator(load_schema("ratio")).validate(doc)
     assert doc["command"] == "ratio" and doc["schema_version"] == 2
     assert doc["min_ratio"] == pytest.approx(BOUND, rel=1e-12)
@@ -82,16 +79,19 @@ def test_document_counts_are_numpys(raw_case: tuple[RatioReport, np.ndarray]) ->
 def test_document_of_a_merge_names_its_shards(tmp_path: Path) -> None:
     rep = analyze_dump(write_ratio_dump(tmp_path), RATIO_EPS)
     merged = replace(rep, shards=("s0.json", "s1.json"))
-    doc = document(merged, None)
+    doc = RatioReporter().document(merged)
     assert doc["command"] == "merge" and doc["shards"] == ["s0.json", "s1.json"]
-    assert "shards" not in document(rep, None)
-    assert document(rep, evaluate_gate(rep))["gate"]["reason"] == "4 violation(s), none allowed"
+    assert "shards" not in RatioReporter().document(rep)
+    assert (
+        RatioReporter(RenderOptions(gate=evaluate_gate(rep))).document(rep)["gate"]["reason"]
+        == "4 violation(s), none allowed"
+    )
 
 
 def test_document_nonfinite_as_strings_and_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "q.npy"
     np.save(path, np.array([np.nan, np.inf, 1.0]), allow_pickle=False)
-    doc = document(analyze_dump(path, RATIO_EPS), None)
+    doc = RatioReporter().document(analyze_dump(path, RATIO_EPS))
     layer = doc["layers"][0]
     assert (layer["nan"], layer["inf"], layer["nonfinite"]) == (1, 1, 2)
     assert [n["value"] for n in layer["nonfinite_examples"]] == ["nan", "inf"]
@@ -101,7 +101,6 @@ def test_document_nonfinite_as_strings_and_round_trips(tmp_path: Path) -> None:
 def test_text_states_the_bound_rows_and_total(tmp_path: Path) -> None:
     rep = analyze_dump(write_ratio_dump(tmp_path), RATIO_EPS, top_k=2)
     out = RatioReporter(RenderOptions(gate=evaluate_gate(rep))).text(rep)
-    assert out == text(rep, RenderOptions(gate=evaluate_gate(rep)))
     lines = out.splitlines()
     assert lines[0].endswith("bound A >= 0.99 (delta 0.01) <=> q/eps >= 49.2512562814")
     row = next(line for line in lines if line.split()[:1] == ["bad"])
@@ -159,7 +158,7 @@ def test_histogram_rows_by_hand() -> None:
 
 
 def _checks(rep: RatioReport, **gate: Any) -> Any:
-    return checks(rep, evaluate_gate(rep, **gate))
+    return RatioReporter(RenderOptions(gate=evaluate_gate(rep, **gate))).checks(rep)
 
 
 def test_checks_two_per_layer_with_unrounded_numbers(tmp_path: Path) -> None:
@@ -192,7 +191,7 @@ def test_checks_budget_makes_warnings_and_verdict(tmp_path: Path) -> None:
     over = _checks(rep, max_violations=3)
     assert not over.passed and {c.level for c in over.failed} == {"error"}
     assert dict(over.facts)["verdict"].startswith("FAIL: ")
-    no_gate = checks(rep, None)
+    no_gate = RatioReporter().checks(rep)
     assert no_gate.verdict == "4 violation(s)" and not no_gate.passed
 
 
@@ -201,8 +200,10 @@ def test_checks_a_tie_passes(write_npy: Callable[..., Path]) -> None:
     eps = 1e-6
     q = np.array([2.0, 1.0])
     tie = float(q[1] / eps)
-    passed = checks(analyze_dump(write_npy(q), eps, min_ratio=tie), None)
-    failed = checks(analyze_dump(write_npy(q), eps, min_ratio=np.nextafter(tie, np.inf)), None)
+    passed = RatioReporter().checks(analyze_dump(write_npy(q), eps, min_ratio=tie))
+    failed = RatioReporter().checks(
+        analyze_dump(write_npy(q), eps, min_ratio=np.nextafter(tie, np.inf))
+    )
     assert passed.passed and passed.checks[0].passed
     assert not failed.passed and failed.checks[0].numbers["below_bound"] == 1
 
@@ -211,14 +212,14 @@ def test_zero_vectors_count_apart_unless_violations(write_npy: Callable[..., Pat
     path = write_npy(np.array([0.0, 0.0, 1.0]))
     rep = analyze_dump(path, RATIO_EPS)
     assert zero_part(rep) == "; 2 zero vector(s), output 0 under any eps, not counted"
-    assert checks(rep, None).passed
+    assert RatioReporter().checks(rep).passed
     strict = analyze_dump(path, RATIO_EPS, zero_is_violation=True)
     assert zero_part(strict) == ", 2 zero vector(s), each a violation"
-    failed = checks(strict, None)
+    failed = RatioReporter().checks(strict)
     assert not failed.passed and "2 zero vector(s) (q = 0), each a violation" in (
         failed.checks[0].message
     )
-    assert document(strict, None)["zero_is_violation"] is True
+    assert RatioReporter().document(strict)["zero_is_violation"] is True
     assert zero_part(analyze_dump(write_npy(np.array([1.0])), RATIO_EPS)) == ""
 
 
@@ -227,7 +228,7 @@ def test_merge_checks_point_at_the_shard_of_the_worst_input(tmp_path: Path) -> N
     worst = replace(rep.layers[1].worst[0], shard=1, shard_index=(0,))
     layer = replace(rep.layers[1], worst=(worst, *rep.layers[1].worst[1:]))
     merged = replace(rep, layers=(rep.layers[0], layer), shards=("a.json", "b.json"))
-    report = checks(merged, None)
+    report = RatioReporter().checks(merged)
     assert report.command == "merge" and report.source is None
     bad = report.checks[2]
     assert bad.source == "b.json" and "(shard 1 b.json at [0])" in bad.message
@@ -240,10 +241,10 @@ def test_skipped_layers_fail_every_role(tmp_path: Path) -> None:
     rep = analyze_dump(path, RATIO_EPS, skip_unreadable=True)
     gate = evaluate_gate(rep)
     assert gate.passed  # what was read passes ...
-    report = checks(rep, gate)
+    report = RatioReporter(RenderOptions(gate=gate)).checks(rep)
     assert not report.passed and report.failed[0].rule == "ratio/unreadable"  # ... the run not
-    assert document(rep, gate)["skipped"][0]["name"] == "neg"
-    out = text(rep, RenderOptions(gate=gate))
+    assert RatioReporter(RenderOptions(gate=gate)).document(rep)["skipped"][0]["name"] == "neg"
+    out = RatioReporter(RenderOptions(gate=gate)).text(rep)
     assert "SKIPPED (unreadable, not analysed): neg: negative q -1.0" in out
     assert out.splitlines()[-1] == "INCOMPLETE (1 layer(s) skipped): PASS: no violations"
 

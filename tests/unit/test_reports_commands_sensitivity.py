@@ -15,9 +15,6 @@ import pytest
 from rmsnorm_eps.reports.commands.sensitivity import (
     SENSITIVITY_RULES,
     SensitivityReporter,
-    checks,
-    document,
-    text,
 )
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.schema import load_schema
@@ -92,7 +89,7 @@ def test_no_gate_passes_every_check_as_a_note() -> None:
     ],
 )
 def test_kl_gate_on_unrounded_values(max_kl: float, fails: bool) -> None:
-    report = checks(_result((max_kl, None)))
+    report = SensitivityReporter().checks(_result((max_kl, None)))
     kl = report.checks[0]
     assert kl.passed is not fails and kl.level == ("error" if fails else "note")
     assert report.checks[2].passed  # the second change's KL is tiny
@@ -102,16 +99,16 @@ def test_kl_gate_on_unrounded_values(max_kl: float, fails: bool) -> None:
 
 
 def test_top1_gate_either_position_class() -> None:
-    report = checks(_result((None, 0.995)))
+    report = SensitivityReporter().checks(_result((None, 0.995)))
     assert [c.passed for c in report.checks if c.rule == "sensitivity/top1"] == [True, True]
-    strict = checks(_result((None, 0.996)))
+    strict = SensitivityReporter().checks(_result((None, 0.996)))
     assert [c.name for c in strict.failed] == ["eps=1e-4"]  # 0.995 < 0.996
     assert strict.verdict == "1 of 2 change(s) exceed the gate"
     assert dict(strict.facts)["verdict"] == "FAIL: 1 of 2 change(s) exceed the gate"
 
 
 def test_document_is_valid_and_keeps_values_exact() -> None:
-    doc = document(_result((0.05, 0.9)))
+    doc = SensitivityReporter().document(_result((0.05, 0.9)))
     jsonschema.Draft202012Validator(load_schema("sensitivity")).validate(doc)
     json.dumps(doc, allow_nan=False)
     first, second = doc["changes"]
@@ -129,13 +126,15 @@ def test_document_is_valid_and_keeps_values_exact() -> None:
         "failures": [],
         "reason": "2 change(s) within the gate",
     }
-    assert doc["passes"]["equivalent"] == 7.0 and document(_result())["gate"] is None
+    assert (
+        doc["passes"]["equivalent"] == 7.0
+        and SensitivityReporter().document(_result())["gate"] is None
+    )
 
 
 def test_text_tables_estimates_and_escapes() -> None:
     result = _result((0.01, None))
-    out = text(result, RenderOptions())
-    assert out == SensitivityReporter(RenderOptions()).text(result)
+    out = SensitivityReporter(RenderOptions()).text(result)
     lines = out.splitlines()
     assert lines[0] == "tiny: 2 norm(s), 4 text(s), 404 tokens (4 at position 0)"
     assert lines[1] == "base perplexity 9.87654"

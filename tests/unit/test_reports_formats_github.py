@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
+from rmsnorm_eps.escape import github_data as escape_data
+from rmsnorm_eps.escape import github_property as escape_property
 from rmsnorm_eps.escape import visible
 from rmsnorm_eps.reports import check_report
 from rmsnorm_eps.reports.checks import CheckReport
-from rmsnorm_eps.reports.formats.github import escape_data, escape_property, render_checks
+from rmsnorm_eps.reports.formats.github import render_checks
 from tests.unit.report_cases import HOSTILE, RATIO_EPS, hostile_report, write_ratio_dump
 
 LINE = re.compile(r"^::(error|warning) title=([^,:]*)(?:,file=([^,:]*))?::(.*)$")

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
+from rmsnorm_eps.escape import markdown as cell
 from rmsnorm_eps.reports import check_report
 from rmsnorm_eps.reports.checks import CheckReport
-from rmsnorm_eps.reports.formats.markdown import cell, code, render_checks
+from rmsnorm_eps.reports.formats.markdown import code, render_checks
 from tests.unit.report_cases import RATIO_EPS, hostile_report, write_ratio_dump
 
 #: A pipe that separates cells: not preceded by an odd run of backslashes.

@@ -7,7 +7,7 @@ Imports nothing heavy at module level: ``bound`` must start fast (no numpy).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmsnorm_eps.bound import BoundResult, RatioFigures
 from rmsnorm_eps.reports.checks import CheckReport
@@ -20,47 +20,18 @@ from rmsnorm_eps.reports.interface import (
     Reporter,
     TextRole,
 )
-from rmsnorm_eps.reports.options import RenderOptions, UnsupportedResult
+from rmsnorm_eps.reports.options import UnsupportedResult
 
 if TYPE_CHECKING:
     from rmsnorm_eps.reports.blocks import Block
 
-__all__ = ["checks", "document", "text"]
+__all__ = ["BoundReporter"]
 
 
 def _figures(result: object) -> tuple[RatioFigures, ...] | None:
     if isinstance(result, tuple) and all(isinstance(r, RatioFigures) for r in result):
         return result
     return None
-
-
-def document(result: BoundResult | tuple[RatioFigures, ...]) -> dict[str, Any]:
-    """The bound document, or the ``ratios`` document for A at given ratios."""
-    doc = head("bound")
-    rows = _figures(result)
-    if rows is not None:
-        doc["ratios"] = [
-            {
-                "ratio": jnum(r.ratio),
-                "attenuation": r.attenuation,
-                "loss": r.loss,
-                "eps": r.eps,
-                "q": jnum(r.q),
-            }
-            for r in rows
-        ]
-        return doc
-    assert isinstance(result, BoundResult)
-    doc.update(
-        {
-            "delta": result.delta,
-            "min_ratio": result.min_ratio,
-            "eps": result.eps,
-            "min_q": result.min_q,
-            "min_rms": result.min_rms,
-        }
-    )
-    return doc
 
 
 def _bound_parts(result: BoundResult) -> list[Block]:
@@ -116,17 +87,6 @@ def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
     return rows
 
 
-def text(result: BoundResult | tuple[RatioFigures, ...], options: RenderOptions) -> str:
-    """The text report."""
-    from rmsnorm_eps.reports.formats.text import render_blocks
-
-    rows = _figures(result)
-    if rows is not None:
-        return render_blocks(_ratio_figures_parts(rows), options)
-    assert isinstance(result, BoundResult)
-    return render_blocks(_bound_parts(result), options)
-
-
 def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
     head, _ = _ratio_table(rows)
     with_q = "q" in head
@@ -146,35 +106,6 @@ def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def checks(result: Any) -> CheckReport:
-    """``bound`` checks nothing: a report of facts only (no checks, always passing). A at
-    given ratios has no check report."""
-    if not isinstance(result, BoundResult):
-        raise UnsupportedResult("A at given ratios has no check report (text, json, markdown)")
-    facts = [
-        ("delta", _g(result.delta, 12)),
-        ("A must be >=", _g(1.0 - result.delta, 12)),
-        ("min q/eps", _g(result.min_ratio, 12)),
-    ]
-    if result.eps is not None:
-        facts += [
-            ("eps", _g(result.eps, 12)),
-            ("min q", _g(result.min_q, 12)),
-            ("min input RMS", _g(result.min_rms, 12)),
-        ]
-    return CheckReport(
-        command="bound",
-        title="rmsnorm-eps bound: A = sqrt(q/(q+eps)) >= 1 - delta",
-        source=None,
-        subject="bound",
-        rules=(),
-        checks=(),
-        passed=True,
-        verdict="nothing to check",
-        facts=tuple(facts),
-    )
-
-
 Bound = BoundResult | tuple[RatioFigures, ...]
 
 
@@ -185,10 +116,42 @@ class BoundReporter(
     Markdown table (it has no check report)."""
 
     def text(self, result: Bound) -> str:
-        return text(result, self.options)
+        """The text report."""
+        from rmsnorm_eps.reports.formats.text import render_blocks
+
+        rows = _figures(result)
+        if rows is not None:
+            return render_blocks(_ratio_figures_parts(rows), self.options)
+        assert isinstance(result, BoundResult)
+        return render_blocks(_bound_parts(result), self.options)
 
     def document(self, result: Bound) -> dict[str, object]:
-        return document(result)
+        """The bound document, or the ``ratios`` document for A at given ratios."""
+        doc = head("bound")
+        rows = _figures(result)
+        if rows is not None:
+            doc["ratios"] = [
+                {
+                    "ratio": jnum(r.ratio),
+                    "attenuation": r.attenuation,
+                    "loss": r.loss,
+                    "eps": r.eps,
+                    "q": jnum(r.q),
+                }
+                for r in rows
+            ]
+            return doc
+        assert isinstance(result, BoundResult)
+        doc.update(
+            {
+                "delta": result.delta,
+                "min_ratio": result.min_ratio,
+                "eps": result.eps,
+                "min_q": result.min_q,
+                "min_rms": result.min_rms,
+            }
+        )
+        return doc
 
     def markdown(self, result: Bound) -> str:
         """A table of A at the given ratios, or the bound's check report."""
@@ -197,7 +160,32 @@ class BoundReporter(
         rows = _figures(result)
         if rows:
             return _ratio_figures(rows)
-        return render_checks(checks(result))
+        return render_checks(self.checks(result))
 
     def checks(self, result: Bound) -> CheckReport:
-        return checks(result)
+        """``bound`` checks nothing: a report of facts only (no checks, always passing). A at
+        given ratios has no check report."""
+        if not isinstance(result, BoundResult):
+            raise UnsupportedResult("A at given ratios has no check report (text, json, markdown)")
+        facts = [
+            ("delta", _g(result.delta, 12)),
+            ("A must be >=", _g(1.0 - result.delta, 12)),
+            ("min q/eps", _g(result.min_ratio, 12)),
+        ]
+        if result.eps is not None:
+            facts += [
+                ("eps", _g(result.eps, 12)),
+                ("min q", _g(result.min_q, 12)),
+                ("min input RMS", _g(result.min_rms, 12)),
+            ]
+        return CheckReport(
+            command="bound",
+            title="rmsnorm-eps bound: A = sqrt(q/(q+eps)) >= 1 - delta",
+            source=None,
+            subject="bound",
+            rules=(),
+            checks=(),
+            passed=True,
+            verdict="nothing to check",
+            facts=tuple(facts),
+        )

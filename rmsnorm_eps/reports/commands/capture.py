@@ -17,12 +17,11 @@ from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import jnum
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.capture.report import CaptureReport
 
-__all__ = ["CAPTURE_RULES", "checks", "document", "text"]
+__all__ = ["CAPTURE_RULES", "CaptureReporter"]
 
 
 CAPTURE_RULES = (
@@ -43,111 +42,15 @@ CAPTURE_RULES = (
 )
 
 
-def document(report: CaptureReport) -> dict[str, Any]:
+def _document(result: CaptureReport) -> dict[str, Any]:
     """The capture document (schema_version 1); a min q/eps that is not finite is written as
     a string ("inf"), as every document writes it."""
     from rmsnorm_eps.capture.report import capture_document
 
-    doc = report.document or capture_document(report.result, report.model, report.outputs)
+    doc = result.document or capture_document(result.result, result.model, result.outputs)
     doc = {**doc}
     doc["modules"] = [{**m, "min_ratio": jnum(m["min_ratio"])} for m in doc["modules"]]
     return doc
-
-
-def text(report: CaptureReport, options: RenderOptions) -> str:
-    """A table of the hooked modules and their live settings."""
-    from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
-    from rmsnorm_eps.reports.formats.text import fmt, render_blocks
-
-    doc = document(report)
-    table = Table()
-    names = ("module", "norm", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps")
-    for name in names:
-        table.add_column(name, justify="left" if name in ("module", "layout") else "right")
-    for m in doc["modules"]:
-        ratio = m["min_ratio"]
-        table.add_row(
-            Text(_e(m["name"])),
-            Text(_e(m.get("norm") or "-")),
-            fmt(m["eps"], 8),
-            str(m["dim"] or "-"),
-            Text(_e(m["input_dtype"] or "-")),
-            Text(_e(m["gain"])),
-            Text(_e((m["layout"] or "-").split(" ")[0])),
-            str(m["count"]),
-            ratio if isinstance(ratio, str) else fmt(ratio),
-        )
-    eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
-    head = Text(
-        f"{_e(doc['model'])}: {len(doc['modules'])} norm modules, {doc['sequences']} "
-        f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
-    )
-    written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
-    parts: list[Any] = [head, NamedTable(table, noun="modules")]
-    for m in doc["modules"]:
-        if m.get("norm") == "unknown":
-            parts.append(
-                Text(
-                    f"not analysed: {_e(m['name'])} ({_e(m['class'])}): "
-                    f"{_e(why_not_analysed(m.get('reason')))}"
-                )
-            )
-    if any(m.get("norm") == "layer" for m in doc["modules"]):
-        parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
-    if written:
-        parts.append(Text("wrote " + "; ".join(written)))
-    return render_blocks(parts, options)
-
-
-def checks(report: CaptureReport) -> CheckReport:
-    """One ``capture/ran`` check per hooked module (a warning when it saw no token)."""
-    doc = document(report)
-    out: list[Check] = []
-    for m in doc["modules"]:
-        ran = m["count"] > 0
-        nums: dict[str, Number] = {
-            "eps": m["eps"],
-            "dim": m["dim"],
-            "count": m["count"],
-            "calls": m["calls"],
-            "min_ratio": m["min_ratio"],
-        }
-        ratio = m["min_ratio"]
-        shown = ratio if isinstance(ratio, str) else _g(ratio)
-        msg = (
-            f"{m['name']}: {m['count']} inputs, live eps {_g(m['eps'], 8)}, min q/eps {shown}"
-            if ran
-            else f"{m['name']}: never ran (no token reached it): no live eps, no q values"
-        )
-        out.append(Check("capture/ran", m["name"], ran, "note" if ran else "warning", msg, nums))
-        if m.get("norm") == "unknown":
-            why = f"{m['name']}: not analysed: {why_not_analysed(m.get('reason'))}"
-            out.append(Check("capture/kind", m["name"], False, "warning", why, {}))
-    idle = sum(1 for c in out if not c.passed and c.rule == "capture/ran")
-    unknown = sum(1 for c in out if c.rule == "capture/kind")
-    ran_total = len(doc["modules"])
-    verdict = (
-        f"{ran_total} norm module(s) captured"
-        if not idle
-        else f"{ran_total - idle} of {ran_total} norm module(s) ran; {idle} never ran"
-    ) + (f"; {unknown} of unknown kind (not analysed)" if unknown else "")
-    written = "; ".join(f"{k}: {v}" for k, v in doc["outputs"].items() if v)
-    return CheckReport(
-        command="capture",
-        title=f"rmsnorm-eps capture: {doc['model']}",
-        source=doc["outputs"].get("dump") or doc["outputs"].get("summary"),
-        subject="module",
-        rules=CAPTURE_RULES,
-        checks=tuple(out),
-        passed=True,
-        verdict=verdict,
-        facts=(
-            ("model", str(doc["model"])),
-            ("texts", f"{doc['sequences']} text(s), {doc['tokens']} tokens"),
-            ("written", written or "-"),
-            ("verdict", "PASS: " + verdict),
-        ),
-    )
 
 
 class CaptureReporter(
@@ -156,10 +59,96 @@ class CaptureReporter(
     """``capture``: every format."""
 
     def text(self, result: CaptureReport) -> str:
-        return text(result, self.options)
+        """A table of the hooked modules and their live settings."""
+        from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
+        from rmsnorm_eps.reports.formats.text import render_blocks
+
+        doc = _document(result)
+        table = Table()
+        names = ("module", "norm", "eps", "dim", "dtype", "gain", "layout", "inputs", "min q/eps")
+        for name in names:
+            table.add_column(name, justify="left" if name in ("module", "layout") else "right")
+        for m in doc["modules"]:
+            ratio = m["min_ratio"]
+            table.add_row(
+                Text(_e(m["name"])),
+                Text(_e(m.get("norm") or "-")),
+                _g(m["eps"], 8),
+                str(m["dim"] or "-"),
+                Text(_e(m["input_dtype"] or "-")),
+                Text(_e(m["gain"])),
+                Text(_e((m["layout"] or "-").split(" ")[0])),
+                str(m["count"]),
+                ratio if isinstance(ratio, str) else _g(ratio),
+            )
+        eps_values = sorted({m["eps"] for m in doc["modules"] if m["eps"] is not None})
+        head = Text(
+            f"{_e(doc['model'])}: {len(doc['modules'])} norm modules, {doc['sequences']} "
+            f"text(s), {doc['tokens']} tokens; live eps: " + ", ".join(repr(e) for e in eps_values)
+        )
+        written = [f"{k}: {_e(v)}" for k, v in doc["outputs"].items() if v]
+        parts: list[Any] = [head, NamedTable(table, noun="modules")]
+        for m in doc["modules"]:
+            if m.get("norm") == "unknown":
+                parts.append(
+                    Text(
+                        f"not analysed: {_e(m['name'])} ({_e(m['class'])}): "
+                        f"{_e(why_not_analysed(m.get('reason')))}"
+                    )
+                )
+        if any(m.get("norm") == "layer" for m in doc["modules"]):
+            parts.append(Text("q of a LayerNorm is v = mean((x - mean x)^2), its variance"))
+        if written:
+            parts.append(Text("wrote " + "; ".join(written)))
+        return render_blocks(parts, self.options)
 
     def document(self, result: CaptureReport) -> dict[str, object]:
-        return document(result)
+        return _document(result)
 
     def checks(self, result: CaptureReport) -> CheckReport:
-        return checks(result)
+        """One ``capture/ran`` check per hooked module (a warning when it saw no token)."""
+        doc = _document(result)
+        out: list[Check] = []
+        for m in doc["modules"]:
+            ran = m["count"] > 0
+            nums: dict[str, Number] = {
+                k: m[k] for k in ("eps", "dim", "count", "calls", "min_ratio")
+            }
+            ratio = m["min_ratio"]
+            shown = ratio if isinstance(ratio, str) else _g(ratio)
+            msg = (
+                f"{m['name']}: {m['count']} inputs, live eps {_g(m['eps'], 8)}, min q/eps {shown}"
+                if ran
+                else f"{m['name']}: never ran (no token reached it): no live eps, no q values"
+            )
+            out.append(
+                Check("capture/ran", m["name"], ran, "note" if ran else "warning", msg, nums)
+            )
+            if m.get("norm") == "unknown":
+                why = f"{m['name']}: not analysed: {why_not_analysed(m.get('reason'))}"
+                out.append(Check("capture/kind", m["name"], False, "warning", why, {}))
+        idle = sum(1 for c in out if not c.passed and c.rule == "capture/ran")
+        unknown = sum(1 for c in out if c.rule == "capture/kind")
+        ran_total = len(doc["modules"])
+        verdict = (
+            f"{ran_total} norm module(s) captured"
+            if not idle
+            else f"{ran_total - idle} of {ran_total} norm module(s) ran; {idle} never ran"
+        ) + (f"; {unknown} of unknown kind (not analysed)" if unknown else "")
+        written = "; ".join(f"{k}: {v}" for k, v in doc["outputs"].items() if v)
+        return CheckReport(
+            command="capture",
+            title=f"rmsnorm-eps capture: {doc['model']}",
+            source=doc["outputs"].get("dump") or doc["outputs"].get("summary"),
+            subject="module",
+            rules=CAPTURE_RULES,
+            checks=tuple(out),
+            passed=True,
+            verdict=verdict,
+            facts=(
+                ("model", str(doc["model"])),
+                ("texts", f"{doc['sequences']} text(s), {doc['tokens']} tokens"),
+                ("written", written or "-"),
+                ("verdict", "PASS: " + verdict),
+            ),
+        )

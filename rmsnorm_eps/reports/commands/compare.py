@@ -2,11 +2,12 @@
 changes from one setting to another: the document, the text tables, and two checks per layer
 (``moved`` and ``nonfinite``), with the zero vectors and the safe eps of the ``--to`` side.
 
-Why one module of ~510 lines: it is the compare command's whole reporter (document, text and
+Why one module of ~470 lines: it is the compare command's whole reporter (document, text and
 checks), the unit a new field touches; the pieces it shares with ratio live there."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
@@ -38,18 +39,15 @@ from rmsnorm_eps.reports.commands.ratio import (
     zero_part,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import fmt as _f
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:  # compare.analysis imports numpy
-    from rmsnorm_eps.analysis import GateResult
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport, MovedInput
     from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
 
-__all__ = ["COMPARE_RULES", "checks", "document", "text"]
+__all__ = ["COMPARE_RULES", "CompareReporter"]
 
 
 # ----------------------------------------------------------------------------- json
@@ -59,20 +57,7 @@ def _side(side: EpsSpec | LayerSpecs) -> dict[str, Any]:
 
     if isinstance(side, LayerSpecs):
         return {"text": side.text, "config": side.config, "per_layer": True}
-    return _spec(side)
-
-
-def _spec(spec: EpsSpec) -> dict[str, Any]:
-    return {
-        "text": spec.text,
-        "eps": spec.eps,
-        "placement": spec.placement,
-        "dim": spec.dim,
-        "dtype": spec.dtype,
-        "framework": spec.framework,
-        "input_dtype": spec.input_dtype,
-        "note": spec.note,
-    }
+    return asdict(side)  # every field of the spec, in field order
 
 
 def _moved(m: MovedInput) -> dict[str, Any]:
@@ -88,8 +73,8 @@ def _moved(m: MovedInput) -> dict[str, Any]:
 def _layer(layer: CompareLayer) -> dict[str, Any]:
     doc = {
         "name": layer.name,
-        "from": _spec(layer.spec_from),
-        "to": _spec(layer.spec_to),
+        "from": asdict(layer.spec_from),
+        "to": asdict(layer.spec_to),
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
@@ -128,51 +113,6 @@ def _layer(layer: CompareLayer) -> dict[str, Any]:
     return doc
 
 
-def document(result: CompareReport, gate: GateResult | None) -> dict[str, Any]:
-    """The compare document."""
-    doc: dict[str, Any] = head("compare")
-    doc["schema_version"] = DOCUMENT_VERSION
-    doc.update(
-        {
-            "source": result.source,
-            "raw": result.raw,
-            "from": _side(result.spec_from),
-            "to": _side(result.spec_to),
-            "tolerance": result.tolerance,
-            "scale": result.scale,
-            "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
-            "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
-            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
-            "zero_is_violation": result.zero_is_violation,
-            "safe_eps_bound": {
-                "delta": result.tolerance,
-                "min_ratio": jnum(result.bound_ratio),
-                "rule": "safe_eps: largest --to eps with scale^2*q/eps >= min_ratio(tolerance) "
-                "for every positive finite q",
-            },
-            "top_k": result.top_k,
-            "summary": {
-                "layers": len(result.layers),
-                "count": result.count,
-                "moved": result.moved,
-                "zero": result.zero_count,
-                "nonfinite": result.nonfinite,
-                "violations": result.violations,
-                "violation_fraction": result.violation_fraction,
-                "max_abs_change": jnum(result.max_abs_change),
-                "layers_affected": list(result.layers_affected),
-                **safe_eps_document(result),
-                "within_safe_eps": result.within_safe_eps,
-                **members_document(result),
-            },
-            "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
-        }
-    )
-    doc.update(skipped_document(result.skipped))
-    return doc
-
-
 # ----------------------------------------------------------------------------- text
 def _layer_details(layer: CompareLayer) -> list[Block]:
     eps_from = layer.spec_from.eps
@@ -182,7 +122,7 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
         out.append(Text(f"{_e(layer.name)}: largest |change| ({len(layer.worst)} input(s))"))
         worst = simple_table("index", q, f"{q}/eps_from", "factor", "change")
         for m in layer.worst:
-            worst.add_row(_idx(m.index), _f(m.q), _f(m.ratio), _f(m.factor), f"{m.change:+.6g}")
+            worst.add_row(_idx(m.index), _g(m.q), _g(m.ratio), _g(m.factor), f"{m.change:+.6g}")
         out.append(worst)
     if layer.decades:
         out.append(Text(f"{_e(layer.name)}: by decade of {q}/eps_from (eps_from {eps_from:g})"))
@@ -192,7 +132,7 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
                 f"[1e{d.decade}, 1e{d.decade + 1})",
                 str(d.count),
                 str(d.moved),
-                _f(d.max_abs_change),
+                _g(d.max_abs_change),
             )
         if layer.zero_count:
             moved = str(layer.zero_count) if layer.zeros_violate else "0"
@@ -212,19 +152,6 @@ def _layer_details(layer: CompareLayer) -> list[Block]:
     return out
 
 
-def _position_table(report: CompareReport) -> list[Block]:
-    """For dumps with token positions: first token (position 0) next to the other tokens."""
-    return position_split_parts(
-        report.layers,
-        [
-            ("n", lambda p: str(p.count)),
-            ("max |change|", lambda p: _f(p.max_abs_change, 4)),
-            ("moved", lambda p: str(p.moved)),
-            ("viol", lambda p: str(p.violations)),
-        ],
-    )
-
-
 def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
     """One line per distinct setting of a ``config`` side: the setting, its provenance, the
     layers that use it (dump order)."""
@@ -238,65 +165,6 @@ def _per_layer_lines(side: str, report: CompareReport) -> list[str]:
         lines.append(f"  {_e(spec.describe())} for {len(names)} layer(s): {shown}")
         lines.append(f"    ({_e(spec.note)})")
     return lines
-
-
-def _compare_parts(report: CompareReport, options: RenderOptions) -> list[Block]:
-    from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
-
-    kind = quantity_kind(report.layers, report.raw)
-    lines = [f"{_e(report.source)} ({kind})"]
-    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
-        if side == "to" and report.scale != 1.0:
-            head += f", inputs scaled by {report.scale:g}"
-        lines.append(head)
-        if isinstance(spec, LayerSpecs):
-            lines += _per_layer_lines(side, report)
-    for side, spec in (("from", report.spec_from), ("to", report.spec_to)):
-        if isinstance(spec, EpsSpec) and spec.note:
-            lines.append(f"{side} default: {_e(spec.note)}")
-    lines.append(f"factor = y_to/y_from per input; moved when |factor - 1| > {report.tolerance:g}")
-    parts: list[Block] = [Text("\n".join(lines))]
-    table = simple_table(
-        "layer",
-        "count",
-        "nonfinite",
-        "max |change|",
-        "min factor",
-        "max factor",
-        "moved",
-        "moved %",
-    )
-    for layer in report.layers:
-        table.add_row(
-            _e(layer.name),
-            str(layer.count),
-            str(layer.nonfinite_q + layer.nonfinite_factor),
-            _f(layer.max_abs_change),
-            _f(layer.min_factor),
-            _f(layer.max_factor),
-            str(layer.moved),
-            f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
-            style="bold" if layer.violations else None,
-        )
-    parts.append(NamedTable(table))
-    parts.extend(_safe_eps_parts(report))
-    parts.extend(_position_table(report))
-    for layer in report.layers:
-        if layer.violations:
-            parts.extend(_layer_details(layer))
-    parts.extend(members_parts(report))
-    parts.append(
-        Text(
-            f"Total: {report.violations} violation(s) in {len(report.layers_affected)} of "
-            f"{len(report.layers)} layer(s) ({report.moved} moved by more than "
-            f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) out of "
-            f"{report.count} inputs; "
-            f"max |change| {_f(report.max_abs_change)}"
-        )
-    )
-    parts.extend(tail_parts(report.skipped, options))
-    return parts
 
 
 def _within_text(report: CompareReport) -> str:
@@ -316,17 +184,12 @@ def _safe_eps_parts(report: CompareReport) -> list[Block]:
     qv = quantity_label(report.layers)
     title = (
         f"Safe eps for --to: the largest eps at which every positive finite {qv}, as the --to "
-        f"side sees it, has {qv}/eps >= {_f(bound, 12)} (delta = tolerance {report.tolerance:g})"
+        f"side sees it, has {qv}/eps >= {_g(bound, 12)} (delta = tolerance {report.tolerance:g})"
         if bound is not None
         else f"Safe eps for --to: undefined (tolerance {report.tolerance:g} is not in (0, 1))"
     )
     parts = safe_eps_parts(report.layers, report, "--to eps", compare=True, title=title)
     return [*parts, Text(_within_text(report) + "\n")]
-
-
-def text(result: CompareReport, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(_compare_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -345,11 +208,6 @@ COMPARE_RULES = (
         "each one counts as a violation.",
     ),
 )
-
-
-def _spec_text(spec: Any) -> str:
-    """``eps=1e-06 inside float64`` (or ``per layer from FILE`` for settings from a config)."""
-    return str(spec.describe())
 
 
 def _moved_check(layer: CompareLayer, tol: float, bad: Level) -> Check:
@@ -421,60 +279,6 @@ def _nonfinite_check(layer: CompareLayer, bad: Level) -> Check:
     return Check("compare/nonfinite", layer.name, nf == 0, "note" if nf == 0 else bad, msg, nf_nums)
 
 
-def checks(report: CompareReport, gate: GateResult | None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
-
-    ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
-    when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
-    ``warning`` when the gate passed within its budget.
-    """
-    passed = report.violations == 0 if gate is None else bool(gate.passed)
-    bad: Level = "warning" if passed else "error"
-    tol = report.tolerance
-    checks: list[Check] = []
-    for layer in report.layers:
-        checks.append(_moved_check(layer, tol, bad))
-        checks.append(_nonfinite_check(layer, bad))
-    verdict = (
-        gate.reason
-        if gate is not None
-        else ("no violations" if passed else f"{report.violations} violation(s)")
-    )
-    kind = (
-        quantity_kind(report.layers, report.raw, str)
-        if quantity_label(report.layers) != "q"
-        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
-    )
-    scale = "" if report.scale == 1.0 else f"; the --to side sees c*x with c = {_g(report.scale)}"
-    facts = (
-        ("source", f"{report.source} ({kind})"),
-        ("from", _spec_text(report.spec_from)),
-        ("to", _spec_text(report.spec_to) + scale),
-        ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
-        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
-        (
-            "violations",
-            f"{report.violations} ({report.moved} moved, {report.nonfinite} nonfinite"
-            f"{zero_part(report)}) in {len(report.layers_affected)} layer(s); "
-            f"max |change| {_g(report.max_abs_change)}",
-        ),
-        ("safe eps", _safe_fact(report)),
-        verdict_fact(passed, verdict),
-    )
-    checked = CheckReport(
-        command="compare",
-        title=f"rmsnorm-eps compare: {report.source}",
-        source=report.source,
-        subject="layer",
-        rules=COMPARE_RULES,
-        checks=tuple(checks),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-    return with_skipped(checked, tuple(report.skipped))
-
-
 def _tristate(value: bool | None) -> str:
     return "undefined" if value is None else "yes" if value else "no"
 
@@ -501,10 +305,171 @@ class CompareReporter(
     """``compare``: every format; the gate decides the verdict and the level of a failed check."""
 
     def text(self, result: CompareReport) -> str:
-        return text(result, self.options)
+        """The text report."""
+        from rmsnorm_eps.compare.spec import EpsSpec, LayerSpecs
+
+        kind = quantity_kind(result.layers, result.raw)
+        lines = [f"{_e(result.source)} ({kind})"]
+        for side, spec in (("from", result.spec_from), ("to", result.spec_to)):
+            head = f"{side}:{' ' if side == 'from' else '   '}{_e(spec.describe())}"
+            if side == "to" and result.scale != 1.0:
+                head += f", inputs scaled by {result.scale:g}"
+            lines.append(head)
+            if isinstance(spec, LayerSpecs):
+                lines += _per_layer_lines(side, result)
+        for side, spec in (("from", result.spec_from), ("to", result.spec_to)):
+            if isinstance(spec, EpsSpec) and spec.note:
+                lines.append(f"{side} default: {_e(spec.note)}")
+        lines.append(
+            f"factor = y_to/y_from per input; moved when |factor - 1| > {result.tolerance:g}"
+        )
+        parts: list[Block] = [Text("\n".join(lines))]
+        table = simple_table(
+            "layer",
+            "count",
+            "nonfinite",
+            "max |change|",
+            "min factor",
+            "max factor",
+            "moved",
+            "moved %",
+        )
+        for layer in result.layers:
+            table.add_row(
+                _e(layer.name),
+                str(layer.count),
+                str(layer.nonfinite_q + layer.nonfinite_factor),
+                _g(layer.max_abs_change),
+                _g(layer.min_factor),
+                _g(layer.max_factor),
+                str(layer.moved),
+                f"{100.0 * layer.moved / layer.count:.3g}%" if layer.count else "-",
+                style="bold" if layer.violations else None,
+            )
+        parts.append(NamedTable(table))
+        parts.extend(_safe_eps_parts(result))
+        parts += position_split_parts(  # dumps with token positions: position 0 and the rest
+            result.layers,
+            [
+                ("n", lambda p: str(p.count)),
+                ("max |change|", lambda p: _g(p.max_abs_change, 4)),
+                ("moved", lambda p: str(p.moved)),
+                ("viol", lambda p: str(p.violations)),
+            ],
+        )
+        for layer in result.layers:
+            if layer.violations:
+                parts.extend(_layer_details(layer))
+        parts.extend(members_parts(result))
+        parts.append(
+            Text(
+                f"Total: {result.violations} violation(s) in {len(result.layers_affected)} of "
+                f"{len(result.layers)} layer(s) ({result.moved} moved by more than "
+                f"{result.tolerance:g}, {result.nonfinite} nonfinite{zero_part(result)}) out of "
+                f"{result.count} inputs; "
+                f"max |change| {_g(result.max_abs_change)}"
+            )
+        )
+        parts.extend(tail_parts(result.skipped, self.options))
+        return render_blocks(parts, self.options)
 
     def document(self, result: CompareReport) -> dict[str, object]:
-        return document(result, self.options.gate)
+        """The compare document."""
+        doc: dict[str, Any] = head("compare")
+        doc["schema_version"] = DOCUMENT_VERSION
+        doc.update(
+            {
+                "source": result.source,
+                "raw": result.raw,
+                "from": _side(result.spec_from),
+                "to": _side(result.spec_to),
+                "tolerance": result.tolerance,
+                "scale": result.scale,
+                "factor": "y_to/y_from = scale*den_from(q)/den_to(scale^2*q); change = factor - 1",
+                "tie_rule": "|change| == tolerance passes; moved when |change| > tolerance",
+                "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+                "zero_is_violation": result.zero_is_violation,
+                "safe_eps_bound": {
+                    "delta": result.tolerance,
+                    "min_ratio": jnum(result.bound_ratio),
+                    "rule": "safe_eps: largest --to eps with scale^2*q/eps >= min_ratio(tolerance) "
+                    "for every positive finite q",
+                },
+                "top_k": result.top_k,
+                "summary": {
+                    "layers": len(result.layers),
+                    "count": result.count,
+                    "moved": result.moved,
+                    "zero": result.zero_count,
+                    "nonfinite": result.nonfinite,
+                    "violations": result.violations,
+                    "violation_fraction": result.violation_fraction,
+                    "max_abs_change": jnum(result.max_abs_change),
+                    "layers_affected": list(result.layers_affected),
+                    **safe_eps_document(result),
+                    "within_safe_eps": result.within_safe_eps,
+                    **members_document(result),
+                },
+                "gate": gate_document(self.options.gate),
+                "layers": [_layer(layer) for layer in result.layers],
+            }
+        )
+        doc.update(skipped_document(result.skipped))
+        return doc
 
     def checks(self, result: CompareReport) -> CheckReport:
-        return checks(result, self.options.gate)
+        """Two checks per layer of a :class:`~rmsnorm_eps.compare.analysis.CompareReport`.
+
+        ``compare/moved`` fails when some input has ``|change| > tolerance``; ``compare/nonfinite``
+        when some q is NaN/+inf or some factor is nonfinite. A failed check is an ``error``, or a
+        ``warning`` when the gate passed within its budget.
+        """
+        passed = (
+            result.violations == 0 if self.options.gate is None else bool(self.options.gate.passed)
+        )
+        bad: Level = "warning" if passed else "error"
+        tol = result.tolerance
+        checks: list[Check] = []
+        for layer in result.layers:
+            checks.append(_moved_check(layer, tol, bad))
+            checks.append(_nonfinite_check(layer, bad))
+        verdict = (
+            self.options.gate.reason
+            if self.options.gate is not None
+            else ("no violations" if passed else f"{result.violations} violation(s)")
+        )
+        kind = (
+            quantity_kind(result.layers, result.raw, str)
+            if quantity_label(result.layers) != "q"
+            else ("activations (q = mean(x^2) over the last axis)" if result.raw else "q values")
+        )
+        scale = (
+            "" if result.scale == 1.0 else f"; the --to side sees c*x with c = {_g(result.scale)}"
+        )
+        facts = (
+            ("source", f"{result.source} ({kind})"),
+            ("from", result.spec_from.describe()),
+            ("to", result.spec_to.describe() + scale),
+            ("rule", f"moved when |y_to/y_from - 1| > {_g(tol, 12)}"),
+            ("inputs", f"{result.count} in {len(result.layers)} layer(s)"),
+            (
+                "violations",
+                f"{result.violations} ({result.moved} moved, {result.nonfinite} nonfinite"
+                f"{zero_part(result)}) in {len(result.layers_affected)} layer(s); "
+                f"max |change| {_g(result.max_abs_change)}",
+            ),
+            ("safe eps", _safe_fact(result)),
+            verdict_fact(passed, verdict),
+        )
+        checked = CheckReport(
+            command="compare",
+            title=f"rmsnorm-eps compare: {result.source}",
+            source=result.source,
+            subject="layer",
+            rules=COMPARE_RULES,
+            checks=tuple(checks),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )
+        return with_skipped(checked, tuple(result.skipped))

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig, NormSettings, Resolved
 
-__all__ = ["document", "show_value", "text", "value_document"]
+__all__ = ["ConfigShowReporter", "show_value", "value_document"]
 
 _COLUMNS = ("eps", "placement", "gain", "gain_baked", "dim", "norm")
 _LAYERS_TITLE = "layers (defaults + every matching entry, in file order)"
@@ -61,58 +60,6 @@ def _settings_doc(s: NormSettings) -> dict[str, Any]:
     return {name: value_document(s.get(name)) for name in FIELDS}
 
 
-def document(c: NormConfig) -> dict[str, Any]:
-    doc = _head("config show")
-    doc.update(
-        {
-            "path": c.path,
-            "kind": c.kind,
-            "model": c.model,
-            "source": c.source,
-            "notes": list(c.notes),
-            "defaults": _settings_doc(c.defaults),
-            "layers": [
-                {
-                    "pattern": pattern,
-                    "sets": [k for k, _ in entry.overrides],
-                    "settings": _settings_doc(settings),
-                }
-                for (pattern, settings), entry in zip(c.resolved_entries(), c.entries, strict=True)
-            ],
-        }
-    )
-    return doc
-
-
-def text(c: NormConfig, options: RenderOptions) -> str:
-    from rmsnorm_eps.config.model import FIELDS
-    from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
-    from rmsnorm_eps.reports.formats.text import render_blocks
-
-    parts: list[Any] = [Text(_e(f"{c.path} ({c.kind}): model {c.model or '-'}"))]
-    if c.source:
-        parts.append(Text(_e(f"source: {c.source}")))
-    defaults = Table(title="defaults")
-    defaults.add_column("setting")
-    defaults.add_column("value")
-    defaults.add_column("from")
-    for name in FIELDS:
-        r = c.defaults.get(name)
-        defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(c.path)))
-    parts.append(defaults)
-    rows, overrides = _layer_rows(c)
-    layers = Table(title=_LAYERS_TITLE)
-    layers.add_column("pattern")
-    for name in _COLUMNS:
-        layers.add_column(name)
-    for row in rows:
-        layers.add_row(*(_e(cell) for cell in row))
-    parts.append(NamedTable(layers, noun="patterns"))
-    parts += [Text(_e(line)) for line in overrides]
-    parts += [Text(_e(f"note: {n}")) for n in c.notes]
-    return render_blocks(parts, options)
-
-
 def _layer_rows(c: NormConfig) -> tuple[list[tuple[str, ...]], list[str]]:
     """Each pattern's row (pattern and the values of :data:`_COLUMNS`, unescaped) and the
     override lines."""
@@ -131,7 +78,53 @@ class ConfigShowReporter(Reporter, TextRole["NormConfig"], DocumentRole["NormCon
     """``config show``: text and json (it checks nothing)."""
 
     def text(self, result: NormConfig) -> str:
-        return text(result, self.options)
+        from rmsnorm_eps.config.model import FIELDS
+        from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
+        from rmsnorm_eps.reports.formats.text import render_blocks
+
+        parts: list[Any] = [Text(_e(f"{result.path} ({result.kind}): model {result.model or '-'}"))]
+        if result.source:
+            parts.append(Text(_e(f"source: {result.source}")))
+        defaults = Table(title="defaults")
+        defaults.add_column("setting")
+        defaults.add_column("value")
+        defaults.add_column("from")
+        for name in FIELDS:
+            r = result.defaults.get(name)
+            defaults.add_row(name, _e(show_value(r)), _e(r.provenance.describe(result.path)))
+        parts.append(defaults)
+        rows, overrides = _layer_rows(result)
+        layers = Table(title=_LAYERS_TITLE)
+        layers.add_column("pattern")
+        for name in _COLUMNS:
+            layers.add_column(name)
+        for row in rows:
+            layers.add_row(*(_e(cell) for cell in row))
+        parts.append(NamedTable(layers, noun="patterns"))
+        parts += [Text(_e(line)) for line in overrides]
+        parts += [Text(_e(f"note: {n}")) for n in result.notes]
+        return render_blocks(parts, self.options)
 
     def document(self, result: NormConfig) -> dict[str, object]:
-        return document(result)
+        doc = _head("config show")
+        doc.update(
+            {
+                "path": result.path,
+                "kind": result.kind,
+                "model": result.model,
+                "source": result.source,
+                "notes": list(result.notes),
+                "defaults": _settings_doc(result.defaults),
+                "layers": [
+                    {
+                        "pattern": pattern,
+                        "sets": [k for k, _ in entry.overrides],
+                        "settings": _settings_doc(settings),
+                    }
+                    for (pattern, settings), entry in zip(
+                        result.resolved_entries(), result.entries, strict=True
+                    )
+                ],
+            }
+        )
+        return doc

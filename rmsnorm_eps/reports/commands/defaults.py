@@ -3,42 +3,15 @@ source: the document and the text (one value and its explanation, or a table).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.defaults import DefaultsResult
 
-__all__ = ["PIPE_WIDTH", "document", "text"]
-
-
-def document(r: DefaultsResult) -> dict[str, Any]:
-    doc = _head("defaults")
-    doc.update(
-        {
-            "framework": r.framework,
-            "dtype": r.dtype,
-            "torch_version": r.torch_version,
-            "rows": [
-                {
-                    "name": x.row.name,
-                    "framework": x.row.framework,
-                    "api": x.row.api,
-                    "eps": x.eps,
-                    "explanation": x.explanation,
-                    "table_eps": x.row.eps,
-                    "rule": x.row.rule,
-                    "versions": x.row.versions,
-                    "source": x.row.source,
-                }
-                for x in r.rows
-            ],
-        }
-    )
-    return doc
+__all__ = ["PIPE_WIDTH", "DefaultsReporter"]
 
 
 #: Width of the text report off a terminal (a pipe, a file): a stable layout for scripts and
@@ -61,36 +34,54 @@ def _wrap(first: str, body: str, width: int, indent: str) -> list[str]:
     )
 
 
-def text(r: DefaultsResult, options: RenderOptions) -> str:
-    """One resolved number (first line, alone: ``defaults --framework hf-llama | head -1``)
-    and its explanation, or one record per row: ``name: api``, then its eps, rule, versions
-    and source, each wrapped at the terminal's width (:data:`PIPE_WIDTH` off a terminal)."""
-    width = options.width or PIPE_WIDTH
-    if len(r.rows) == 1 and r.rows[0].eps is not None:
-        x = r.rows[0]
-        body = f"{x.row.api}: {x.explanation} [source: {x.row.source}]"
-        return "\n".join([f"{x.eps:.8g}", *_wrap("", body, width, "  ")]) + "\n"
-    records: list[str] = []
-    for x in r.rows:
-        eps = f"{x.eps:.8g}" if x.eps is not None else "-"
-        rule = x.explanation if x.row.framework == "torch" else x.row.rule
-        lines = _wrap("", f"{x.row.name}: {x.row.api}", width, "  ")
-        for label, value in (
-            ("eps", eps),
-            ("rule", rule),
-            ("versions", x.row.versions),
-            ("source", x.row.source),
-        ):
-            lines += _wrap(f"  {label:<9}", value, width, " " * 11)
-        records.append("\n".join(lines))
-    return "\n\n".join(records) + "\n"
-
-
 class DefaultsReporter(Reporter, TextRole["DefaultsResult"], DocumentRole["DefaultsResult"]):
     """``defaults``: text and json."""
 
     def text(self, result: DefaultsResult) -> str:
-        return text(result, self.options)
+        """One resolved number (first line, alone: ``defaults --framework hf-llama | head -1``)
+        and its explanation, or one record per row: ``name: api``, then its eps, rule, versions
+        and source, each wrapped at the terminal's width (:data:`PIPE_WIDTH` off a terminal)."""
+        width = self.options.width or PIPE_WIDTH
+        if len(result.rows) == 1 and result.rows[0].eps is not None:
+            x = result.rows[0]
+            body = f"{x.row.api}: {x.explanation} [source: {x.row.source}]"
+            return "\n".join([f"{x.eps:.8g}", *_wrap("", body, width, "  ")]) + "\n"
+        records: list[str] = []
+        for x in result.rows:
+            eps = f"{x.eps:.8g}" if x.eps is not None else "-"
+            rule = x.explanation if x.row.framework == "torch" else x.row.rule
+            lines = _wrap("", f"{x.row.name}: {x.row.api}", width, "  ")
+            for label, value in (
+                ("eps", eps),
+                ("rule", rule),
+                ("versions", x.row.versions),
+                ("source", x.row.source),
+            ):
+                lines += _wrap(f"  {label:<9}", value, width, " " * 11)
+            records.append("\n".join(lines))
+        return "\n\n".join(records) + "\n"
 
     def document(self, result: DefaultsResult) -> dict[str, object]:
-        return document(result)
+        doc = _head("defaults")
+        doc.update(
+            {
+                "framework": result.framework,
+                "dtype": result.dtype,
+                "torch_version": result.torch_version,
+                "rows": [
+                    {
+                        "name": x.row.name,
+                        "framework": x.row.framework,
+                        "api": x.row.api,
+                        "eps": x.eps,
+                        "explanation": x.explanation,
+                        "table_eps": x.row.eps,
+                        "rule": x.row.rule,
+                        "versions": x.row.versions,
+                        "source": x.row.source,
+                    }
+                    for x in result.rows
+                ],
+            }
+        )
+        return doc

@@ -13,12 +13,11 @@ from rmsnorm_eps.jsonvalues import head as _head
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport
 
-__all__ = ["OnnxParityReporter", "checks", "document", "norm_line", "text"]
+__all__ = ["OnnxParityReporter", "norm_line"]
 
 _RULE = Rule(
     "parity-onnx/effective-eps",
@@ -70,76 +69,12 @@ def _norm_doc(n: NormMeasurement) -> dict[str, Any]:
     }
 
 
-def document(r: OnnxParityReport) -> dict[str, Any]:
-    doc = _head("parity onnx")
-    doc.update(
-        {
-            "path": r.path,
-            "config": r.config,
-            "optimized_out": r.optimized_out,
-            "runtime": r.optimization,
-            "rel_tol": r.rel_tol,
-            "passed": r.passed,
-            "norms": [_norm_doc(n) for n in r.norms],
-            "skipped": [{"name": name, "why": why} for name, why in r.skipped],
-        }
-    )
-    return doc
-
-
 def _verdict(r: OnnxParityReport) -> str:
     if not r.norms:
         return "no norm measured"
     if r.passed:
         return f"every norm's effective eps within {100 * r.rel_tol:g}% of the stored eps"
     return f"{r.findings} of {len(r.norms)} norm(s) run a different eps than stored or configured"
-
-
-def text(r: OnnxParityReport, options: RenderOptions) -> str:
-    from rmsnorm_eps.escape import no_ci_command
-
-    lines = [
-        f"{r.path}: {len(r.norms)} norm(s) measured by {r.optimization}; eps relative "
-        f"tolerance {r.rel_tol:g}",
-    ]
-    if r.config:
-        lines.append(f"configured eps from {r.config}")
-    if r.optimized_out:
-        lines.append(f"onnxruntime's optimized model saved to {r.optimized_out}")
-    lines += [norm_line(n) for n in r.norms]
-    lines += [f"skipped {name}: {why}" for name, why in r.skipped]
-    lines.append(("PASS: " if r.passed else "FAIL: ") + _verdict(r))
-    return no_ci_command("".join(f"{_e(line)}\n" for line in lines))
-
-
-def checks(r: OnnxParityReport) -> CheckReport:
-    """One check per measured norm (see the module docstring)."""
-    made = []
-    for n in r.norms:
-        nums: dict[str, Number] = {
-            "stored_eps": n.stored,
-            "configured_eps": n.configured,
-            "effective_eps": n.effective,
-            "rel_tol": r.rel_tol,
-        }
-        made.append(Check(_RULE.id, n.name, n.agrees, "error", norm_line(n), nums))
-    facts = (
-        ("model", r.path),
-        ("runtime", r.optimization),
-        ("measured", f"{len(r.norms)} norm(s), {len(r.skipped)} skipped"),
-        verdict_fact(r.passed, _verdict(r)),
-    )
-    return CheckReport(
-        command="parity-onnx",
-        title=f"rmsnorm-eps parity --onnx: {r.path}",
-        source=r.path,
-        subject="norm",
-        rules=(_RULE,),
-        checks=tuple(made),
-        passed=r.passed,
-        verdict=_verdict(r),
-        facts=facts,
-    )
 
 
 class OnnxParityReporter(
@@ -151,10 +86,62 @@ class OnnxParityReporter(
     """``parity --onnx``: every format."""
 
     def text(self, result: OnnxParityReport) -> str:
-        return text(result, self.options)
+        from rmsnorm_eps.escape import no_ci_command
+
+        lines = [
+            f"{result.path}: {len(result.norms)} norm(s) measured by {result.optimization}; "
+            f"eps relative tolerance {result.rel_tol:g}",
+        ]
+        if result.config:
+            lines.append(f"configured eps from {result.config}")
+        if result.optimized_out:
+            lines.append(f"onnxruntime's optimized model saved to {result.optimized_out}")
+        lines += [norm_line(n) for n in result.norms]
+        lines += [f"skipped {name}: {why}" for name, why in result.skipped]
+        lines.append(("PASS: " if result.passed else "FAIL: ") + _verdict(result))
+        return no_ci_command("".join(f"{_e(line)}\n" for line in lines))
 
     def document(self, result: OnnxParityReport) -> dict[str, object]:
-        return document(result)
+        doc = _head("parity onnx")
+        doc.update(
+            {
+                "path": result.path,
+                "config": result.config,
+                "optimized_out": result.optimized_out,
+                "runtime": result.optimization,
+                "rel_tol": result.rel_tol,
+                "passed": result.passed,
+                "norms": [_norm_doc(n) for n in result.norms],
+                "skipped": [{"name": name, "why": why} for name, why in result.skipped],
+            }
+        )
+        return doc
 
     def checks(self, result: OnnxParityReport) -> CheckReport:
-        return checks(result)
+        """One check per measured norm (see the module docstring)."""
+        made = []
+        for n in result.norms:
+            nums: dict[str, Number] = {
+                "stored_eps": n.stored,
+                "configured_eps": n.configured,
+                "effective_eps": n.effective,
+                "rel_tol": result.rel_tol,
+            }
+            made.append(Check(_RULE.id, n.name, n.agrees, "error", norm_line(n), nums))
+        facts = (
+            ("model", result.path),
+            ("runtime", result.optimization),
+            ("measured", f"{len(result.norms)} norm(s), {len(result.skipped)} skipped"),
+            verdict_fact(result.passed, _verdict(result)),
+        )
+        return CheckReport(
+            command="parity-onnx",
+            title=f"rmsnorm-eps parity --onnx: {result.path}",
+            source=result.path,
+            subject="norm",
+            rules=(_RULE,),
+            checks=tuple(made),
+            passed=result.passed,
+            verdict=_verdict(result),
+            facts=facts,
+        )

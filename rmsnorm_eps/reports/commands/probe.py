@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import text as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
+from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.document import jnum as _jnum
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
 
-__all__ = ["document", "probe_document", "text"]
+__all__ = ["ProbeReporter", "probe_document"]
 
 
 def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
@@ -51,15 +51,6 @@ def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def document(result: ProbeSummary) -> dict[str, Any]:
-    """The probe document of a probe summary."""
-    return probe_document(result.probes, result.path)
-
-
-def _g(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
-
-
 def probe_parts(probes: ProbeSet, path: str | None) -> list[Block]:
     doc = probe_document(probes, path)
     head = (
@@ -88,19 +79,16 @@ def probe_parts(probes: ProbeSet, path: str | None) -> list[Block]:
 
 
 def _fmt_ratio(value: object) -> str:
-    return value if isinstance(value, str) else _g(value)  # type: ignore[arg-type]
-
-
-def text(result: ProbeSummary, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(probe_parts(result.probes, result.path), options)
+    return value if isinstance(value, str) else _g(value, 4)  # type: ignore[arg-type]
 
 
 class ProbeReporter(Reporter, TextRole["ProbeSummary"], DocumentRole["ProbeSummary"]):
     """``probe``: text and json."""
 
     def text(self, result: ProbeSummary) -> str:
-        return text(result, self.options)
+        """The text report."""
+        return render_blocks(probe_parts(result.probes, result.path), self.options)
 
     def document(self, result: ProbeSummary) -> dict[str, object]:
-        return document(result)
+        """The probe document of a probe summary."""
+        return probe_document(result.probes, result.path)

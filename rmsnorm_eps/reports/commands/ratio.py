@@ -2,9 +2,9 @@
 canonical document (json), and two checks per layer (markdown, github, junit, sarif).
 
 A merged report (``merge``: a ratio report of shards) is rendered here too, with each worst
-input's shard; :mod:`rmsnorm_eps.reports.commands.merge` reuses these functions.
+input's shard.
 
-Why one module of ~620 lines: it is the ratio command's whole reporter (text, document and
+Why one module of ~590 lines: it is the ratio command's whole reporter (text, document and
 checks), the unit a new format or field touches; merge and compare reuse its pieces.
 """
 
@@ -24,23 +24,21 @@ from rmsnorm_eps.reports.commands._layers import (
     tail_parts,
 )
 from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
-from rmsnorm_eps.reports.formats.text import fmt, fmt_index, render_blocks
+from rmsnorm_eps.reports.formats.text import fmt_index, render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 
 if TYPE_CHECKING:  # analysis imports numpy
-    from rmsnorm_eps.analysis import GateResult, LayerResult, RatioReport
+    from rmsnorm_eps.analysis import LayerResult, RatioReport
 
 __all__ = [
     "RATIO_RULES",
-    "checks",
-    "document",
+    "RatioReporter",
     "histogram_rows",
     "quantity_kind",
     "quantity_label",
     "safe_eps_document",
     "safe_eps_parts",
-    "text",
     "zero_part",
 ]
 
@@ -137,42 +135,6 @@ def _layer_figures(layer: LayerResult) -> dict[str, Any]:
     }
 
 
-def document(result: RatioReport, gate: GateResult | None) -> dict[str, Any]:
-    """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
-    doc = head("merge" if result.shards else "ratio")
-    doc["schema_version"] = DOCUMENT_VERSION
-    doc.update(
-        {
-            "source": result.source,
-            "raw": result.raw,
-            "delta": result.delta,
-            "min_ratio": result.min_ratio,
-            "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
-            "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
-            "zero_is_violation": result.zero_is_violation,
-            "top_k": result.top_k,
-            "summary": {
-                "layers": len(result.layers),
-                "count": result.count,
-                "below_bound": result.below_bound,
-                "zero": result.zero_count,
-                "nonfinite": result.nonfinite,
-                "violations": result.violations,
-                "violation_fraction": result.violation_fraction,
-                "layers_affected": list(result.layers_affected),
-                **safe_eps_document(result),
-                **members_document(result),
-            },
-            "gate": gate_document(gate),
-            "layers": [_layer(layer) for layer in result.layers],
-        }
-    )
-    if result.shards:
-        doc["shards"] = list(result.shards)
-    doc.update(skipped_document(result.skipped))
-    return doc
-
-
 # ----------------------------------------------------------------------------- text
 def quantity_label(layers: Any) -> str:
     """``q`` (RMSNorm: mean(x^2)), ``v`` (LayerNorm: the variance) or ``q|v`` (both kinds)."""
@@ -212,20 +174,20 @@ def _eps_source_parts(report: RatioReport) -> list[Block]:
     lines = []
     for (eps, source), names in groups.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"eps {fmt(eps)} from {_e(source)}: {shown}")
+        lines.append(f"eps {_g(eps)} from {_e(source)}: {shown}")
     return [Text("\n".join(lines))] if lines else []
 
 
 def _layer_row(layer: LayerResult) -> list[str]:
     return [
         _e(layer.name),
-        fmt(layer.eps),
+        _g(layer.eps),
         str(layer.count),
         str(layer.nonfinite),
         str(layer.zero_count),
-        fmt(layer.min_pos_q),
-        fmt(layer.min_ratio),
-        fmt(layer.min_attenuation),
+        _g(layer.min_pos_q),
+        _g(layer.min_ratio),
+        _g(layer.min_attenuation),
         str(layer.below_bound),
         f"{100.0 * layer.violation_fraction:.3g}%",
     ]
@@ -260,7 +222,7 @@ def histogram_rows(layer: LayerResult, bound: float) -> list[tuple[str, int, str
 def _histogram(layer: LayerResult, bound: float, color: bool) -> list[Block]:
     """The title line and the table (a table title would wrap at the table's width)."""
     qv = layer.quantity
-    title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {fmt(bound)})")
+    title = Text(f"{_e(layer.name)}: inputs per decade of r = {qv}/eps (bound r >= {_g(bound)})")
     rows = histogram_rows(layer, bound)
     peak = max((c for _, c, _ in rows), default=0)
     table = Table()
@@ -282,95 +244,6 @@ def _wants_histogram(layer: LayerResult, report: RatioReport, options: RenderOpt
     return mode == "all" or (mode == "violating" and layer.violations > 0)
 
 
-def _position_parts(report: RatioReport) -> list[Block]:
-    return position_split_parts(
-        report.layers,
-        [
-            ("n", lambda p: str(p.count)),
-            ("min q/eps", lambda p: fmt(p.min_ratio, 4)),
-            ("max q", lambda p: fmt(p.max_q, 4)),
-            ("viol", lambda p: str(p.violations)),
-        ],
-    )
-
-
-def _ratio_parts(report: RatioReport, options: RenderOptions) -> list[Block]:
-    parts: list[Block] = []
-    kind = quantity_kind(report.layers, report.raw)
-    qv = quantity_label(report.layers)
-    parts.append(
-        Text(
-            f"{_e(report.source)} ({kind}): bound A >= {fmt(1 - report.delta, 12)} "
-            f"(delta {fmt(report.delta, 12)}) <=> {qv}/eps >= {fmt(report.min_ratio, 12)}"
-        )
-    )
-    table = Table()
-    for name, justify in [
-        ("layer", "left"),
-        ("eps", "right"),
-        ("count", "right"),
-        ("nonfinite", "right"),
-        ("zero", "right"),
-        (f"min {qv} > 0", "right"),
-        (f"min {qv}/eps", "right"),
-        ("min A", "right"),
-        ("below bound", "right"),
-        ("violating", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for layer in report.layers:
-        table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
-    parts.append(NamedTable(table))
-    parts.extend(_eps_source_parts(report))
-    parts.extend(safe_eps_parts(report.layers, report, "eps"))
-    parts.extend(_position_parts(report))
-    for layer in report.layers:
-        if _wants_histogram(layer, report, options):
-            parts.extend(_histogram(layer, report.min_ratio, options.color))
-        if not layer.violations:
-            continue
-        if layer.worst:  # (--top 0 lists none)
-            # The title is a line of its own: a table title wraps at the table's width.
-            parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
-            worst = Table()
-            q = layer.quantity
-            for name in ("index", q, f"{q}/eps", "A", "1 - A"):
-                worst.add_column(name, justify="left" if name == "index" else "right")
-            for w in layer.worst:
-                worst.add_row(
-                    _shard_index(w.index, w.shard, w.shard_index),
-                    fmt(w.q),
-                    fmt(w.ratio),
-                    fmt(w.attenuation),
-                    fmt(w.loss),
-                )
-            parts.append(worst)
-        if layer.nonfinite:
-            shown = ", ".join(
-                f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
-                for n in layer.nonfinite_examples
-            )
-            parts.append(
-                Text(
-                    f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
-                    f"({layer.nan_count} NaN, "
-                    f"{layer.inf_count} inf), each a violation: {shown}"
-                )
-            )
-    parts.extend(members_parts(report))
-    affected = report.layers_affected
-    parts.append(
-        Text(
-            f"Total: {report.violations} violation(s) in {len(affected)} of "
-            f"{len(report.layers)} layer(s) ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite{zero_part(report)}) out of {report.count} inputs"
-            + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
-        )
-    )
-    parts.extend(tail_parts(report.skipped, options))
-    return parts
-
-
 def _margin(m: float | None) -> str:
     return "-" if m is None else f"{m:+.3g}"
 
@@ -390,17 +263,17 @@ def safe_eps_parts(
     for name in columns:
         table.add_column(name, justify="left" if name == "layer" else "right")
     for layer in layers:
-        safe = fmt(layer.safe_eps) if layer.safe_eps is not None else layer.safe_eps_note[:4]
+        safe = _g(layer.safe_eps) if layer.safe_eps is not None else layer.safe_eps_note[:4]
         row = [_e(layer.name), safe.rstrip(":"), _margin(layer.safe_eps_margin)]
         if compare:
             within = layer.within_safe_eps
             yes = "-" if within is None else "yes" if within else "no"
-            row = [row[0], str(layer.zero_count), fmt(layer.min_pos_q), *row[1:], yes]
+            row = [row[0], str(layer.zero_count), _g(layer.min_pos_q), *row[1:], yes]
         table.add_row(*row)
     model = report.safe_eps
     if model is not None:
         line = (
-            f"Safe eps (model): {fmt(model, 6)}; margin {_margin(report.safe_eps_margin)} "
+            f"Safe eps (model): {_g(model, 6)}; margin {_margin(report.safe_eps_margin)} "
             f"decade(s) from the configured {eps_name} (negative: it already fails)"
         )
     else:
@@ -408,11 +281,6 @@ def safe_eps_parts(
     if title is None:
         title = f"Safe eps: the largest eps at which every positive finite {qv} meets the bound"
     return [Text(title), NamedTable(table), Text(line + "\n")]
-
-
-def text(result: RatioReport, options: RenderOptions) -> str:
-    """The text report."""
-    return render_blocks(_ratio_parts(result, options), options)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -439,7 +307,8 @@ class _Shards:
         self.shards = shards
 
     def of(self, item: Any) -> tuple[str, str | None]:
-        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None."""
+        """`` (shard s FILE at [i, j])`` and FILE for an input of a shard, else ``""``, None
+        (also for no input: None)."""
         s = getattr(item, "shard", None)
         if not self.shards or s is None:
             return "", None
@@ -484,10 +353,8 @@ def _below_bound_check(layer: Any, report: Any, bad: Level, shards: _Shards) -> 
     loc: str | None = None
     if below:
         w = layer.worst[0] if layer.worst else None
-        where = f" at index {list(w.index)}" if w is not None else ""
-        if w is not None:
-            in_shard, loc = shards.of(w)
-            where += in_shard
+        in_shard, loc = shards.of(w)
+        where = f" at index {list(w.index)}{in_shard}" if w is not None else ""
         msg = (
             f"{layer.name}: {below} of {layer.count} inputs "
             f"({_g(100.0 * below / layer.count, 3)}%) have {qv}/eps below {_g(bound, 12)} "
@@ -518,10 +385,8 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
     loc: str | None = None
     if nf:
         first = layer.nonfinite_examples[0] if layer.nonfinite_examples else None
-        where = f", first at index {list(first.index)}" if first is not None else ""
-        if first is not None:
-            in_shard, loc = shards.of(first)
-            where += in_shard
+        in_shard, loc = shards.of(first)
+        where = f", first at index {list(first.index)}{in_shard}" if first is not None else ""
         msg = (
             f"{layer.name}: {nf} nonfinite q of {layer.count} inputs "
             f"({layer.nan_count} NaN, {layer.inf_count} inf){where}"
@@ -530,67 +395,6 @@ def _nonfinite_check(layer: Any, bad: Level, shards: _Shards) -> Check:
         msg = f"{layer.name}: no NaN or inf among {layer.count} q values"
     level: Level = "note" if nf == 0 else bad
     return Check("ratio/nonfinite", layer.name, nf == 0, level, msg, nums, loc)
-
-
-def checks(report: RatioReport, gate: GateResult | None) -> CheckReport:
-    """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
-
-    ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
-    ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
-    gate passed within its budget (then ``warning``).
-    """
-    passed = report.violations == 0 if gate is None else bool(gate.passed)
-    bad: Level = "warning" if passed else "error"
-    bound = report.min_ratio
-    shards: tuple[str, ...] = tuple(getattr(report, "shards", ()))
-    where = _Shards(shards)
-    checks: list[Check] = []
-    for layer in report.layers:
-        checks.append(_below_bound_check(layer, report, bad, where))
-        checks.append(_nonfinite_check(layer, bad, where))
-    verdict = (
-        gate.reason
-        if gate is not None
-        else ("no violations" if passed else f"{report.violations} violation(s)")
-    )
-    qv = quantity_label(report.layers)
-    kind = (
-        quantity_kind(report.layers, report.raw, str)
-        if qv != "q"
-        else ("activations (q = mean(x^2) over the last axis)" if report.raw else "q values")
-    )
-    facts: tuple[tuple[str, str], ...] = (
-        ("source", f"{report.source} ({kind})"),
-        (
-            "bound",
-            f"A >= {_g(1.0 - report.delta, 12)} <=> {qv}/eps >= {_g(bound, 12)} "
-            f"(delta {_g(report.delta, 12)})",
-        ),
-        ("inputs", f"{report.count} in {len(report.layers)} layer(s)"),
-        (
-            "violations",
-            f"{report.violations} ({report.below_bound} below the bound, "
-            f"{report.nonfinite} nonfinite{zero_part(report)}) in "
-            f"{len(report.layers_affected)} layer(s)",
-        ),
-        ("safe eps", _safe_fact(report)),
-        ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
-    )
-    command = "merge" if shards else "ratio"
-    if shards:
-        facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
-    checked = CheckReport(
-        command=command,
-        title=f"rmsnorm-eps {command}: {report.source}",
-        source=None if shards else report.source,
-        subject="layer",
-        rules=RATIO_RULES,
-        checks=tuple(checks),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-    return with_skipped(checked, tuple(getattr(report, "skipped", ())))
 
 
 def _safe_fact(report: Any) -> str:
@@ -610,10 +414,183 @@ class RatioReporter(
     verdict and the level of a failed check."""
 
     def text(self, result: RatioReport) -> str:
-        return text(result, self.options)
+        """The text report."""
+        parts: list[Block] = []
+        kind = quantity_kind(result.layers, result.raw)
+        qv = quantity_label(result.layers)
+        parts.append(
+            Text(
+                f"{_e(result.source)} ({kind}): bound A >= {_g(1 - result.delta, 12)} "
+                f"(delta {_g(result.delta, 12)}) <=> {qv}/eps >= {_g(result.min_ratio, 12)}"
+            )
+        )
+        table = Table()
+        for name, justify in [
+            ("layer", "left"),
+            ("eps", "right"),
+            ("count", "right"),
+            ("nonfinite", "right"),
+            ("zero", "right"),
+            (f"min {qv} > 0", "right"),
+            (f"min {qv}/eps", "right"),
+            ("min A", "right"),
+            ("below bound", "right"),
+            ("violating", "right"),
+        ]:
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for layer in result.layers:
+            table.add_row(*_layer_row(layer), style="bold" if layer.violations else None)
+        parts.append(NamedTable(table))
+        parts.extend(_eps_source_parts(result))
+        parts.extend(safe_eps_parts(result.layers, result, "eps"))
+        parts += position_split_parts(
+            result.layers,
+            [
+                ("n", lambda p: str(p.count)),
+                ("min q/eps", lambda p: _g(p.min_ratio, 4)),
+                ("max q", lambda p: _g(p.max_q, 4)),
+                ("viol", lambda p: str(p.violations)),
+            ],
+        )
+        for layer in result.layers:
+            if _wants_histogram(layer, result, self.options):
+                parts.extend(_histogram(layer, result.min_ratio, self.options.color))
+            if not layer.violations:
+                continue
+            if layer.worst:  # (--top 0 lists none)
+                # The title is a line of its own: a table title wraps at the table's width.
+                parts.append(Text(f"{_e(layer.name)}: worst {len(layer.worst)} input(s)"))
+                worst = Table()
+                q = layer.quantity
+                for name in ("index", q, f"{q}/eps", "A", "1 - A"):
+                    worst.add_column(name, justify="left" if name == "index" else "right")
+                for w in layer.worst:
+                    worst.add_row(
+                        _shard_index(w.index, w.shard, w.shard_index),
+                        _g(w.q),
+                        _g(w.ratio),
+                        _g(w.attenuation),
+                        _g(w.loss),
+                    )
+                parts.append(worst)
+            if layer.nonfinite:
+                shown = ", ".join(
+                    f"{_shard_index(n.index, n.shard, n.shard_index)}={n.value}"
+                    for n in layer.nonfinite_examples
+                )
+                parts.append(
+                    Text(
+                        f"{_e(layer.name)}: {layer.nonfinite} nonfinite {layer.quantity} "
+                        f"({layer.nan_count} NaN, "
+                        f"{layer.inf_count} inf), each a violation: {shown}"
+                    )
+                )
+        parts.extend(members_parts(result))
+        affected = result.layers_affected
+        parts.append(
+            Text(
+                f"Total: {result.violations} violation(s) in {len(affected)} of "
+                f"{len(result.layers)} layer(s) ({result.below_bound} below the bound, "
+                f"{result.nonfinite} nonfinite{zero_part(result)}) out of {result.count} inputs"
+                + (f"; layers affected: {', '.join(_e(a) for a in affected)}" if affected else "")
+            )
+        )
+        parts.extend(tail_parts(result.skipped, self.options))
+        return render_blocks(parts, self.options)
 
     def document(self, result: RatioReport) -> dict[str, object]:
-        return document(result, self.options.gate)
+        """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
+        doc = head("merge" if result.shards else "ratio")
+        doc["schema_version"] = DOCUMENT_VERSION
+        doc.update(
+            {
+                "source": result.source,
+                "raw": result.raw,
+                "delta": result.delta,
+                "min_ratio": result.min_ratio,
+                "tie_rule": "q/eps == min_ratio passes; violation when q/eps < min_ratio",
+                "zero_rule": ZERO_RULE_VIOLATION if result.zero_is_violation else ZERO_RULE,
+                "zero_is_violation": result.zero_is_violation,
+                "top_k": result.top_k,
+                "summary": {
+                    "layers": len(result.layers),
+                    "count": result.count,
+                    "below_bound": result.below_bound,
+                    "zero": result.zero_count,
+                    "nonfinite": result.nonfinite,
+                    "violations": result.violations,
+                    "violation_fraction": result.violation_fraction,
+                    "layers_affected": list(result.layers_affected),
+                    **safe_eps_document(result),
+                    **members_document(result),
+                },
+                "gate": gate_document(self.options.gate),
+                "layers": [_layer(layer) for layer in result.layers],
+            }
+        )
+        if result.shards:
+            doc["shards"] = list(result.shards)
+        doc.update(skipped_document(result.skipped))
+        return doc
 
     def checks(self, result: RatioReport) -> CheckReport:
-        return checks(result, self.options.gate)
+        """Two checks per layer of a :class:`~rmsnorm_eps.analysis.RatioReport`.
+
+        ``below-bound`` fails when some finite q has ``q/eps < min_ratio`` (ties pass);
+        ``nonfinite`` fails when some q is NaN or +inf. A failed check is an ``error`` unless the
+        gate passed within its budget (then ``warning``).
+        """
+        passed = (
+            result.violations == 0 if self.options.gate is None else bool(self.options.gate.passed)
+        )
+        bad: Level = "warning" if passed else "error"
+        bound = result.min_ratio
+        shards: tuple[str, ...] = tuple(getattr(result, "shards", ()))
+        where = _Shards(shards)
+        checks: list[Check] = []
+        for layer in result.layers:
+            checks.append(_below_bound_check(layer, result, bad, where))
+            checks.append(_nonfinite_check(layer, bad, where))
+        verdict = (
+            self.options.gate.reason
+            if self.options.gate is not None
+            else ("no violations" if passed else f"{result.violations} violation(s)")
+        )
+        qv = quantity_label(result.layers)
+        kind = (
+            quantity_kind(result.layers, result.raw, str)
+            if qv != "q"
+            else ("activations (q = mean(x^2) over the last axis)" if result.raw else "q values")
+        )
+        facts: tuple[tuple[str, str], ...] = (
+            ("source", f"{result.source} ({kind})"),
+            (
+                "bound",
+                f"A >= {_g(1.0 - result.delta, 12)} <=> {qv}/eps >= {_g(bound, 12)} "
+                f"(delta {_g(result.delta, 12)})",
+            ),
+            ("inputs", f"{result.count} in {len(result.layers)} layer(s)"),
+            (
+                "violations",
+                f"{result.violations} ({result.below_bound} below the bound, "
+                f"{result.nonfinite} nonfinite{zero_part(result)}) in "
+                f"{len(result.layers_affected)} layer(s)",
+            ),
+            ("safe eps", _safe_fact(result)),
+            ("verdict", ("PASS: " if passed else "FAIL: ") + verdict),
+        )
+        command = "merge" if shards else "ratio"
+        if shards:
+            facts = (facts[0], ("shards", ", ".join(shards)), *facts[1:])
+        checked = CheckReport(
+            command=command,
+            title=f"rmsnorm-eps {command}: {result.source}",
+            source=None if shards else result.source,
+            subject="layer",
+            rules=RATIO_RULES,
+            checks=tuple(checks),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )
+        return with_skipped(checked, tuple(getattr(result, "skipped", ())))

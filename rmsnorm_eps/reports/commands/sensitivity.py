@@ -11,7 +11,6 @@ from rmsnorm_eps.jsonvalues import head, jnum
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
-from rmsnorm_eps.reports.options import RenderOptions
 
 if TYPE_CHECKING:
     from rmsnorm_eps.sensitivity.result import (
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
         SensitivityResult,
     )
 
-__all__ = ["SENSITIVITY_RULES", "SensitivityReporter", "checks", "document", "text"]
+__all__ = ["SENSITIVITY_RULES", "SensitivityReporter"]
 
 
 # ----------------------------------------------------------------------------- json
@@ -64,84 +63,7 @@ def _row(r: NormRow) -> dict[str, Any]:
     }
 
 
-def document(result: SensitivityResult) -> dict[str, Any]:
-    """The sensitivity document (schema ``sensitivity.schema.json``)."""
-    doc = head("sensitivity")
-    p = result.passes
-    gate = result.gate
-    doc.update(
-        {
-            "model": result.model,
-            "source": result.source,
-            "texts": result.texts,
-            "tokens": result.tokens,
-            "tokens_first": result.tokens_first,
-            "ranks": result.ranks,
-            "perplexity_base": jnum(result.perplexity_base),
-            "passes": {
-                "forward": p.forward,
-                "backward": p.backward,
-                "equivalent": p.equivalent,
-                "naive": p.naive,
-                "layers": p.layers,
-                "batches": p.batches,
-                "screen_samples": result.screen_samples,
-            },
-            "norms": [
-                {
-                    "name": n.name,
-                    "class": n.class_name,
-                    "norm": n.norm,
-                    "eps": n.eps,
-                    "role": n.role,
-                    "min_q_over_eps": jnum(n.min_q_over_eps),
-                    "layer": n.layer,
-                }
-                for n in result.norms
-            ],
-            "gate": None
-            if gate is None
-            else {
-                "max_kl": gate.max_kl,
-                "min_top1": gate.min_top1,
-                "passed": gate.passed,
-                "failures": list(gate.failures),
-                "reason": gate.reason,
-            },
-            "changes": [
-                {
-                    "name": c.change.label,
-                    "from": c.change.base,
-                    "to": c.change.to,
-                    "attribute": c.change.attribute,
-                    **_metrics(c.all),
-                    "per_norm": [_row(r) for r in c.per_norm],
-                    "per_role": [_row(r) for r in c.per_role],
-                }
-                for c in result.changes
-            ],
-            "suggestions": [
-                {
-                    "group": s.group,
-                    "eps": s.eps,
-                    "largest": jnum(s.largest),
-                    "smallest": jnum(s.smallest),
-                    "points": [
-                        {"eps": e, "kl": jnum(kl), "kl_first": jnum(k0)} for e, kl, k0 in s.points
-                    ],
-                }
-                for s in result.suggestions
-            ],
-        }
-    )
-    return doc
-
-
 # ----------------------------------------------------------------------------- text
-def _f(v: float | None, digits: int = 4) -> str:
-    return "-" if v is None else f"{v:.{digits}g}"
-
-
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * v:.2f}%"
 
@@ -165,13 +87,13 @@ _HEADS = ["KL (pos>=1)", "KL (pos 0)", "top-1", "top-1 pos 0", "max |dz|", "NMSE
 
 def _cells(m: Metrics) -> list[str]:
     return [
-        _f(m.kl),
-        _f(m.kl_first),
+        _g(m.kl, 4),
+        _g(m.kl_first, 4),
         _pct(m.top1_agreement),
         _pct(m.top1_agreement_first),
-        _f(m.max_abs_logit_change),
-        _f(m.nmse_last),
-        _f(m.perplexity, 6),
+        _g(m.max_abs_logit_change, 4),
+        _g(m.nmse_last, 4),
+        _g(m.perplexity, 6),
     ]
 
 
@@ -181,53 +103,11 @@ def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
         if r.metrics is not None:
             cells = _cells(r.metrics)
         else:
-            cells = [f"~{_f(r.kl)}", *["-"] * (len(_HEADS) - 1)]
+            cells = [f"~{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
         role = [] if label == "role" else [r.role]
-        body.append([_e(r.name), *role, *cells, _pct(r.share), _f(r.min_q_over_eps)])
+        body.append([_e(r.name), *role, *cells, _pct(r.share), _g(r.min_q_over_eps, 4)])
     heads = [label] if label == "role" else [label, "role"]
     return _table([*heads, *_HEADS, "share", "min q/eps"], body)
-
-
-def text(result: SensitivityResult, options: RenderOptions) -> str:
-    """The text report: the model, each change in every norm, per norm and per role, the
-    suggestions and the cost."""
-    gate = result.gate
-    p = result.passes
-    lines = [
-        f"{_e(result.model)}: {len(result.norms)} norm(s), {result.texts} text(s), "
-        f"{result.tokens} tokens ({result.tokens_first} at position 0)",
-        f"base perplexity {_f(result.perplexity_base, 6)}",
-        "KL = mean next-token KL(base || new), nats; top-1 = argmax agreement",
-        "",
-    ]
-    rows = [[_e(c.change.label), *_cells(c.all)] for c in result.changes]
-    lines += _table(["change in every norm", *_HEADS], rows)
-    for c in result.changes:
-        if c.per_norm:
-            est = sum(1 for r in c.per_norm if r.estimated)
-            note = f" ({est} estimated, marked ~)" if est else ""
-            lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
-            lines += _rows_table("norm", c.per_norm)
-        if c.per_role:
-            lines += ["", f"{_e(c.change.label)}: each role alone"]
-            lines += _rows_table("role", c.per_role)
-    if result.suggestions:
-        lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
-        srows = [
-            [_e(s.group), _f(s.eps), _f(s.smallest), _f(s.largest)] for s in result.suggestions
-        ]
-        lines += _table(["group", "configured", "smallest", "largest"], srows)
-    lines += [
-        "",
-        f"cost: {p.forward:.4g} forward + {p.backward:.4g} backward passes = "
-        f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)",
-    ]
-    if gate is not None:
-        lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
-    from rmsnorm_eps.escape import no_ci_command
-
-    # module names come from the model's files: no line may read as a CI runner's command
-    return no_ci_command("\n".join(lines) + "\n")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -247,65 +127,6 @@ SENSITIVITY_RULES = (
 )
 
 
-def checks(result: SensitivityResult) -> CheckReport:
-    """One ``sensitivity/kl`` and one ``sensitivity/top1`` check per change (a gate not given
-    passes as a note)."""
-    from rmsnorm_eps.sensitivity.result import kl_fails, top1_fails
-
-    gate = result.gate
-    max_kl = gate.max_kl if gate is not None else None
-    min_top1 = gate.min_top1 if gate is not None else None
-    passed = True if gate is None else bool(gate.passed)
-    out: list[Check] = []
-    for c in result.changes:
-        m = c.all
-        name = c.change.label
-        nums: dict[str, Number] = {
-            "kl": m.kl,
-            "kl_first": m.kl_first,
-            "max_kl": max_kl,
-            "tokens": m.tokens,
-            "tokens_first": m.tokens_first,
-        }
-        bad = kl_fails(m, max_kl)
-        level: Level = "error" if bad else "note"
-        limit = "" if max_kl is None else f" (max {_g(max_kl)})"
-        msg = f"{name}: KL {_g(m.kl)} nats at positions >= 1, {_g(m.kl_first)} at position 0{limit}"
-        out.append(Check("sensitivity/kl", name, not bad, level, msg, nums))
-        nums = {
-            "top1_agreement": m.top1_agreement,
-            "top1_agreement_first": m.top1_agreement_first,
-            "min_top1": min_top1,
-        }
-        bad = top1_fails(m, min_top1)
-        level = "error" if bad else "note"
-        limit = "" if min_top1 is None else f" (min {_g(min_top1)})"
-        msg = (
-            f"{name}: top-1 agreement {_g(m.top1_agreement)} at positions >= 1, "
-            f"{_g(m.top1_agreement_first)} at position 0{limit}"
-        )
-        out.append(Check("sensitivity/top1", name, not bad, level, msg, nums))
-    verdict = gate.reason if gate is not None else "no gate"
-    p = result.passes
-    facts = (
-        ("model", f"{result.model} ({len(result.norms)} norms)"),
-        ("texts", f"{result.texts} text(s), {result.tokens} tokens"),
-        ("cost", f"{_g(p.equivalent, 4)} passes (naive loop {_g(p.naive, 4)})"),
-        verdict_fact(passed, verdict),
-    )
-    return CheckReport(
-        command="sensitivity",
-        title=f"rmsnorm-eps sensitivity: {result.model}",
-        source=result.model,
-        subject="change",
-        rules=SENSITIVITY_RULES,
-        checks=tuple(out),
-        passed=passed,
-        verdict=verdict,
-        facts=facts,
-    )
-
-
 class SensitivityReporter(
     Reporter,
     TextRole["SensitivityResult"],
@@ -315,10 +136,177 @@ class SensitivityReporter(
     """``sensitivity``: every format (the gate is the result's own, ``result.gate``)."""
 
     def text(self, result: SensitivityResult) -> str:
-        return text(result, self.options)
+        """The text report: the model, each change in every norm, per norm and per role, the
+        suggestions and the cost."""
+        gate = result.gate
+        p = result.passes
+        lines = [
+            f"{_e(result.model)}: {len(result.norms)} norm(s), {result.texts} text(s), "
+            f"{result.tokens} tokens ({result.tokens_first} at position 0)",
+            f"base perplexity {_g(result.perplexity_base, 6)}",
+            "KL = mean next-token KL(base || new), nats; top-1 = argmax agreement",
+            "",
+        ]
+        rows = [[_e(c.change.label), *_cells(c.all)] for c in result.changes]
+        lines += _table(["change in every norm", *_HEADS], rows)
+        for c in result.changes:
+            if c.per_norm:
+                est = sum(1 for r in c.per_norm if r.estimated)
+                note = f" ({est} estimated, marked ~)" if est else ""
+                lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
+                lines += _rows_table("norm", c.per_norm)
+            if c.per_role:
+                lines += ["", f"{_e(c.change.label)}: each role alone"]
+                lines += _rows_table("role", c.per_role)
+        if result.suggestions:
+            lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
+            srows = [
+                [_e(s.group), _g(s.eps, 4), _g(s.smallest, 4), _g(s.largest, 4)]
+                for s in result.suggestions
+            ]
+            lines += _table(["group", "configured", "smallest", "largest"], srows)
+        lines += [
+            "",
+            f"cost: {p.forward:.4g} forward + {p.backward:.4g} backward passes = "
+            f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)",
+        ]
+        if gate is not None:
+            lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
+        from rmsnorm_eps.escape import no_ci_command
+
+        # module names come from the model's files: no line may read as a CI runner's command
+        return no_ci_command("\n".join(lines) + "\n")
 
     def document(self, result: SensitivityResult) -> dict[str, object]:
-        return document(result)
+        """The sensitivity document (schema ``sensitivity.schema.json``)."""
+        doc = head("sensitivity")
+        p = result.passes
+        gate = result.gate
+        doc.update(
+            {
+                "model": result.model,
+                "source": result.source,
+                "texts": result.texts,
+                "tokens": result.tokens,
+                "tokens_first": result.tokens_first,
+                "ranks": result.ranks,
+                "perplexity_base": jnum(result.perplexity_base),
+                "passes": {
+                    "forward": p.forward,
+                    "backward": p.backward,
+                    "equivalent": p.equivalent,
+                    "naive": p.naive,
+                    "layers": p.layers,
+                    "batches": p.batches,
+                    "screen_samples": result.screen_samples,
+                },
+                "norms": [
+                    {
+                        "name": n.name,
+                        "class": n.class_name,
+                        "norm": n.norm,
+                        "eps": n.eps,
+                        "role": n.role,
+                        "min_q_over_eps": jnum(n.min_q_over_eps),
+                        "layer": n.layer,
+                    }
+                    for n in result.norms
+                ],
+                "gate": None
+                if gate is None
+                else {
+                    "max_kl": gate.max_kl,
+                    "min_top1": gate.min_top1,
+                    "passed": gate.passed,
+                    "failures": list(gate.failures),
+                    "reason": gate.reason,
+                },
+                "changes": [
+                    {
+                        "name": c.change.label,
+                        "from": c.change.base,
+                        "to": c.change.to,
+                        "attribute": c.change.attribute,
+                        **_metrics(c.all),
+                        "per_norm": [_row(r) for r in c.per_norm],
+                        "per_role": [_row(r) for r in c.per_role],
+                    }
+                    for c in result.changes
+                ],
+                "suggestions": [
+                    {
+                        "group": s.group,
+                        "eps": s.eps,
+                        "largest": jnum(s.largest),
+                        "smallest": jnum(s.smallest),
+                        "points": [
+                            {"eps": e, "kl": jnum(kl), "kl_first": jnum(k0)}
+                            for e, kl, k0 in s.points
+                        ],
+                    }
+                    for s in result.suggestions
+                ],
+            }
+        )
+        return doc
 
     def checks(self, result: SensitivityResult) -> CheckReport:
-        return checks(result)
+        """One ``sensitivity/kl`` and one ``sensitivity/top1`` check per change (a gate not given
+        passes as a note)."""
+        from rmsnorm_eps.sensitivity.result import kl_fails, top1_fails
+
+        gate = result.gate
+        max_kl = gate.max_kl if gate is not None else None
+        min_top1 = gate.min_top1 if gate is not None else None
+        passed = True if gate is None else bool(gate.passed)
+        out: list[Check] = []
+        for c in result.changes:
+            m = c.all
+            name = c.change.label
+            nums: dict[str, Number] = {
+                "kl": m.kl,
+                "kl_first": m.kl_first,
+                "max_kl": max_kl,
+                "tokens": m.tokens,
+                "tokens_first": m.tokens_first,
+            }
+            bad = kl_fails(m, max_kl)
+            level: Level = "error" if bad else "note"
+            limit = "" if max_kl is None else f" (max {_g(max_kl)})"
+            msg = (
+                f"{name}: KL {_g(m.kl)} nats at positions >= 1, {_g(m.kl_first)} at position "
+                f"0{limit}"
+            )
+            out.append(Check("sensitivity/kl", name, not bad, level, msg, nums))
+            nums = {
+                "top1_agreement": m.top1_agreement,
+                "top1_agreement_first": m.top1_agreement_first,
+                "min_top1": min_top1,
+            }
+            bad = top1_fails(m, min_top1)
+            level = "error" if bad else "note"
+            limit = "" if min_top1 is None else f" (min {_g(min_top1)})"
+            msg = (
+                f"{name}: top-1 agreement {_g(m.top1_agreement)} at positions >= 1, "
+                f"{_g(m.top1_agreement_first)} at position 0{limit}"
+            )
+            out.append(Check("sensitivity/top1", name, not bad, level, msg, nums))
+        verdict = gate.reason if gate is not None else "no gate"
+        p = result.passes
+        facts = (
+            ("model", f"{result.model} ({len(result.norms)} norms)"),
+            ("texts", f"{result.texts} text(s), {result.tokens} tokens"),
+            ("cost", f"{_g(p.equivalent, 4)} passes (naive loop {_g(p.naive, 4)})"),
+            verdict_fact(passed, verdict),
+        )
+        return CheckReport(
+            command="sensitivity",
+            title=f"rmsnorm-eps sensitivity: {result.model}",
+            source=result.model,
+            subject="change",
+            rules=SENSITIVITY_RULES,
+            checks=tuple(out),
+            passed=passed,
+            verdict=verdict,
+            facts=facts,
+        )

@@ -14,17 +14,7 @@ from __future__ import annotations
 from rmsnorm_eps.escape import github_data, github_property
 from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["escape_data", "escape_property", "render_checks"]
-
-
-def escape_data(text: str) -> str:
-    """Escape a workflow-command message (:func:`rmsnorm_eps.escape.github_data`)."""
-    return github_data(text)
-
-
-def escape_property(text: str) -> str:
-    """Escape a workflow-command property value (:func:`rmsnorm_eps.escape.github_property`)."""
-    return github_property(text)
+__all__ = ["render_checks"]
 
 
 def render_checks(report: CheckReport) -> str:
@@ -33,9 +23,9 @@ def render_checks(report: CheckReport) -> str:
     for chk in report.failed:
         command = "error" if chk.level == "error" else "warning"
         rule = report.rule(chk.rule)
-        props = [f"title={escape_property(f'rmsnorm-eps {rule.id}: {chk.name}')}"]
+        props = [f"title={github_property(f'rmsnorm-eps {rule.id}: {chk.name}')}"]
         source = report.source_of(chk)
         if source:
-            props.append(f"file={escape_property(source)}")
-        lines.append(f"::{command} {','.join(props)}::{escape_data(chk.message)}")
+            props.append(f"file={github_property(source)}")
+        lines.append(f"::{command} {','.join(props)}::{github_data(chk.message)}")
     return "".join(line + "\n" for line in lines)

@@ -12,13 +12,7 @@ import re
 from rmsnorm_eps.escape import markdown, no_ci_command
 from rmsnorm_eps.reports.checks import CheckReport
 
-__all__ = ["cell", "code", "render_checks"]
-
-
-def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell or line (:func:`rmsnorm_eps.escape.markdown`:
-    controls visible, backslashes and pipes escaped, no HTML tag or entity, no CI command)."""
-    return markdown(text)
+__all__ = ["code", "render_checks"]
 
 
 def code(text: str) -> str:
@@ -27,18 +21,18 @@ def code(text: str) -> str:
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if longest else ""
-    return f"{ticks}{pad}{cell(text)}{pad}{ticks}"
+    return f"{ticks}{pad}{markdown(text)}{pad}{ticks}"
 
 
 def render_checks(report: CheckReport) -> str:
     """The Markdown document of a check report."""
     lines: list[str] = []
     status = "PASS" if report.passed else "FAIL"
-    lines.append(f"### {status}: {cell(report.title)}")
+    lines.append(f"### {status}: {markdown(report.title)}")
     lines.append("")
     if report.facts:
         lines += ["| | |", "|---|---|"]
-        lines += [f"| {cell(k)} | {cell(v)} |" for k, v in report.facts]
+        lines += [f"| {markdown(k)} | {markdown(v)} |" for k, v in report.facts]
         lines.append("")
     if report.checks:
         c = report.counts
@@ -52,8 +46,8 @@ def render_checks(report: CheckReport) -> str:
         lines += [f"| level | {report.subject} | check | details |", "|---|---|---|---|"]
         for chk in failed:
             lines.append(
-                f"| {chk.level} | {code(chk.name)} | {cell(report.rule(chk.rule).name)} "
-                f"| {cell(chk.message)} |"
+                f"| {chk.level} | {code(chk.name)} | {markdown(report.rule(chk.rule).name)} "
+                f"| {markdown(chk.message)} |"
             )
         lines.append("")
     ok = [chk for chk in report.checks if chk.passed]
@@ -67,14 +61,16 @@ def render_checks(report: CheckReport) -> str:
         ]
         for chk in ok:
             lines.append(
-                f"| {code(chk.name)} | {cell(report.rule(chk.rule).name)} | {cell(chk.message)} |"
+                f"| {code(chk.name)} | {markdown(report.rule(chk.rule).name)} "
+                f"| {markdown(chk.message)} |"
             )
         lines += ["", "</details>", ""]
     if report.rules:
         lines.append("Rules:")
         lines.append("")
         lines += [
-            f"- **{cell(r.name)}** ({code(r.id)}): {cell(r.description)}" for r in report.rules
+            f"- **{markdown(r.name)}** ({code(r.id)}): {markdown(r.description)}"
+            for r in report.rules
         ]
         lines.append("")
     return no_ci_command("\n".join(lines))

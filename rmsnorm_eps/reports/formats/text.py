@@ -29,17 +29,10 @@ from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text, cell_text
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.table import cells, table_lines
 
-__all__ = ["fmt", "fmt_index", "plain_lines", "render_blocks", "strip_trailing_spaces"]
+__all__ = ["fmt_index", "plain_lines", "render_blocks", "strip_trailing_spaces"]
 
 #: One colour code at the very end of a line.
 _CLOSING_CODE = re.compile(r"\x1b\[[0-9;]*m$")
-
-
-def fmt(value: float | None, digits: int = 6) -> str:
-    """Format a number for display: ``digits`` significant digits, '-' for None."""
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}"
 
 
 def fmt_index(index: tuple[int, ...]) -> str:
