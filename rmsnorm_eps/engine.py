@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
     "Decisions",
     "PositionSplit",
     "ReportTotals",
@@ -407,20 +406,16 @@ def _fortran_raw_v(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     n = source.size // d
     per = max(1, chunk_bytes // source.dtype.itemsize)
     bf16 = source.stored_as == "bfloat16"
-
-    def widened(values: np.ndarray) -> np.ndarray:
-        return (bf16_to_float32(values) if bf16 else values).astype(np.float64)
-
     total = np.zeros(n, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         for start, values in source.iter_elements(per):
-            np.add.at(total, (start + np.arange(values.size)) % n, widened(values))
+            np.add.at(total, (start + np.arange(values.size)) % n, _widened(values, bf16))
         mu = total / d
         s1 = np.zeros(n, np.float64)
         s2 = np.zeros(n, np.float64)
         for start, values in source.iter_elements(per):
             rows = (start + np.arange(values.size)) % n
-            e = widened(values) - mu[rows]
+            e = _widened(values, bf16) - mu[rows]
             np.add.at(s1, rows, e)
             np.add.at(s2, rows, e * e)
         v = np.maximum((s2 - s1 * s1 / d) / d, 0.0)
@@ -582,22 +577,19 @@ class ReportTotals:
     ``count``, ``violations``, ``nonfinite``, ``violation_fraction = violations / count`` (0 for
     no input) and ``layers_affected`` (names of layers with a violation, in order)."""
 
-    layers: Sequence[Any]
-
-    def _layers(self) -> Sequence[_Layer]:
-        return self.layers
+    layers: Sequence[_Layer]
 
     @property
     def count(self) -> int:
-        return sum(layer.count for layer in self._layers())
+        return sum(layer.count for layer in self.layers)
 
     @property
     def violations(self) -> int:
-        return sum(layer.violations for layer in self._layers())
+        return sum(layer.violations for layer in self.layers)
 
     @property
     def nonfinite(self) -> int:
-        return sum(layer.nonfinite for layer in self._layers())
+        return sum(layer.nonfinite for layer in self.layers)
 
     @property
     def violation_fraction(self) -> float:
@@ -606,4 +598,4 @@ class ReportTotals:
 
     @property
     def layers_affected(self) -> tuple[str, ...]:
-        return tuple(layer.name for layer in self._layers() if layer.violations)
+        return tuple(layer.name for layer in self.layers if layer.violations)

@@ -47,7 +47,6 @@ __all__ = [
     "mean_square_rows",
     "mean_square_rows_bf16",
     "mean_square_rows_fast",
-    "refine_rows",
     "variance_rows",
 ]
 
@@ -113,32 +112,28 @@ def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
 
 
 def _f16_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return _f16_rows_impl(x, q)
-
-
-def _f16_rows_impl(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     n, d = x.shape
     bits = x.view(np.uint16)
     step = _rows_per_block(d)
     m = min(step, n)
     u32 = np.empty((m, d), np.uint32)
     wide = np.empty((m, d), np.float64)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        b = bits[s:e]
-        w = wide[: e - s]
-        u = u32[: e - s]
-        np.bitwise_and(b, 0x7FFF, out=u, dtype=np.uint32)
-        if int(u.max()) >= _F16_EXP_ALL_ONES:  # inf or NaN somewhere: numpy's conversion
-            np.copyto(w, x[s:e])
+    with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN, quietly
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            b = bits[s:e]
+            w = wide[: e - s]
+            u = u32[: e - s]
+            np.bitwise_and(b, 0x7FFF, out=u, dtype=np.uint32)
+            if int(u.max()) >= _F16_EXP_ALL_ONES:  # inf or NaN somewhere: numpy's conversion
+                np.copyto(w, x[s:e])
+                np.vecdot(w, w, out=q[s:e])
+                continue
+            np.left_shift(u, 13, out=u)
+            np.copyto(w, u.view(np.float32))
             np.vecdot(w, w, out=q[s:e])
-            continue
-        np.left_shift(u, 13, out=u)
-        np.copyto(w, u.view(np.float32))
-        np.vecdot(w, w, out=q[s:e])
-        q[s:e] *= _F16_SCALE
-    q /= d
+            q[s:e] *= _F16_SCALE
+        q /= d
     return q
 
 
@@ -323,55 +318,21 @@ def _pair_sums(bits: np.ndarray, bf16: bool) -> np.ndarray | None:
     return sums
 
 
-def refine_rows(
-    q: np.ndarray,
-    rel: float,
-    exact: Callable[[np.ndarray], np.ndarray],
-    thresholds: np.ndarray,
-    top_k: int,
-) -> int:
-    """Replace, in place, every fast ``q`` that could change a decision by its exact value.
-
-    ``exact(rows)`` returns the exact q of the given row indices. Recomputed are the rows whose
-    uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one of the sorted ``thresholds``
-    (the bound and the decade edges: so every count equals the float64 one), the rows that
-    could be among the ``top_k`` smallest positive q (zero vectors are counted apart, never
-    listed) or be the largest (so every reported q is exact), and rows whose fast value is not
-    finite or below 2**-100 (zeros included). Returns the number recomputed.
-    """
-    with np.errstate(invalid="ignore"):
-        lo = q / (1.0 + rel)
-        hi = q / (1.0 - rel)
-        mark = np.searchsorted(thresholds, lo, side="right") != np.searchsorted(
-            thresholds, hi, side="right"
-        )
-        mark |= ~(q >= _F32_SMALL) | np.isinf(q)
-        finite = q[np.isfinite(q) & (q > 0.0)]
-        if finite.size:
-            grow = (1.0 + rel) ** 2 / (1.0 - rel) ** 2
-            k = min(max(1, top_k), finite.size)  # at least the minimum, which is reported
-            kth = np.partition(finite, k - 1)[k - 1]
-            mark |= q <= kth * grow
-            mark |= q >= finite.max() / grow
-    rows = np.flatnonzero(mark)
-    if rows.size:
-        q[rows] = exact(rows)
-    return int(rows.size)
-
-
 class Refiner:
-    """:func:`refine_rows` over the chunks of one array, with what earlier chunks showed.
+    """Replaces, chunk by chunk, every fast q of one array that could change a decision or be
+    reported by its exact value.
 
-    :func:`refine_rows` alone must assume every chunk holds the array's smallest and largest
-    q, and so recomputes about ``top_k + 1`` rows of every chunk. A refiner keeps, over all the
-    rows it has seen, the ``top_k`` smallest upper bounds ``q/(1-rel)`` and the largest lower
-    bound ``q/(1+rel)``. A row whose lower bound exceeds the k-th smallest upper bound seen
-    (its own chunk's rows included) has at least ``top_k`` rows of smaller exact q, so it is
-    not among the smallest; one whose upper bound is below the largest lower bound is not the
-    largest. Only the other rows (and, as in :func:`refine_rows`, those that straddle a
-    threshold or are not finite or below 2**-100) are recomputed. Any set of rows seen gives
-    bounds that are safe, so chunks may be refined in any order, on several threads (the
-    shared bounds are updated under a lock).
+    Recomputed are the rows whose uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one
+    of the sorted ``thresholds`` (the bound and the decade edges: so every count equals the
+    float64 one), the rows whose fast value is not finite or below 2**-100 (zeros included),
+    and the rows that could be among the ``top_k`` smallest positive q (zero vectors are
+    counted apart, never listed) or be the largest (so every reported q is exact). For the
+    last two a refiner keeps, over all the rows it has seen, the ``top_k`` smallest upper
+    bounds and the largest lower bound: a row whose lower bound exceeds the k-th smallest upper
+    bound seen (its own chunk's rows included) has at least ``top_k`` rows of smaller exact q,
+    so it is not among the smallest; one whose upper bound is below the largest lower bound is
+    not the largest. Any set of rows seen gives bounds that are safe, so chunks may be refined
+    in any order, on several threads (the shared bounds are updated under a lock).
     """
 
     def __init__(self, thresholds: np.ndarray, top_k: int) -> None:
