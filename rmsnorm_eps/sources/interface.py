@@ -155,7 +155,10 @@ MAX_LAYERS = 4096
 #: Separator between a layer's name and its companion's (as :data:`npz.COMPANION_SEP`).
 _COMPANION_SEP = "::"
 
-#: Logical dtypes that can be asked for (``dtype=``): stored as raw bit patterns.
+#: Logical dtypes that can be asked for (``dtype=``), stored as raw bit patterns. ``bfloat16``:
+#: arrays of dtype uint16 or int16 (either byte order; int16 is what ``tensor.view(torch.int16)``
+#: gives) or ``V2`` (what ``np.save`` writes for an ml_dtypes bfloat16 array; read as
+#: little-endian) hold bfloat16 bit patterns.
 _STORED_AS = ("bfloat16",)
 
 
