@@ -30,6 +30,7 @@ __all__ = [
     "ArraySource",
     "Opened",
     "Opener",
+    "SerialSource",
     "Unreadable",
     "open_sources",
 ]
@@ -94,6 +95,31 @@ class ArraySource(Protocol):
     ) -> Iterator[tuple[int, T]]:
         """``(start, fn(start, values))`` for the chunks of :meth:`iter_elements`, in order,
         possibly computed on ``threads`` worker threads."""
+
+
+class SerialSource:
+    """What the sources read on one thread (CSV columns, arrays in memory) share: elements in
+    C order, no bfloat16 storage, and :meth:`iter_mapped` computed in the caller's thread
+    (parsing text holds the GIL; data in memory needs no reader threads)."""
+
+    @property
+    def order(self) -> str:
+        return "C"
+
+    @property
+    def stored_as(self) -> str | None:
+        return None
+
+    def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        raise NotImplementedError
+
+    def iter_mapped(
+        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
+    ) -> Iterator[tuple[int, T]]:
+        """``(start, fn(start, values))`` for the chunks of :meth:`iter_elements`, in order."""
+        del threads
+        for start, values in self.iter_elements(elems_per_chunk):
+            yield start, fn(start, values)
 
 
 @dataclass(frozen=True, slots=True)
