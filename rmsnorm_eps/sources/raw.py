@@ -445,7 +445,7 @@ class RawArraySource:
         if self.data_offset is None:
             raise ValueError("iter_range needs a source read in place")
         per = max(1, min(elems_per_chunk, count))
-        dtype, buf, raw, native = self._buffer(per)
+        _, buf, _, native = self._buffer(per)
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as exc:
@@ -454,24 +454,31 @@ class RawArraySource:
             start = first
             while start < first + count:
                 n = min(per, first + count - start)
-                view = raw[: n * dtype.itemsize]
-                got = 0
-                while got < len(view):
-                    try:
-                        k = os.preadv(
-                            fd, [view[got:]], self.data_offset + start * dtype.itemsize + got
-                        )
-                    except OSError as exc:
-                        raise InputFileError(
-                            self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
-                        ) from None
-                    if k <= 0:
-                        raise self._truncated(start, got)
-                    got += k
-                yield start, buf[:n] if native is None else buf[:n].byteswap().view(native)
+                yield start, self._pread(fd, start, n, buf, native)
                 start += n
         finally:
             os.close(fd)
+
+    def _pread(
+        self, fd: int, start: int, n: int, buf: np.ndarray, native: np.dtype[Any] | None
+    ) -> np.ndarray:
+        """Elements ``start`` to ``start + n`` of a source read in place, read into ``buf`` with
+        positioned reads (the file position never moves), in native byte order."""
+        assert self.data_offset is not None
+        itemsize = buf.dtype.itemsize
+        view = buf.data.cast("B")[: n * itemsize]
+        got = 0
+        while got < len(view):
+            try:
+                k = os.preadv(fd, [view[got:]], self.data_offset + start * itemsize + got)
+            except OSError as exc:
+                raise InputFileError(
+                    self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
+                ) from None
+            if k <= 0:
+                raise self._truncated(start, got)
+            got += k
+        return buf[:n] if native is None else buf[:n].byteswap().view(native)
 
     def iter_mapped(
         self,
@@ -510,24 +517,7 @@ class _ParallelReader:
         self.base = src.data_offset
 
     def _read(self, fd: int, start: int, buf: np.ndarray) -> np.ndarray:
-        itemsize = self.dtype.itemsize
-        n = min(self.per, self.total - start)
-        view = buf.data.cast("B")[: n * itemsize]
-        got = 0
-        while got < len(view):
-            try:
-                k = os.preadv(fd, [view[got:]], self.base + start * itemsize + got)
-            except OSError as exc:
-                raise InputFileError(
-                    self.src.path, f"cannot read data: {exc.strerror or exc}", key=self.src.key
-                ) from None
-            if k <= 0:
-                raise self.src._truncated(start, got)
-            got += k
-        chunk = buf[:n]
-        if self.native is not None:
-            chunk = chunk.byteswap().view(self.native)
-        return chunk
+        return self.src._pread(fd, start, min(self.per, self.total - start), buf, self.native)
 
     def run(self, fn: Callable[[int, np.ndarray], T]) -> Iterator[tuple[int, T]]:
         # imported here: concurrent.futures (with logging and queue) costs about 25 ms of

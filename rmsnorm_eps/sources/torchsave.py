@@ -416,8 +416,7 @@ class _SharedSource(RawArraySource):
     def iter_mapped(
         self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
     ) -> Iterator[tuple[int, T]]:
-        for start, values in self.iter_elements(elems_per_chunk):
-            yield start, fn(start, values)
+        return RawArraySource.iter_mapped(self, elems_per_chunk, fn, 1)
 
 
 def _share(
