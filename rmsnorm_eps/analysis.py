@@ -259,6 +259,7 @@ def layer_result(
     order: str,
     dtype: str,
     raw_dim: int | None,
+    quantity: Quantity = "q",
 ) -> LayerResult:
     """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
     eps = acc.eps
@@ -299,6 +300,7 @@ def layer_result(
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
+        quantity=quantity,
         min_pos_q=min_pos,
         safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
     )
@@ -426,33 +428,25 @@ def _analyze_layer(
     split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
     fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
-    result = layer_result(
-        acc,
-        name=src.name,
-        shape=q_shape,
-        order=order,
-        dtype=src.dtype_name,
-        raw_dim=dim,
-    )
+
+    def freeze(a: LayerAccumulator, name: str, raw_dim: int | None) -> LayerResult:
+        return layer_result(
+            a,
+            name=name,
+            shape=q_shape,
+            order=order,
+            dtype=src.dtype_name,
+            raw_dim=raw_dim,
+            quantity=quantity,
+        )
+
+    result = freeze(acc, src.name, dim)
     if split is not None:
         first, other = (
-            layer_result(
-                a,
-                name=f"{src.name} ({label})",
-                shape=q_shape,
-                order=order,
-                dtype=result.dtype,
-                raw_dim=None,
-            )
+            freeze(a, f"{src.name} ({label})", None)
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
-        result = replace(
-            result,
-            first_token=replace(first, quantity=quantity),
-            other_tokens=replace(other, quantity=quantity),
-        )
-    if quantity != "q":
-        result = replace(result, quantity=quantity)
+        result = replace(result, first_token=first, other_tokens=other)
     if eps_sources is not None:
         result = replace(result, eps_source=eps_sources.get(src.name))
     return result
