@@ -99,16 +99,29 @@ def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
         return _f16_rows(x, q)
     if x.dtype != np.float32:
         raise TypeError(f"mean_square_rows: unsupported dtype {x.dtype}")
-    step = _rows_per_block(d)
-    wide = np.empty((min(step, n), d), np.float64)
     with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN, quietly
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            w = wide[: e - s]
-            np.copyto(w, x[s:e])
-            np.vecdot(w, w, out=q[s:e])
+        _by_blocks(x, q, False, _sum_squares)
     q /= d
     return q
+
+
+def _by_blocks(
+    x: np.ndarray, out: np.ndarray, bf16: bool, fold: Callable[[np.ndarray, np.ndarray], None]
+) -> None:
+    """``fold(w, out[s:e])`` for each block of rows ``x[s:e]``, widened exactly into the
+    float64 ``w`` (:func:`_widen`) in blocks that fit the L2 cache."""
+    n, d = x.shape
+    step = _rows_per_block(d)
+    wide = np.empty((min(step, n), d), np.float64)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        w = wide[: e - s]
+        _widen(x[s:e], bf16, w)
+        fold(w, out[s:e])
+
+
+def _sum_squares(w: np.ndarray, out: np.ndarray) -> None:
+    np.vecdot(w, w, out=out)
 
 
 def _f16_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -147,18 +160,8 @@ def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np
     q = np.empty(n, np.float64) if out is None else out[:n]
     if d % 2 == 0 and bits.flags.c_contiguous and n:
         return _bf16_pairs_exact(bits, q)
-    step = _rows_per_block(d)
-    m = min(step, n)
-    u32 = np.empty((m, d), np.uint32)
-    wide = np.empty((m, d), np.float64)
     with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN, quietly
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            u = u32[: e - s]
-            w = wide[: e - s]
-            np.left_shift(bits[s:e], 16, out=u, dtype=np.uint32)
-            np.copyto(w, u.view(np.float32))
-            np.vecdot(w, w, out=q[s:e])
+        _by_blocks(bits, q, True, _sum_squares)
     q /= d
     return q
 
@@ -471,18 +474,12 @@ def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = No
     nonfinite by the reports. A constant row gives exactly 0 when its mean is exact (always for
     float16/bfloat16/float32 inputs with d < 2**29).
     """
-    n, d = x.shape
+    n = x.shape[0]
     v = np.empty(n, np.float64) if out is None else out[:n]
     if not bf16 and x.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"variance_rows: unsupported dtype {x.dtype}")
-    step = _rows_per_block(d)
-    wide = np.empty((min(step, n), d), np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            w = wide[: e - s]
-            _widen(x[s:e], bf16, w)
-            _variance_block(w, v[s:e])
+        _by_blocks(x, v, bf16, _variance_block)
     if x.dtype == np.float64 and not bf16:
         with np.errstate(invalid="ignore"):
             suspect = np.flatnonzero(~(v >= _F64_SMALL) | np.isinf(v))
