@@ -53,7 +53,6 @@ __all__ = [
     "fold_chunks",
     "iter_q_chunks",
     "layer_quantities",
-    "quantity_of",
     "unravel",
 ]
 
@@ -64,11 +63,6 @@ Quantity = Literal["q", "v"]
 
 #: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.
 _NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
-
-
-def quantity_of(norm: str | None) -> Quantity:
-    """``"v"`` for a LayerNorm (``norm == "layer"``), else ``"q"``."""
-    return "v" if norm == "layer" else "q"
 
 
 def layer_quantities(
@@ -87,7 +81,7 @@ def layer_quantities(
         settings = config.settings_for(name) if config is not None else None
         if settings is not None and isinstance(settings.norm.value, str):
             kind = settings.norm.value
-        out[name] = quantity_of(kind)
+        out[name] = "v" if kind == "layer" else "q"
     return out
 
 

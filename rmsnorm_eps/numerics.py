@@ -49,21 +49,8 @@ __all__ = [
     "rmsnorm_reference",
     "validate_delta",
     "validate_eps",
-    "validate_q",
     "validate_ratio",
 ]
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def validate_q(q: ArrayLike, name: str = "q") -> FloatArray:
-    """Return ``q`` as a float64 array after checking every value is ``>= 0`` and not NaN."""
-    arr = np.asarray(q, dtype=np.float64)
-    if arr.size and not bool(np.all(arr >= 0.0)):
-        bad = arr[~(arr >= 0.0)].ravel()[0]
-        raise InvalidParameterError(f"{name} must be >= 0 (a mean of squares), got {bad!r}")
-    return arr
 
 
 # --------------------------------------------------------------------------- helpers
