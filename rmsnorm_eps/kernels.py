@@ -82,16 +82,15 @@ def _f64_rows(x: np.ndarray, q: np.ndarray) -> None:
         q[suspect[finite_rows]] = q_s[finite_rows]
 
 
-def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def mean_square_rows(x: np.ndarray) -> np.ndarray:
     """Return ``q[i] = mean(x[i, :]**2)`` in float64 for a 2-D float16/32/64 array ``x``.
 
     float16/float32 rows are widened exactly to float64 block by block (see the module
     docstring); the result equals ``np.mean(x.astype(np.float64)**2, axis=1)`` up to the order of
-    the float64 summation. NaN in a row gives NaN; inf gives inf. ``out`` (float64, length
-    ``x.shape[0]``) is reused when given.
+    the float64 summation. NaN in a row gives NaN; inf gives inf.
     """
     n, d = x.shape
-    q = np.empty(n, np.float64) if out is None else out[:n]
+    q = np.empty(n, np.float64)
     if x.dtype == np.float64:
         _f64_rows(x, q)
         return q
@@ -150,14 +149,14 @@ def _f16_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return q
 
 
-def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def mean_square_rows_bf16(bits: np.ndarray) -> np.ndarray:
     """``q[i] = mean(x[i, :]**2)`` for bfloat16 values given as a 2-D uint16 array of bit patterns.
 
     ``bits << 16`` reinterpreted as float32 is the exact value (inf and NaN included), widened
     to float64 as in :func:`mean_square_rows`.
     """
     n, d = bits.shape
-    q = np.empty(n, np.float64) if out is None else out[:n]
+    q = np.empty(n, np.float64)
     if d % 2 == 0 and bits.flags.c_contiguous and n:
         return _bf16_pairs_exact(bits, q)
     with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN, quietly
@@ -459,7 +458,7 @@ def _rescaled_variance(rows: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.float64)
 
 
-def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+def variance_rows(x: np.ndarray, bf16: bool = False) -> np.ndarray:
     """Return ``v[i] = mean((x[i, :] - mean(x[i, :]))**2)`` in float64 (LayerNorm's variance).
 
     ``x`` is a 2-D float16/float32/float64 array, or uint16 bfloat16 bit patterns with
@@ -475,7 +474,7 @@ def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = No
     float16/bfloat16/float32 inputs with d < 2**29).
     """
     n = x.shape[0]
-    v = np.empty(n, np.float64) if out is None else out[:n]
+    v = np.empty(n, np.float64)
     if not bf16 and x.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"variance_rows: unsupported dtype {x.dtype}")
     with np.errstate(invalid="ignore", over="ignore"):

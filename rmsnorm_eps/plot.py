@@ -95,9 +95,14 @@ def worst_layers(report: RatioReport, max_layers: int) -> tuple[LayerResult, ...
     return _worst(report.layers, max_layers, key)
 
 
-def require_matplotlib() -> None:
-    """Raise :class:`MissingExtraError` now (before a long analysis) if matplotlib is absent."""
-    _import_matplotlib()
+def require_matplotlib() -> Any:
+    """The ``matplotlib`` module; :class:`MissingExtraError` when it is absent (called before a
+    long analysis too, so the error comes first)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot", "--plot") from None
+    return matplotlib
 
 
 def plot_format(path: str) -> str:
@@ -106,14 +111,6 @@ def plot_format(path: str) -> str:
     if suffix not in FORMATS:
         raise InvalidParameterError(f"--plot file must end in .png or .svg, got {path!r}")
     return suffix
-
-
-def _import_matplotlib() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise MissingExtraError("matplotlib", "plot", "--plot") from None
-    return matplotlib
 
 
 def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
@@ -186,7 +183,7 @@ def _figure(fmt: str, n: int, draw: Callable[[Any, Any, Any], None]) -> bytes:
     per panel, deterministic output (no dates, fixed SVG hash salt), matplotlib kept quiet."""
     if fmt not in FORMATS:
         raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
-    matplotlib = _import_matplotlib()
+    matplotlib = require_matplotlib()
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -374,10 +371,6 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
 
 
 # ----------------------------------------------------------------------------- parity
-def _short(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def _error_panel(
     ax: Any,
     x: Any,
@@ -434,6 +427,8 @@ def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
         ("max |a - r|/|r|", [c.max_rel_error for c in cats], tol.rtol, "rtol"),
     )
 
+    inferred = "-" if result.inference.eps is None else f"{result.inference.eps:.4g}"
+
     def draw(fig: Any, axes: Any, np: Any) -> None:
         x = np.arange(len(cats), dtype=np.float64)
         for ax, panel in zip(axes, panels, strict=True):
@@ -442,7 +437,7 @@ def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
             f"{plot_label(result.actual_source)} vs float64 reference, rule {tol.rule}: "
             f"{tol.formula()}\n"
             f"red: failing category ({len(result.failing_categories)} of {len(cats)}); "
-            f"inferred eps {_short(result.inference.eps)} (configured {result.probes.eps:.4g})",
+            f"inferred eps {inferred} (configured {result.probes.eps:.4g})",
             fontsize=8,
             loc="left",
         )
