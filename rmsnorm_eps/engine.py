@@ -252,10 +252,6 @@ def _row_accumulator(source: ArraySource, n: int, quantity: Quantity) -> RowSqua
     return RowSquares(n, scaled=source.dtype == np.float64 and source.stored_as is None)
 
 
-def _finished(acc: RowSquares | RowMoments, d: int) -> np.ndarray:
-    return acc.variance(d) if isinstance(acc, RowMoments) else acc.mean(d)
-
-
 def _long_rows(
     source: ArraySource, chunk_bytes: int, quantity: Quantity
 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -274,7 +270,7 @@ def _long_rows(
             filled += take
             pos += take
             if filled == d:
-                yield row, _finished(acc, d)
+                yield row, acc.finish(d)
                 acc = _row_accumulator(source, 1, quantity)
                 row += 1
                 filled = 0
@@ -318,7 +314,7 @@ def _fortran_blocks(
         acc = _row_accumulator(source, r1 - r0, quantity)
         for lo, hi, values in _column_segments(source, r0, r1, per):
             acc.add(slice(lo, hi), _widened(values, bf16))
-        yield r0, _finished(acc, d)
+        yield r0, acc.finish(d)
 
 
 #: Temporary space left free beside a spilled member (:func:`_spilled_blocks`).

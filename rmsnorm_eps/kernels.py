@@ -549,21 +549,20 @@ class RowSquares:
         self.ssq[row] = float(self.ssq[row]) * (old / m) ** 2 + float(np.dot(s, s))
         self.scale[row] = m
 
-    def mean(self, d: int, rows: slice | None = None) -> np.ndarray:
-        """``q = sum(x**2) / d`` of the rows (all, or ``rows``)."""
-        sel = slice(None) if rows is None else rows
+    def finish(self, d: int) -> np.ndarray:
+        """``q = sum(x**2) / d`` of every row."""
         with np.errstate(over="ignore", invalid="ignore"):
             if self.scale is None:
-                q = self.ssq[sel] / d
+                q = self.ssq / d
             else:
-                sc = self.scale[sel]
-                q = (self.ssq[sel] / d) * sc * sc
+                sc = self.scale
+                q = (self.ssq / d) * sc * sc
                 small = sc < 1e-140  # scale**2 underflows: divide first
                 if small.any():
-                    q[small] = self.ssq[sel][small] * sc[small] / d * sc[small]
+                    q[small] = self.ssq[small] * sc[small] / d * sc[small]
         q = np.array(q, np.float64)
-        q[self.inf[sel]] = np.inf
-        q[self.nan[sel]] = np.nan
+        q[self.inf] = np.inf
+        q[self.nan] = np.nan
         return q
 
 
@@ -602,8 +601,7 @@ class RowMoments:
             self.m2[row] = float(self.m2[row]) + m2_b + delta * delta * n_a * n_b / n
             self.count[row] = n
 
-    def variance(self, d: int, rows: slice | None = None) -> np.ndarray:
-        sel = slice(None) if rows is None else rows
+    def finish(self, d: int) -> np.ndarray:
+        """``v = M2 / d`` of every row (clamped at 0)."""
         with np.errstate(invalid="ignore"):
-            v = np.maximum(self.m2[sel] / d, 0.0)
-        return np.array(v, np.float64)
+            return np.maximum(self.m2 / d, 0.0)
