@@ -169,11 +169,17 @@ def iter_q_chunks(
     pieces = _pieces(source, chunk_bytes, quantity)
     if pieces is not None:
         return pieces
-    if quantity == "v":
-        return _raw_v(source, chunk_bytes, threads)
-    if order == "F" and len(shape) > 1:
-        return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
+    if order == "F" and len(shape) > 1:  # two passes (v) or one (q) over the whole file
+        fortran = _fortran_raw_v if quantity == "v" else _fortran_raw_q
+        return q_shape, "F", d, fortran(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
+    if quantity == "v":
+
+        def v_rows(start: int, values: np.ndarray) -> np.ndarray:
+            return variance_rows(values.reshape(-1, d), bf16)
+
+        v_chunks = source.iter_mapped(rows * d, v_rows, threads)
+        return q_shape, "C", d, ((start // d, v) for start, v in v_chunks)
 
     def exact_rows(x: np.ndarray) -> np.ndarray:
         return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
@@ -366,25 +372,6 @@ def _spilled_blocks(
         yield from _fortran_blocks(copy, chunk_bytes, quantity)
     finally:
         os.unlink(name)
-
-
-def _raw_v(
-    source: ArraySource, chunk_bytes: int, threads: int
-) -> tuple[tuple[int, ...], str, int, Iterator[tuple[int, np.ndarray]]]:
-    """LayerNorm variance of raw activations, row by row (C order) or in two passes over a
-    Fortran-ordered file."""
-    shape = source.shape
-    d = shape[-1]
-    bf16 = source.stored_as == "bfloat16"
-    if source.order == "F" and len(shape) > 1:
-        return shape[:-1], "F", d, _fortran_raw_v(source, chunk_bytes)
-    rows = max(1, chunk_bytes // (d * source.dtype.itemsize))
-
-    def v_rows(start: int, values: np.ndarray) -> np.ndarray:
-        return variance_rows(values.reshape(-1, d), bf16)
-
-    chunks = source.iter_mapped(rows * d, v_rows, threads)
-    return shape[:-1], "C", d, ((start // d, v) for start, v in chunks)
 
 
 def _fortran_raw_v(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
