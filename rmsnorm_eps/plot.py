@@ -128,22 +128,12 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     ax.patch.set_visible(False)
     if layer.decades:
         left = np.array([10.0**k for k in ks], dtype=np.float64)
-        width = left * 9.0
         counts = np.array([c for _, c in layer.decades], dtype=np.int64)
         colors = [
             "#d62728" if 10.0 ** (k + 1) <= bound else ("#ff7f0e" if 10.0**k < bound else "#9e9e9e")
             for k in ks
         ]
-        bars.bar(
-            left,
-            counts,
-            width=width,
-            align="edge",
-            color=colors,
-            alpha=0.45,
-            edgecolor="#555555",
-            linewidth=0.5,
-        )
+        _decade_bars(bars, left, counts, colors)
         bars.set_ylim(0, counts.max() * 1.15)
     bars.set_ylabel("inputs per decade", fontsize=7)
     bars.tick_params(labelsize=7)
@@ -205,6 +195,17 @@ def _save(fig: Any, fmt: str) -> bytes:
 def _plot(data: bytes, fmt: str, names: Sequence[str], n: int) -> Plot:
     width, height = round(PLOT_WIDTH_IN * PLOT_DPI), round(PANEL_HEIGHT_IN * n * PLOT_DPI)
     return Plot(data=data, fmt=fmt, layers=tuple(names), width_px=width, height_px=height)
+
+
+def _decade_bars(ax: Any, left: Any, heights: Any, colors: list[str], **extra: Any) -> None:
+    """One bar per decade ``[10**k, 10**(k+1))`` (``left`` = ``10**k``) on a log x axis."""
+    bars = {"align": "edge", "alpha": 0.45, "edgecolor": "#555555", "linewidth": 0.5}
+    ax.bar(left, heights, width=left * 9.0, color=colors, **bars, **extra)
+
+
+def _note(ax: Any, text: str, xy: tuple[float, float]) -> None:
+    """A small label just above the point ``xy`` (a bar's top)."""
+    ax.annotate(text, xy, textcoords="offset points", xytext=(0, 2), ha="center", fontsize=6)
 
 
 def _layer_panels(
@@ -313,27 +314,16 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
         left = np.array([10.0**k for k in ks], dtype=np.float64)
         tops = np.array([max(h, floor) for h in heights], dtype=np.float64)
         colors = ["#d62728" if d.moved else "#9e9e9e" for d in layer.decades]
-        ax.bar(
+        _decade_bars(
+            ax,
             left,
             tops - floor,
+            colors,
             bottom=floor,
-            width=left * 9.0,
-            align="edge",
-            color=colors,
-            alpha=0.45,
-            edgecolor="#555555",
-            linewidth=0.5,
             label="max |change| per decade (red: some moved)",
         )
         for x0, top, d in zip(left, tops, layer.decades, strict=True):
-            ax.annotate(
-                f"{d.moved}/{d.count}",
-                (x0 * 3.0, top),
-                textcoords="offset points",
-                xytext=(0, 2),
-                ha="center",
-                fontsize=6,
-            )
+            _note(ax, f"{d.moved}/{d.count}", (x0 * 3.0, top))
     ax.axhline(tol, color="#d62728", linestyle="--", linewidth=1.0, label=f"tolerance {tol:.6g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -391,14 +381,7 @@ def _error_panel(
         if c.nan or c.inf:
             note = (note + f" NaN {c.nan} inf {c.inf}").strip()
         if note:
-            ax.annotate(
-                note,
-                (float(x[i]), float(tops[i])),
-                textcoords="offset points",
-                xytext=(0, 2),
-                ha="center",
-                fontsize=6,
-            )
+            _note(ax, note, (float(x[i]), float(tops[i])))
     ax.axhline(
         limit,
         color="#d62728",
