@@ -259,6 +259,7 @@ def layer_result(
     order: str,
     dtype: str,
     raw_dim: int | None,
+    quantity: Quantity = "q",
 ) -> LayerResult:
     """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
     eps = acc.eps
@@ -299,6 +300,7 @@ def layer_result(
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
+        quantity=quantity,
         min_pos_q=min_pos,
         safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
     )
@@ -344,35 +346,26 @@ def analyze_dump(
     zero_is_violation: bool = False,
     **fields: Unpack[ReadingFields],
 ) -> RatioReport:
-    """Analyse every layer of a dump against ``A >= 1 - delta``.
+    """Analyse every layer of a dump against ``A >= 1 - delta`` (or ``q/eps >= min_ratio``).
 
     How the dump is read is ``reading`` (a :class:`~rmsnorm_eps.dumps.DumpReading`, passed
-    whole), with any of its fields given as keywords on top (``raw=True``, ``top_k=3``, ...).
+    whole; its fields say what ``raw``, ``threads``, ``dtype``, ``fast``, ``skip_unreadable``,
+    ``config`` and ``norm`` do), with any of its fields given as keywords on top
+    (``raw=True``, ``top_k=3``, ...). The result does not depend on ``threads`` or ``fast``.
 
-    ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With
-    ``config`` (a :func:`~rmsnorm_eps.config.load_config` result) each layer's eps comes from
-    the config's patterns matched against the dump's layer names (``eps``, a number or None, is
-    the fallback for layers the config gives none) and each layer's ``eps_source`` says where
-    it came from. With ``raw`` the arrays hold activations ``x`` of shape ``(..., d)`` and
-    ``q = mean(x**2)`` over the last axis is computed here. Violations: ``q/eps < min_ratio``
-    (ties pass) plus every NaN or +inf q. A negative q raises :class:`InputFileError`.
-    ``threads`` (default :func:`~rmsnorm_eps.sources.raw.default_threads`) read and compute
-    chunks in parallel; the result does not depend on it. ``dtype="bfloat16"`` reads uint16/V2
-    arrays as bfloat16 bit patterns. ``fast`` (raw mode) computes q with float32 sums and
-    recomputes exactly every q that decides or shows anything; ``fast=False`` computes every q
-    exactly. Reports are identical. ``eps_sources`` (layer name -> where its eps came from) is
-    copied into each layer's ``eps_source``. A zero vector (q = 0 exactly) is counted in
-    ``zero_count`` and is not a violation, unless ``zero_is_violation``.
-
-    A layer (container member) that cannot be read, or holds invalid data, raises, unless
-    ``skip_unreadable``: then it is left out and listed in ``RatioReport.skipped`` with the
-    problem. ``members_total`` / ``members_analysed`` account for every member.
-
-    ``norm`` (``"rms"`` or ``"layer"``) is the kind of every layer, unless the config's entry
-    for a layer says its ``norm``: a LayerNorm layer (``layer``) has the figures of its
-    variance ``v = mean((x - mean x)**2)`` instead of q (with ``raw``, computed from the
-    activations with the mean removed, in float64; otherwise the stored values are v), and
-    its ``quantity`` is ``"v"``. eps acts on v exactly as on q: ``A = sqrt(v/(v+eps))``.
+    ``eps`` is one value for all layers, a mapping layer name -> eps, or a callable. With a
+    ``config`` each layer's eps comes from the config's patterns matched against the dump's
+    layer names (``eps``, a number or None, is the fallback for layers the config gives none)
+    and each layer's ``eps_source`` says where it came from; ``eps_sources`` (layer name ->
+    where its eps came from) is copied into it too. Violations: ``q/eps < min_ratio`` (ties
+    pass) plus every NaN or +inf q; a negative q raises :class:`InputFileError`. A zero
+    vector (q = 0 exactly) is counted in ``zero_count`` and is not a violation, unless
+    ``zero_is_violation``. A layer that cannot be read raises, unless ``skip_unreadable``: then
+    it is listed in ``RatioReport.skipped`` with the problem (``members_total`` /
+    ``members_analysed`` account for every member). A LayerNorm layer (``norm`` ``"layer"``,
+    or its config entry's ``norm``) has the figures of its variance
+    ``v = mean((x - mean x)**2)`` instead of q (``quantity`` ``"v"``); eps acts on v exactly
+    as on q: ``A = sqrt(v/(v+eps))``.
     """
     how = replace(reading or DumpReading(), **fields)
     n_threads = default_threads() if how.threads is None else how.threads
@@ -435,33 +428,25 @@ def _analyze_layer(
     split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
     fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
-    result = layer_result(
-        acc,
-        name=src.name,
-        shape=q_shape,
-        order=order,
-        dtype=src.dtype_name,
-        raw_dim=dim,
-    )
+
+    def freeze(a: LayerAccumulator, name: str, raw_dim: int | None) -> LayerResult:
+        return layer_result(
+            a,
+            name=name,
+            shape=q_shape,
+            order=order,
+            dtype=src.dtype_name,
+            raw_dim=raw_dim,
+            quantity=quantity,
+        )
+
+    result = freeze(acc, src.name, dim)
     if split is not None:
         first, other = (
-            layer_result(
-                a,
-                name=f"{src.name} ({label})",
-                shape=q_shape,
-                order=order,
-                dtype=result.dtype,
-                raw_dim=None,
-            )
+            freeze(a, f"{src.name} ({label})", None)
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
-        result = replace(
-            result,
-            first_token=replace(first, quantity=quantity),
-            other_tokens=replace(other, quantity=quantity),
-        )
-    if quantity != "q":
-        result = replace(result, quantity=quantity)
+        result = replace(result, first_token=first, other_tokens=other)
     if eps_sources is not None:
         result = replace(result, eps_source=eps_sources.get(src.name))
     return result

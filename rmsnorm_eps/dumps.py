@@ -1,9 +1,7 @@
-"""Readers for dumps of q values or raw activations (compatibility entry points).
-
-The readers live in :mod:`rmsnorm_eps.sources` (format-neutral: :func:`open_sources`,
-:class:`~rmsnorm_eps.sources.interface.ArraySource`, one module per format). This module keeps
-the names other modules and users import: :func:`open_dump`, :func:`open_dump_lenient`,
-:func:`open_layers`, :func:`map_layers`, :func:`npy_bytes`, ...
+"""The per-layer driver of ``ratio`` and ``compare`` (:func:`read_layers`, with how a dump is
+read: :class:`DumpReading`) and a few entry points to the readers, which live in
+:mod:`rmsnorm_eps.sources` (format-neutral: :func:`~rmsnorm_eps.sources.open_sources`,
+:class:`~rmsnorm_eps.sources.interface.ArraySource`, one module per format).
 """
 
 from __future__ import annotations
@@ -21,42 +19,24 @@ from rmsnorm_eps.engine import Quantity, layer_quantities
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.sources.intent import InputWarning, shape_warnings
 from rmsnorm_eps.sources.interface import MAX_LAYERS, Opened, Unreadable, open_sources
-from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
-from rmsnorm_eps.sources.npz import COMPANION_SEP
-from rmsnorm_eps.sources.raw import (
-    DEFAULT_CHUNK_BYTES,
-    STORED_AS,
-    RawArraySource,
-    check_float_dtype,
-    default_threads,
-)
-from rmsnorm_eps.sources.sniff import NPY_MAGIC, ZIP_MAGIC, check_regular_file
+from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES, RawArraySource
+from rmsnorm_eps.sources.sniff import check_regular_file
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "COMPANION_SEP",
     "DEFAULT_CHUNK_BYTES",
     "MEMORY_LABEL",
-    "NPY_MAGIC",
-    "STORED_AS",
-    "ZIP_MAGIC",
-    "ArraySource",
     "DumpReading",
     "LayersRead",
-    "NpyHeader",
+    "Opened",
     "ReadingFields",
     "Unreadable",
-    "check_float_dtype",
     "check_regular_file",
-    "default_threads",
-    "map_layers",
     "npy_bytes",
     "open_dump",
-    "open_dump_lenient",
     "read_layers",
-    "read_npy_header",
     "renamed",
     "reuse_shared",
     "source_key",
@@ -65,51 +45,14 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The concrete source type of ``.npy`` files and ``.npz`` members (compatibility name; the
-#: format-neutral protocol is :class:`rmsnorm_eps.sources.ArraySource`).
-ArraySource = RawArraySource
+#: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
+MEMORY_LABEL = "<memory>"
 
 
 def open_dump(path: str | os.PathLike[str], dtype: str | None = None) -> list[Any]:
-    """Open a dump and return one source per array (the first unreadable member raises).
-
-    The format is decided by the file's magic bytes, not its extension. Headers, dtypes and
-    declared sizes are all checked here, before any analysis starts. ``dtype="bfloat16"``
-    (see :data:`STORED_AS`) reads uint16/V2 arrays as bfloat16 bit patterns; float arrays in the
-    same dump are read as what they are.
-    """
+    """One source per array of a dump, as :func:`~rmsnorm_eps.sources.open_sources` opens it
+    (the first unreadable member raises)."""
     return open_sources(path, dtype).sources
-
-
-def open_dump_lenient(
-    path: str | os.PathLike[str], dtype: str | None = None
-) -> tuple[list[Any], list[Unreadable]]:
-    """:func:`open_dump`, but a member that cannot be opened is returned in the second list
-    (name and problem) instead of failing the whole dump (``--skip-unreadable``). A file that
-    is not a readable dump at all still raises."""
-    check_regular_file(Path(path))
-    opened = open_sources(path, dtype, lenient=True)
-    return opened.sources, opened.unreadable
-
-
-def map_layers(
-    sources: list[Any],
-    fn: Callable[[Any], T],
-    skipped: list[Unreadable],
-    skip_unreadable: bool,
-) -> list[T]:
-    """``fn`` over every layer. A layer whose data cannot be read (any :class:`InputFileError`)
-    fails the run, or with ``skip_unreadable`` is appended to ``skipped`` with its problem:
-    nothing is ever left out silently."""
-    out: list[T] = []
-    for src in sources:
-        try:
-            out.append(fn(src))
-        except InputFileError as exc:
-            if not skip_unreadable:
-                raise
-            skipped.append(Unreadable(src.name, exc.problem))
-    return out
 
 
 @dataclass(frozen=True)
@@ -191,8 +134,9 @@ def read_layers(
     (``path`` may also be sources already opened: arrays in memory, :func:`rmsnorm_eps.check`),
     let ``prepare(sources)`` resolve what depends on the layer names (eps, settings) and return
     the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
-    a LayerNorm). A layer that cannot be read raises, or with ``skip_unreadable`` is listed in
-    ``skipped`` (:func:`map_layers`); ``members_analysed`` counts each analysed layer with its
+    a LayerNorm). A layer whose data cannot be read (any :class:`InputFileError`) raises, or
+    with ``skip_unreadable`` is listed in ``skipped`` with its problem: nothing is ever left out
+    silently. ``members_analysed`` counts each analysed layer with its
     companions. ``warnings``: the layers whose shape suggests the reading answers a different
     question (:func:`~rmsnorm_eps.sources.intent.shape_warnings`), returned, never printed."""
     reading.check()
@@ -209,14 +153,16 @@ def read_layers(
     sources, skipped = opened.sources, list(opened.unreadable)
     analyse = prepare(sources)
     quantities = layer_quantities([src.name for src in sources], reading.norm, reading.config)
-    before = len(skipped)
-    layers = map_layers(
-        sources,
-        lambda src: analyse(src, quantities[src.name]),
-        skipped,
-        reading.skip_unreadable,
-    )
-    failed = {u.name for u in skipped[before:]}
+    layers: list[T] = []
+    failed: set[str] = set()
+    for src in sources:
+        try:
+            layers.append(analyse(src, quantities[src.name]))
+        except InputFileError as exc:
+            if not reading.skip_unreadable:
+                raise
+            skipped.append(Unreadable(src.name, exc.problem))
+            failed.add(src.name)
     return LayersRead(
         tuple(layers),
         tuple(skipped),
@@ -293,15 +239,8 @@ def source_label(path: str | os.PathLike[str] | Opened) -> str:
     return MEMORY_LABEL if isinstance(path, Opened) else str(Path(path))
 
 
-#: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
-MEMORY_LABEL = "<memory>"
-
-
 def npy_bytes(array: np.ndarray) -> bytes:
     """Serialize an array as .npy bytes (no pickling); used by writers and tests."""
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
     return buf.getvalue()
-
-
-__all__ += ["Opened"]

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
     "Decisions",
     "PositionSplit",
     "ReportTotals",
@@ -54,7 +53,6 @@ __all__ = [
     "fold_chunks",
     "iter_q_chunks",
     "layer_quantities",
-    "quantity_of",
     "unravel",
 ]
 
@@ -65,11 +63,6 @@ Quantity = Literal["q", "v"]
 
 #: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.
 _NORM_KINDS = ("rms", "layer", "gated-rms", "l2")
-
-
-def quantity_of(norm: str | None) -> Quantity:
-    """``"v"`` for a LayerNorm (``norm == "layer"``), else ``"q"``."""
-    return "v" if norm == "layer" else "q"
 
 
 def layer_quantities(
@@ -88,7 +81,7 @@ def layer_quantities(
         settings = config.settings_for(name) if config is not None else None
         if settings is not None and isinstance(settings.norm.value, str):
             kind = settings.norm.value
-        out[name] = quantity_of(kind)
+        out[name] = "v" if kind == "layer" else "q"
     return out
 
 
@@ -176,11 +169,17 @@ def iter_q_chunks(
     pieces = _pieces(source, chunk_bytes, quantity)
     if pieces is not None:
         return pieces
-    if quantity == "v":
-        return _raw_v(source, chunk_bytes, threads)
-    if order == "F" and len(shape) > 1:
-        return q_shape, "F", d, _fortran_raw_q(source, chunk_bytes)
+    if order == "F" and len(shape) > 1:  # two passes (v) or one (q) over the whole file
+        fortran = _fortran_raw_v if quantity == "v" else _fortran_raw_q
+        return q_shape, "F", d, fortran(source, chunk_bytes)
     rows = max(1, chunk_bytes // (d * itemsize))
+    if quantity == "v":
+
+        def v_rows(start: int, values: np.ndarray) -> np.ndarray:
+            return variance_rows(values.reshape(-1, d), bf16)
+
+        v_chunks = source.iter_mapped(rows * d, v_rows, threads)
+        return q_shape, "C", d, ((start // d, v) for start, v in v_chunks)
 
     def exact_rows(x: np.ndarray) -> np.ndarray:
         return mean_square_rows_bf16(x) if bf16 else mean_square_rows(x)
@@ -259,10 +258,6 @@ def _row_accumulator(source: ArraySource, n: int, quantity: Quantity) -> RowSqua
     return RowSquares(n, scaled=source.dtype == np.float64 and source.stored_as is None)
 
 
-def _finished(acc: RowSquares | RowMoments, d: int) -> np.ndarray:
-    return acc.variance(d) if isinstance(acc, RowMoments) else acc.mean(d)
-
-
 def _long_rows(
     source: ArraySource, chunk_bytes: int, quantity: Quantity
 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -281,7 +276,7 @@ def _long_rows(
             filled += take
             pos += take
             if filled == d:
-                yield row, _finished(acc, d)
+                yield row, acc.finish(d)
                 acc = _row_accumulator(source, 1, quantity)
                 row += 1
                 filled = 0
@@ -325,7 +320,7 @@ def _fortran_blocks(
         acc = _row_accumulator(source, r1 - r0, quantity)
         for lo, hi, values in _column_segments(source, r0, r1, per):
             acc.add(slice(lo, hi), _widened(values, bf16))
-        yield r0, _finished(acc, d)
+        yield r0, acc.finish(d)
 
 
 #: Temporary space left free beside a spilled member (:func:`_spilled_blocks`).
@@ -379,25 +374,6 @@ def _spilled_blocks(
         os.unlink(name)
 
 
-def _raw_v(
-    source: ArraySource, chunk_bytes: int, threads: int
-) -> tuple[tuple[int, ...], str, int, Iterator[tuple[int, np.ndarray]]]:
-    """LayerNorm variance of raw activations, row by row (C order) or in two passes over a
-    Fortran-ordered file."""
-    shape = source.shape
-    d = shape[-1]
-    bf16 = source.stored_as == "bfloat16"
-    if source.order == "F" and len(shape) > 1:
-        return shape[:-1], "F", d, _fortran_raw_v(source, chunk_bytes)
-    rows = max(1, chunk_bytes // (d * source.dtype.itemsize))
-
-    def v_rows(start: int, values: np.ndarray) -> np.ndarray:
-        return variance_rows(values.reshape(-1, d), bf16)
-
-    chunks = source.iter_mapped(rows * d, v_rows, threads)
-    return shape[:-1], "C", d, ((start // d, v) for start, v in chunks)
-
-
 def _fortran_raw_v(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
     """Fortran-ordered raw activations (element (i, j) at i + N*j): a first pass sums each row
     for its mean, a second accumulates the deviations e = x - mu and their squares in float64
@@ -407,20 +383,16 @@ def _fortran_raw_v(source: ArraySource, chunk_bytes: int) -> Iterator[tuple[int,
     n = source.size // d
     per = max(1, chunk_bytes // source.dtype.itemsize)
     bf16 = source.stored_as == "bfloat16"
-
-    def widened(values: np.ndarray) -> np.ndarray:
-        return (bf16_to_float32(values) if bf16 else values).astype(np.float64)
-
     total = np.zeros(n, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         for start, values in source.iter_elements(per):
-            np.add.at(total, (start + np.arange(values.size)) % n, widened(values))
+            np.add.at(total, (start + np.arange(values.size)) % n, _widened(values, bf16))
         mu = total / d
         s1 = np.zeros(n, np.float64)
         s2 = np.zeros(n, np.float64)
         for start, values in source.iter_elements(per):
             rows = (start + np.arange(values.size)) % n
-            e = widened(values) - mu[rows]
+            e = _widened(values, bf16) - mu[rows]
             np.add.at(s1, rows, e)
             np.add.at(s2, rows, e * e)
         v = np.maximum((s2 - s1 * s1 / d) / d, 0.0)
@@ -582,22 +554,19 @@ class ReportTotals:
     ``count``, ``violations``, ``nonfinite``, ``violation_fraction = violations / count`` (0 for
     no input) and ``layers_affected`` (names of layers with a violation, in order)."""
 
-    layers: Sequence[Any]
-
-    def _layers(self) -> Sequence[_Layer]:
-        return self.layers
+    layers: Sequence[_Layer]
 
     @property
     def count(self) -> int:
-        return sum(layer.count for layer in self._layers())
+        return sum(layer.count for layer in self.layers)
 
     @property
     def violations(self) -> int:
-        return sum(layer.violations for layer in self._layers())
+        return sum(layer.violations for layer in self.layers)
 
     @property
     def nonfinite(self) -> int:
-        return sum(layer.nonfinite for layer in self._layers())
+        return sum(layer.nonfinite for layer in self.layers)
 
     @property
     def violation_fraction(self) -> float:
@@ -606,4 +575,4 @@ class ReportTotals:
 
     @property
     def layers_affected(self) -> tuple[str, ...]:
-        return tuple(layer.name for layer in self._layers() if layer.violations)
+        return tuple(layer.name for layer in self.layers if layer.violations)

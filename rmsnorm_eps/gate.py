@@ -3,7 +3,7 @@
 :func:`evaluate_gate` takes any report with ``violations`` and ``violation_fraction`` (ratio,
 compare, merge, parity) and the budgets the user allows, and returns a frozen
 :class:`GateResult`. A report that left part of its input unchecked (``skipped`` members,
-``--skip-unreadable``) is INCOMPLETE whatever its figures: :func:`verdict`.
+``--skip-unreadable``) is INCOMPLETE whatever its figures: :attr:`GateResult.verdict`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Protocol
 
 from rmsnorm_eps.errors import InvalidParameterError
 
-__all__ = ["GateResult", "GateSubject", "evaluate_gate", "verdict"]
+__all__ = ["GateResult", "GateSubject", "evaluate_gate"]
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,3 @@ def evaluate_gate(
         passed, reason = _budget_reason(v, frac, max_violations, max_fraction)
     incomplete = bool(getattr(report, "skipped", ()))
     return GateResult(passed, v, frac, max_violations, max_fraction, reason, incomplete)
-
-
-def verdict(gate: GateResult) -> str:
-    """The verdict word of a gate result: ``INCOMPLETE``, ``PASS`` or ``FAIL``."""
-    return gate.verdict

@@ -47,7 +47,6 @@ __all__ = [
     "mean_square_rows",
     "mean_square_rows_bf16",
     "mean_square_rows_fast",
-    "refine_rows",
     "variance_rows",
 ]
 
@@ -83,16 +82,15 @@ def _f64_rows(x: np.ndarray, q: np.ndarray) -> None:
         q[suspect[finite_rows]] = q_s[finite_rows]
 
 
-def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def mean_square_rows(x: np.ndarray) -> np.ndarray:
     """Return ``q[i] = mean(x[i, :]**2)`` in float64 for a 2-D float16/32/64 array ``x``.
 
     float16/float32 rows are widened exactly to float64 block by block (see the module
     docstring); the result equals ``np.mean(x.astype(np.float64)**2, axis=1)`` up to the order of
-    the float64 summation. NaN in a row gives NaN; inf gives inf. ``out`` (float64, length
-    ``x.shape[0]``) is reused when given.
+    the float64 summation. NaN in a row gives NaN; inf gives inf.
     """
     n, d = x.shape
-    q = np.empty(n, np.float64) if out is None else out[:n]
+    q = np.empty(n, np.float64)
     if x.dtype == np.float64:
         _f64_rows(x, q)
         return q
@@ -100,70 +98,69 @@ def mean_square_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
         return _f16_rows(x, q)
     if x.dtype != np.float32:
         raise TypeError(f"mean_square_rows: unsupported dtype {x.dtype}")
-    step = _rows_per_block(d)
-    wide = np.empty((min(step, n), d), np.float64)
     with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN, quietly
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            w = wide[: e - s]
-            np.copyto(w, x[s:e])
-            np.vecdot(w, w, out=q[s:e])
+        _by_blocks(x, q, False, _sum_squares)
     q /= d
     return q
 
 
+def _by_blocks(
+    x: np.ndarray, out: np.ndarray, bf16: bool, fold: Callable[[np.ndarray, np.ndarray], None]
+) -> None:
+    """``fold(w, out[s:e])`` for each block of rows ``x[s:e]``, widened exactly into the
+    float64 ``w`` (:func:`_widen`) in blocks that fit the L2 cache."""
+    n, d = x.shape
+    step = _rows_per_block(d)
+    wide = np.empty((min(step, n), d), np.float64)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        w = wide[: e - s]
+        _widen(x[s:e], bf16, w)
+        fold(w, out[s:e])
+
+
+def _sum_squares(w: np.ndarray, out: np.ndarray) -> None:
+    np.vecdot(w, w, out=out)
+
+
 def _f16_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return _f16_rows_impl(x, q)
-
-
-def _f16_rows_impl(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     n, d = x.shape
     bits = x.view(np.uint16)
     step = _rows_per_block(d)
     m = min(step, n)
     u32 = np.empty((m, d), np.uint32)
     wide = np.empty((m, d), np.float64)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        b = bits[s:e]
-        w = wide[: e - s]
-        u = u32[: e - s]
-        np.bitwise_and(b, 0x7FFF, out=u, dtype=np.uint32)
-        if int(u.max()) >= _F16_EXP_ALL_ONES:  # inf or NaN somewhere: numpy's conversion
-            np.copyto(w, x[s:e])
+    with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN, quietly
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            b = bits[s:e]
+            w = wide[: e - s]
+            u = u32[: e - s]
+            np.bitwise_and(b, 0x7FFF, out=u, dtype=np.uint32)
+            if int(u.max()) >= _F16_EXP_ALL_ONES:  # inf or NaN somewhere: numpy's conversion
+                np.copyto(w, x[s:e])
+                np.vecdot(w, w, out=q[s:e])
+                continue
+            np.left_shift(u, 13, out=u)
+            np.copyto(w, u.view(np.float32))
             np.vecdot(w, w, out=q[s:e])
-            continue
-        np.left_shift(u, 13, out=u)
-        np.copyto(w, u.view(np.float32))
-        np.vecdot(w, w, out=q[s:e])
-        q[s:e] *= _F16_SCALE
-    q /= d
+            q[s:e] *= _F16_SCALE
+        q /= d
     return q
 
 
-def mean_square_rows_bf16(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def mean_square_rows_bf16(bits: np.ndarray) -> np.ndarray:
     """``q[i] = mean(x[i, :]**2)`` for bfloat16 values given as a 2-D uint16 array of bit patterns.
 
     ``bits << 16`` reinterpreted as float32 is the exact value (inf and NaN included), widened
     to float64 as in :func:`mean_square_rows`.
     """
     n, d = bits.shape
-    q = np.empty(n, np.float64) if out is None else out[:n]
+    q = np.empty(n, np.float64)
     if d % 2 == 0 and bits.flags.c_contiguous and n:
         return _bf16_pairs_exact(bits, q)
-    step = _rows_per_block(d)
-    m = min(step, n)
-    u32 = np.empty((m, d), np.uint32)
-    wide = np.empty((m, d), np.float64)
     with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN, quietly
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            u = u32[: e - s]
-            w = wide[: e - s]
-            np.left_shift(bits[s:e], 16, out=u, dtype=np.uint32)
-            np.copyto(w, u.view(np.float32))
-            np.vecdot(w, w, out=q[s:e])
+        _by_blocks(bits, q, True, _sum_squares)
     q /= d
     return q
 
@@ -323,55 +320,21 @@ def _pair_sums(bits: np.ndarray, bf16: bool) -> np.ndarray | None:
     return sums
 
 
-def refine_rows(
-    q: np.ndarray,
-    rel: float,
-    exact: Callable[[np.ndarray], np.ndarray],
-    thresholds: np.ndarray,
-    top_k: int,
-) -> int:
-    """Replace, in place, every fast ``q`` that could change a decision by its exact value.
-
-    ``exact(rows)`` returns the exact q of the given row indices. Recomputed are the rows whose
-    uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one of the sorted ``thresholds``
-    (the bound and the decade edges: so every count equals the float64 one), the rows that
-    could be among the ``top_k`` smallest positive q (zero vectors are counted apart, never
-    listed) or be the largest (so every reported q is exact), and rows whose fast value is not
-    finite or below 2**-100 (zeros included). Returns the number recomputed.
-    """
-    with np.errstate(invalid="ignore"):
-        lo = q / (1.0 + rel)
-        hi = q / (1.0 - rel)
-        mark = np.searchsorted(thresholds, lo, side="right") != np.searchsorted(
-            thresholds, hi, side="right"
-        )
-        mark |= ~(q >= _F32_SMALL) | np.isinf(q)
-        finite = q[np.isfinite(q) & (q > 0.0)]
-        if finite.size:
-            grow = (1.0 + rel) ** 2 / (1.0 - rel) ** 2
-            k = min(max(1, top_k), finite.size)  # at least the minimum, which is reported
-            kth = np.partition(finite, k - 1)[k - 1]
-            mark |= q <= kth * grow
-            mark |= q >= finite.max() / grow
-    rows = np.flatnonzero(mark)
-    if rows.size:
-        q[rows] = exact(rows)
-    return int(rows.size)
-
-
 class Refiner:
-    """:func:`refine_rows` over the chunks of one array, with what earlier chunks showed.
+    """Replaces, chunk by chunk, every fast q of one array that could change a decision or be
+    reported by its exact value.
 
-    :func:`refine_rows` alone must assume every chunk holds the array's smallest and largest
-    q, and so recomputes about ``top_k + 1`` rows of every chunk. A refiner keeps, over all the
-    rows it has seen, the ``top_k`` smallest upper bounds ``q/(1-rel)`` and the largest lower
-    bound ``q/(1+rel)``. A row whose lower bound exceeds the k-th smallest upper bound seen
-    (its own chunk's rows included) has at least ``top_k`` rows of smaller exact q, so it is
-    not among the smallest; one whose upper bound is below the largest lower bound is not the
-    largest. Only the other rows (and, as in :func:`refine_rows`, those that straddle a
-    threshold or are not finite or below 2**-100) are recomputed. Any set of rows seen gives
-    bounds that are safe, so chunks may be refined in any order, on several threads (the
-    shared bounds are updated under a lock).
+    Recomputed are the rows whose uncertainty interval ``[q/(1+rel), q/(1-rel)]`` straddles one
+    of the sorted ``thresholds`` (the bound and the decade edges: so every count equals the
+    float64 one), the rows whose fast value is not finite or below 2**-100 (zeros included),
+    and the rows that could be among the ``top_k`` smallest positive q (zero vectors are
+    counted apart, never listed) or be the largest (so every reported q is exact). For the
+    last two a refiner keeps, over all the rows it has seen, the ``top_k`` smallest upper
+    bounds and the largest lower bound: a row whose lower bound exceeds the k-th smallest upper
+    bound seen (its own chunk's rows included) has at least ``top_k`` rows of smaller exact q,
+    so it is not among the smallest; one whose upper bound is below the largest lower bound is
+    not the largest. Any set of rows seen gives bounds that are safe, so chunks may be refined
+    in any order, on several threads (the shared bounds are updated under a lock).
     """
 
     def __init__(self, thresholds: np.ndarray, top_k: int) -> None:
@@ -495,7 +458,7 @@ def _rescaled_variance(rows: np.ndarray) -> np.ndarray:
     return np.asarray(v, np.float64)
 
 
-def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+def variance_rows(x: np.ndarray, bf16: bool = False) -> np.ndarray:
     """Return ``v[i] = mean((x[i, :] - mean(x[i, :]))**2)`` in float64 (LayerNorm's variance).
 
     ``x`` is a 2-D float16/float32/float64 array, or uint16 bfloat16 bit patterns with
@@ -510,18 +473,12 @@ def variance_rows(x: np.ndarray, bf16: bool = False, out: np.ndarray | None = No
     nonfinite by the reports. A constant row gives exactly 0 when its mean is exact (always for
     float16/bfloat16/float32 inputs with d < 2**29).
     """
-    n, d = x.shape
-    v = np.empty(n, np.float64) if out is None else out[:n]
+    n = x.shape[0]
+    v = np.empty(n, np.float64)
     if not bf16 and x.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"variance_rows: unsupported dtype {x.dtype}")
-    step = _rows_per_block(d)
-    wide = np.empty((min(step, n), d), np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            w = wide[: e - s]
-            _widen(x[s:e], bf16, w)
-            _variance_block(w, v[s:e])
+        _by_blocks(x, v, bf16, _variance_block)
     if x.dtype == np.float64 and not bf16:
         with np.errstate(invalid="ignore"):
             suspect = np.flatnonzero(~(v >= _F64_SMALL) | np.isinf(v))
@@ -592,21 +549,20 @@ class RowSquares:
         self.ssq[row] = float(self.ssq[row]) * (old / m) ** 2 + float(np.dot(s, s))
         self.scale[row] = m
 
-    def mean(self, d: int, rows: slice | None = None) -> np.ndarray:
-        """``q = sum(x**2) / d`` of the rows (all, or ``rows``)."""
-        sel = slice(None) if rows is None else rows
+    def finish(self, d: int) -> np.ndarray:
+        """``q = sum(x**2) / d`` of every row."""
         with np.errstate(over="ignore", invalid="ignore"):
             if self.scale is None:
-                q = self.ssq[sel] / d
+                q = self.ssq / d
             else:
-                sc = self.scale[sel]
-                q = (self.ssq[sel] / d) * sc * sc
+                sc = self.scale
+                q = (self.ssq / d) * sc * sc
                 small = sc < 1e-140  # scale**2 underflows: divide first
                 if small.any():
-                    q[small] = self.ssq[sel][small] * sc[small] / d * sc[small]
+                    q[small] = self.ssq[small] * sc[small] / d * sc[small]
         q = np.array(q, np.float64)
-        q[self.inf[sel]] = np.inf
-        q[self.nan[sel]] = np.nan
+        q[self.inf] = np.inf
+        q[self.nan] = np.nan
         return q
 
 
@@ -645,8 +601,7 @@ class RowMoments:
             self.m2[row] = float(self.m2[row]) + m2_b + delta * delta * n_a * n_b / n
             self.count[row] = n
 
-    def variance(self, d: int, rows: slice | None = None) -> np.ndarray:
-        sel = slice(None) if rows is None else rows
+    def finish(self, d: int) -> np.ndarray:
+        """``v = M2 / d`` of every row (clamped at 0)."""
         with np.errstate(invalid="ignore"):
-            v = np.maximum(self.m2[sel] / d, 0.0)
-        return np.array(v, np.float64)
+            return np.maximum(self.m2 / d, 0.0)

@@ -24,7 +24,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.scalar import validate_delta, validate_eps, validate_ratio  # one copy, no numpy
+from rmsnorm_eps.scalar import (  # one copy of the scalar math, no numpy there
+    attenuation_of,
+    loss_of,
+    min_ratio_dd,
+    validate_delta,
+    validate_eps,
+    validate_ratio,
+)
 
 ArrayLike = npt.ArrayLike
 FloatArray = npt.NDArray[np.float64]
@@ -42,21 +49,8 @@ __all__ = [
     "rmsnorm_reference",
     "validate_delta",
     "validate_eps",
-    "validate_q",
     "validate_ratio",
 ]
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def validate_q(q: ArrayLike, name: str = "q") -> FloatArray:
-    """Return ``q`` as a float64 array after checking every value is ``>= 0`` and not NaN."""
-    arr = np.asarray(q, dtype=np.float64)
-    if arr.size and not bool(np.all(arr >= 0.0)):
-        bad = arr[~(arr >= 0.0)].ravel()[0]
-        raise InvalidParameterError(f"{name} must be >= 0 (a mean of squares), got {bad!r}")
-    return arr
 
 
 # --------------------------------------------------------------------------- helpers
@@ -78,48 +72,15 @@ def _ratio_array(r: ArrayLike) -> tuple[FloatArray, bool]:
 
 
 #: Up to this many ratios, :func:`attenuation` and :func:`attenuation_loss` compute element by
-#: element with ``math`` (the same IEEE float64 operations, correctly rounded ``sqrt`` in both:
-#: identical values), which saves numpy's per-call overhead on the few values of a layer.
+#: element with ``math`` (:mod:`rmsnorm_eps.scalar`: the same IEEE float64 operations,
+#: correctly rounded ``sqrt`` in both: identical values), which saves numpy's per-call
+#: overhead on the few values of a layer.
 _SMALL = 16
 
 
 def _small(arr: FloatArray, scalar: bool, fn: Any) -> Any:
     values = [fn(x) for x in arr.ravel().tolist()]
     return values[0] if scalar else np.array(values, np.float64).reshape(arr.shape)
-
-
-def _attenuation_one(r: float) -> float:
-    return math.sqrt(r / (r + 1.0)) if r <= 1.0 else 1.0 / math.sqrt(1.0 + 1.0 / r)
-
-
-def _loss_one(r: float) -> float:
-    s1 = math.sqrt(r + 1.0)
-    return 1.0 / (s1 * (s1 + math.sqrt(r)))
-
-
-# Error-free transformations (Dekker/Knuth), vectorized. They let min_ratio be correctly
-# rounded to within a fraction of an ulp without extended precision hardware.
-_SPLITTER = 134217729.0  # 2**27 + 1
-
-
-def _two_prod(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Return (p, e) with p = fl(a*b) and a*b = p + e exactly (no overflow assumed)."""
-    p = a * b
-    ca = _SPLITTER * a
-    ahi = ca - (ca - a)
-    alo = a - ahi
-    cb = _SPLITTER * b
-    bhi = cb - (cb - b)
-    blo = b - bhi
-    e = ((ahi * bhi - p) + ahi * blo + alo * bhi) + alo * blo
-    return p, e
-
-
-def _fast_two_sum(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Return (s, e) with s = fl(a+b) and a+b = s + e exactly, given |a| >= |b|."""
-    s = a + b
-    e = b - (s - a)
-    return s, e
 
 
 # --------------------------------------------------------------------------- attenuation
@@ -133,7 +94,7 @@ def attenuation(r: ArrayLike) -> FloatArray | float:
     """
     arr, scalar = _ratio_array(r)
     if arr.size <= _SMALL:
-        return _small(arr, scalar, _attenuation_one)
+        return _small(arr, scalar, attenuation_of)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         small = arr <= 1.0
         a_small = np.sqrt(arr / (arr + 1.0))
@@ -152,7 +113,7 @@ def attenuation_loss(r: ArrayLike) -> FloatArray | float:
     """
     arr, scalar = _ratio_array(r)
     if arr.size <= _SMALL:
-        return _small(arr, scalar, _loss_one)
+        return _small(arr, scalar, loss_of)
     with np.errstate(over="ignore"):
         s1 = np.sqrt(arr + 1.0)
         out = 1.0 / (s1 * (s1 + np.sqrt(arr)))
@@ -168,31 +129,15 @@ def min_ratio(delta: ArrayLike) -> FloatArray | float:
     """Smallest ``r = q/eps`` with ``A(r) >= 1 - delta``: ``(1-delta)**2 / (delta (2-delta))``.
 
     Derivation: ``1/sqrt(1 + 1/r) >= 1 - delta  <=>  1/r <= (1 - delta)**-2 - 1
-    = delta (2 - delta) / (1 - delta)**2``. The numerator and denominator are formed as
-    double-double values (error-free transformations), so the result is within about half an
-    ulp of the exact value for every ``delta`` in (0, 1). ``min_ratio(0.01) = 49.2512562814...``.
+    = delta (2 - delta) / (1 - delta)**2``, formed in double-double
+    (:func:`rmsnorm_eps.scalar.min_ratio_dd`: within about half an ulp of the exact value for
+    every ``delta`` in (0, 1)). ``min_ratio(0.01) = 49.2512562814...``.
     """
     arr = np.asarray(delta, dtype=np.float64)
     scalar = arr.ndim == 0
     if arr.size and not bool(np.all((arr > 0.0) & (arr < 1.0))):
         raise InvalidParameterError("delta must be in the open interval (0, 1)")
-    # a = 1 - delta and b = 2 - delta as unevaluated sums hi + lo (exact).
-    a_hi, a_lo = _fast_two_sum(np.ones_like(arr), -arr)
-    b_hi, b_lo = _fast_two_sum(np.full_like(arr, 2.0), -arr)
-    # numerator a**2 = a_hi**2 + 2 a_hi a_lo (+ a_lo**2, below double-double precision)
-    n_hi, n_lo = _two_prod(a_hi, a_hi)
-    n_lo = n_lo + 2.0 * a_hi * a_lo
-    n_hi, n_lo = _fast_two_sum(n_hi, n_lo)
-    # denominator delta * b
-    d_hi, d_lo = _two_prod(arr, b_hi)
-    d_lo = d_lo + arr * b_lo
-    d_hi, d_lo = _fast_two_sum(d_hi, d_lo)
-    # quotient: q0 = n_hi/d_hi, corrected by the exact residual n - q0*d.
-    q0 = n_hi / d_hi
-    p_hi, p_lo = _two_prod(q0, d_hi)
-    resid = (((n_hi - p_hi) - p_lo) + n_lo) - q0 * d_lo
-    out = q0 + resid / d_hi
-    return _out(out, scalar)
+    return _out(min_ratio_dd(arr), scalar)
 
 
 def min_ratio_textbook(delta: ArrayLike) -> FloatArray | float:
@@ -249,6 +194,24 @@ def q_threshold(eps: float, ratio: float) -> float:
 # --------------------------------------------------------------------------- reference RMSNorm
 
 
+def _scaled_rows(
+    x: ArrayLike, eps: float, who: str
+) -> tuple[float, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """``(eps, x, m, safe_m, x / safe_m)`` for a reference norm: eps and ``x`` checked (a
+    non-empty last axis, finite values), ``m = max|x|`` per vector (``safe_m``: 1 where 0)."""
+    e = validate_eps(eps)
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:
+        raise InvalidParameterError(f"{who} needs at least one axis")
+    if arr.shape[-1] == 0:
+        raise InvalidParameterError(f"{who} needs a non-empty last axis")
+    if not bool(np.all(np.isfinite(arr))):
+        raise InvalidParameterError(f"{who} needs finite input")
+    m = np.max(np.abs(arr), axis=-1, keepdims=True)
+    safe_m = np.where(m > 0.0, m, 1.0)
+    return e, arr, m, safe_m, arr / safe_m
+
+
 def rmsnorm_reference(
     x: ArrayLike,
     eps: float,
@@ -262,17 +225,7 @@ def rmsnorm_reference(
     scale back inside the square root together with eps. A zero vector gives a zero output.
     ``gain`` (broadcast against the last axis) defaults to ones. Input must be finite.
     """
-    e = validate_eps(eps)
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim == 0:
-        raise InvalidParameterError("rmsnorm_reference needs at least one axis")
-    if arr.shape[-1] == 0:
-        raise InvalidParameterError("rmsnorm_reference needs a non-empty last axis")
-    if not bool(np.all(np.isfinite(arr))):
-        raise InvalidParameterError("rmsnorm_reference needs finite input")
-    m = np.max(np.abs(arr), axis=-1, keepdims=True)
-    safe_m = np.where(m > 0.0, m, 1.0)
-    scaled = arr / safe_m
+    e, arr, m, _, scaled = _scaled_rows(x, eps, "rmsnorm_reference")
     rms = m * np.sqrt(np.mean(scaled * scaled, axis=-1, keepdims=True))
     den = np.hypot(rms, math.sqrt(e))
     y = arr / den
@@ -300,17 +253,7 @@ def layernorm_reference(
     its output is ``b`` (0 without bias), whatever eps. ``gain`` defaults to ones, ``bias`` to
     zeros (both broadcast against the last axis). Input must be finite.
     """
-    e = validate_eps(eps)
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim == 0:
-        raise InvalidParameterError("layernorm_reference needs at least one axis")
-    if arr.shape[-1] == 0:
-        raise InvalidParameterError("layernorm_reference needs a non-empty last axis")
-    if not bool(np.all(np.isfinite(arr))):
-        raise InvalidParameterError("layernorm_reference needs finite input")
-    m = np.max(np.abs(arr), axis=-1, keepdims=True)
-    safe_m = np.where(m > 0.0, m, 1.0)
-    scaled = arr / safe_m
+    e, _, _, safe_m, scaled = _scaled_rows(x, eps, "layernorm_reference")
     mu = np.mean(scaled, axis=-1, keepdims=True)
     mu = mu + np.mean(scaled - mu, axis=-1, keepdims=True)
     centred = scaled - mu

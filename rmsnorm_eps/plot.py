@@ -29,7 +29,7 @@ import contextlib
 import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmsnorm_eps.analysis import LayerResult, RatioReport
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
@@ -57,6 +57,7 @@ PLOT_DPI = 100
 PLOT_WIDTH_IN = 8.0
 PANEL_HEIGHT_IN = 2.6
 FORMATS = ("png", "svg")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,29 +72,37 @@ class Plot:
     height_px: int
 
 
+def _worst(
+    layers: tuple[T, ...], max_layers: int, key: Callable[[T], tuple[Any, ...]]
+) -> tuple[T, ...]:
+    """The ``max_layers`` layers of smallest ``key`` (ties: the earlier), in report order."""
+    if max_layers < 1:
+        raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
+    if len(layers) <= max_layers:
+        return layers
+    ranked = sorted(range(len(layers)), key=lambda i: (*key(layers[i]), i))
+    return tuple(layers[i] for i in sorted(ranked[:max_layers]))
+
+
 def worst_layers(report: RatioReport, max_layers: int) -> tuple[LayerResult, ...]:
     """The ``max_layers`` worst layers in report order: most violations first, then the
     smallest minimum q/eps (layers without a finite q last among equals)."""
-    if max_layers < 1:
-        raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
-    if len(report.layers) <= max_layers:
-        return report.layers
-    ranked = sorted(
-        range(len(report.layers)),
-        key=lambda i: (
-            -report.layers[i].violations,
-            report.layers[i].min_ratio is None,
-            report.layers[i].min_ratio if report.layers[i].min_ratio is not None else 0.0,
-            i,
-        ),
-    )
-    keep = sorted(ranked[:max_layers])
-    return tuple(report.layers[i] for i in keep)
+
+    def key(layer: LayerResult) -> tuple[Any, ...]:
+        low = layer.min_ratio
+        return (-layer.violations, low is None, low if low is not None else 0.0)
+
+    return _worst(report.layers, max_layers, key)
 
 
-def require_matplotlib() -> None:
-    """Raise :class:`MissingExtraError` now (before a long analysis) if matplotlib is absent."""
-    _import_matplotlib()
+def require_matplotlib() -> Any:
+    """The ``matplotlib`` module; :class:`MissingExtraError` when it is absent (called before a
+    long analysis too, so the error comes first)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot", "--plot") from None
+    return matplotlib
 
 
 def plot_format(path: str) -> str:
@@ -102,14 +111,6 @@ def plot_format(path: str) -> str:
     if suffix not in FORMATS:
         raise InvalidParameterError(f"--plot file must end in .png or .svg, got {path!r}")
     return suffix
-
-
-def _import_matplotlib() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise MissingExtraError("matplotlib", "plot", "--plot") from None
-    return matplotlib
 
 
 def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
@@ -127,22 +128,12 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     ax.patch.set_visible(False)
     if layer.decades:
         left = np.array([10.0**k for k in ks], dtype=np.float64)
-        width = left * 9.0
         counts = np.array([c for _, c in layer.decades], dtype=np.int64)
         colors = [
             "#d62728" if 10.0 ** (k + 1) <= bound else ("#ff7f0e" if 10.0**k < bound else "#9e9e9e")
             for k in ks
         ]
-        bars.bar(
-            left,
-            counts,
-            width=width,
-            align="edge",
-            color=colors,
-            alpha=0.45,
-            edgecolor="#555555",
-            linewidth=0.5,
-        )
+        _decade_bars(bars, left, counts, colors)
         bars.set_ylim(0, counts.max() * 1.15)
     bars.set_ylabel("inputs per decade", fontsize=7)
     bars.tick_params(labelsize=7)
@@ -177,6 +168,46 @@ def _panel(ax: Any, layer: LayerResult, report: RatioReport, np: Any) -> None:
     ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
 
 
+def _figure(fmt: str, n: int, draw: Callable[[Any, Any, Any], None]) -> bytes:
+    """``n`` stacked panels filled by ``draw(fig, axes, np)``, as PNG or SVG bytes: fixed size
+    per panel, deterministic output (no dates, fixed SVG hash salt), matplotlib kept quiet."""
+    if fmt not in FORMATS:
+        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
+    matplotlib = require_matplotlib()
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with _quiet(), matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
+        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
+        FigureCanvasAgg(fig)
+        draw(fig, fig.subplots(n, 1, squeeze=False)[:, 0], np)
+        return _save(fig, fmt)
+
+
+def _save(fig: Any, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+    fig.savefig(buf, format=fmt, dpi=PLOT_DPI, metadata=metadata)
+    return buf.getvalue()
+
+
+def _plot(data: bytes, fmt: str, names: Sequence[str], n: int) -> Plot:
+    width, height = round(PLOT_WIDTH_IN * PLOT_DPI), round(PANEL_HEIGHT_IN * n * PLOT_DPI)
+    return Plot(data=data, fmt=fmt, layers=tuple(names), width_px=width, height_px=height)
+
+
+def _decade_bars(ax: Any, left: Any, heights: Any, colors: list[str], **extra: Any) -> None:
+    """One bar per decade ``[10**k, 10**(k+1))`` (``left`` = ``10**k``) on a log x axis."""
+    bars = {"align": "edge", "alpha": 0.45, "edgecolor": "#555555", "linewidth": 0.5}
+    ax.bar(left, heights, width=left * 9.0, color=colors, **bars, **extra)
+
+
+def _note(ax: Any, text: str, xy: tuple[float, float]) -> None:
+    """A small label just above the point ``xy`` (a bar's top)."""
+    ax.annotate(text, xy, textcoords="offset points", xytext=(0, 2), ha="center", fontsize=6)
+
+
 def _layer_panels(
     fmt: str,
     layers: Sequence[Any],
@@ -184,33 +215,18 @@ def _layer_panels(
     xlabel: str,
     title: str,
 ) -> Plot:
-    """One panel per layer, stacked (``draw_panel(ax, layer, np)`` fills each), as PNG or SVG
-    bytes: fixed size per panel, deterministic output (no dates, fixed SVG hash salt)."""
-    if fmt not in FORMATS:
-        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
-    matplotlib = _import_matplotlib()
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    """One panel per layer, stacked (``draw_panel(ax, layer, np)`` fills each; no layer at
+    all: one empty panel)."""
     n = max(1, len(layers))
-    with _quiet(), matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
-        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * n), dpi=PLOT_DPI)
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-        for ax, layer in zip(axes, layers):  # no layer at all: one empty panel
+
+    def draw(fig: Any, axes: Any, np: Any) -> None:
+        for ax, layer in zip(axes, layers):
             draw_panel(ax, layer, np)
         axes[-1].set_xlabel(xlabel, fontsize=8)
         fig.suptitle(title, fontsize=9)
         fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.25 / (PANEL_HEIGHT_IN * n)), h_pad=0.6)
-        data = _save(fig, fmt)
-    return Plot(
-        data=data,
-        fmt=fmt,
-        layers=tuple(layer.name for layer in layers),
-        width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
-        height_px=round(PANEL_HEIGHT_IN * n * PLOT_DPI),
-    )
+
+    return _plot(_figure(fmt, n, draw), fmt, [layer.name for layer in layers], n)
 
 
 @contextlib.contextmanager
@@ -231,21 +247,16 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _save(fig: Any, fmt: str) -> bytes:
-    buf = io.BytesIO()
-    metadata = {"Date": None} if fmt == "svg" else {"Software": None}
-    fig.savefig(buf, format=fmt, dpi=PLOT_DPI, metadata=metadata)
-    return buf.getvalue()
+def _shown(layers: Sequence[Any], of: Sequence[Any], how: str) -> str:
+    if len(layers) < len(of):
+        return f"{len(layers)} of {len(of)} layers{how}"
+    return f"{len(layers)} layer(s)"
 
 
 def plot_ratio(report: RatioReport, fmt: str = "png", max_layers: int = 6) -> Plot:
     """Draw the report (the worst ``max_layers`` layers) as PNG or SVG bytes."""
     layers = worst_layers(report, max_layers)
-    shown = (
-        f"{len(layers)} of {len(report.layers)} layers (worst first by violations)"
-        if len(layers) < len(report.layers)
-        else f"{len(layers)} layer(s)"
-    )
+    shown = _shown(layers, report.layers, " (worst first by violations)")
     return _layer_panels(
         fmt,
         layers,
@@ -270,21 +281,12 @@ def _log_floor(values: list[float], anchor: float) -> float:
 def worst_compare_layers(report: CompareReport, max_layers: int) -> tuple[CompareLayer, ...]:
     """The ``max_layers`` worst layers of a compare report, in report order: most violations
     first, then the largest max |change| (layers without a finite factor last)."""
-    if max_layers < 1:
-        raise InvalidParameterError(f"plot layers must be >= 1, got {max_layers}")
-    layers = report.layers
-    if len(layers) <= max_layers:
-        return layers
-    ranked = sorted(
-        range(len(layers)),
-        key=lambda i: (
-            -layers[i].violations,
-            layers[i].max_abs_change is None,
-            -(layers[i].max_abs_change or 0.0),
-            i,
-        ),
-    )
-    return tuple(layers[i] for i in sorted(ranked[:max_layers]))
+
+    def key(layer: CompareLayer) -> tuple[Any, ...]:
+        change = layer.max_abs_change
+        return (-layer.violations, change is None, -(change or 0.0))
+
+    return _worst(report.layers, max_layers, key)
 
 
 def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any) -> None:
@@ -312,27 +314,16 @@ def _compare_panel(ax: Any, layer: CompareLayer, report: CompareReport, np: Any)
         left = np.array([10.0**k for k in ks], dtype=np.float64)
         tops = np.array([max(h, floor) for h in heights], dtype=np.float64)
         colors = ["#d62728" if d.moved else "#9e9e9e" for d in layer.decades]
-        ax.bar(
+        _decade_bars(
+            ax,
             left,
             tops - floor,
+            colors,
             bottom=floor,
-            width=left * 9.0,
-            align="edge",
-            color=colors,
-            alpha=0.45,
-            edgecolor="#555555",
-            linewidth=0.5,
             label="max |change| per decade (red: some moved)",
         )
         for x0, top, d in zip(left, tops, layer.decades, strict=True):
-            ax.annotate(
-                f"{d.moved}/{d.count}",
-                (x0 * 3.0, top),
-                textcoords="offset points",
-                xytext=(0, 2),
-                ha="center",
-                fontsize=6,
-            )
+            _note(ax, f"{d.moved}/{d.count}", (x0 * 3.0, top))
     ax.axhline(tol, color="#d62728", linestyle="--", linewidth=1.0, label=f"tolerance {tol:.6g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -358,11 +349,7 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
     """Draw a compare report: per layer, the largest |change| per decade of q/eps_from as
     bars, the exact |factor - 1| curve of the two settings and the tolerance line."""
     layers = worst_compare_layers(report, max_layers)
-    shown = (
-        f"{len(layers)} of {len(report.layers)} layers"
-        if len(layers) < len(report.layers)
-        else f"{len(layers)} layer(s)"
-    )
+    shown = _shown(layers, report.layers, "")
     return _layer_panels(
         fmt,
         layers,
@@ -374,10 +361,6 @@ def plot_compare(report: CompareReport, fmt: str = "png", max_layers: int = 6) -
 
 
 # ----------------------------------------------------------------------------- parity
-def _short(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
 def _error_panel(
     ax: Any,
     x: Any,
@@ -398,14 +381,7 @@ def _error_panel(
         if c.nan or c.inf:
             note = (note + f" NaN {c.nan} inf {c.inf}").strip()
         if note:
-            ax.annotate(
-                note,
-                (float(x[i]), float(tops[i])),
-                textcoords="offset points",
-                xytext=(0, 2),
-                ha="center",
-                fontsize=6,
-            )
+            _note(ax, note, (float(x[i]), float(tops[i])))
     ax.axhline(
         limit,
         color="#d62728",
@@ -425,42 +401,29 @@ def _error_panel(
 def plot_parity(result: ParityResult, fmt: str = "png") -> Plot:
     """Draw a parity result: two panels, the max absolute and the max relative error per
     probe category (log axis; red bars for failing categories) with atol and rtol marked."""
-    if fmt not in FORMATS:
-        raise InvalidParameterError(f"plot format must be png or svg, got {fmt!r}")
-    matplotlib = _import_matplotlib()
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     cats = result.categories
     tol = result.tolerance
     names = [c.name for c in cats]
-    x = np.arange(len(cats), dtype=np.float64)
     colors = ["#9e9e9e" if c.passed else "#d62728" for c in cats]
     panels = (
         ("max |a - r|", [c.max_abs_error for c in cats], tol.atol, "atol"),
         ("max |a - r|/|r|", [c.max_rel_error for c in cats], tol.rtol, "rtol"),
     )
-    with _quiet(), matplotlib.rc_context({"svg.hashsalt": "rmsnorm-eps", "svg.fonttype": "none"}):
-        fig = Figure(figsize=(PLOT_WIDTH_IN, PANEL_HEIGHT_IN * 2), dpi=PLOT_DPI)
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(2, 1, squeeze=False)[:, 0]
+
+    inferred = "-" if result.inference.eps is None else f"{result.inference.eps:.4g}"
+
+    def draw(fig: Any, axes: Any, np: Any) -> None:
+        x = np.arange(len(cats), dtype=np.float64)
         for ax, panel in zip(axes, panels, strict=True):
             _error_panel(ax, x, cats, colors, panel, names, np)
         axes[0].set_title(
             f"{plot_label(result.actual_source)} vs float64 reference, rule {tol.rule}: "
             f"{tol.formula()}\n"
             f"red: failing category ({len(result.failing_categories)} of {len(cats)}); "
-            f"inferred eps {_short(result.inference.eps)} (configured {result.probes.eps:.4g})",
+            f"inferred eps {inferred} (configured {result.probes.eps:.4g})",
             fontsize=8,
             loc="left",
         )
         fig.tight_layout(h_pad=0.6)
-        data = _save(fig, fmt)
-    return Plot(
-        data=data,
-        fmt=fmt,
-        layers=tuple(names),
-        width_px=round(PLOT_WIDTH_IN * PLOT_DPI),
-        height_px=round(PANEL_HEIGHT_IN * 2 * PLOT_DPI),
-    )
+
+    return _plot(_figure(fmt, 2, draw), fmt, names, 2)

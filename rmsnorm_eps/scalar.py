@@ -10,19 +10,30 @@ checks this against :mod:`rmsnorm_eps.numerics` over many inputs). Notation as t
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, TypeVar
 
 from rmsnorm_eps.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "attenuation",
     "attenuation_loss",
+    "attenuation_of",
+    "loss_of",
     "min_ratio",
+    "min_ratio_dd",
     "validate_delta",
     "validate_eps",
     "validate_ratio",
 ]
 
+# Error-free transformations (Dekker/Knuth), on floats or float64 arrays alike: they let
+# min_ratio be correctly rounded to within a fraction of an ulp without extended precision.
 _SPLITTER = 134217729.0  # 2**27 + 1
+_N = TypeVar("_N", float, "npt.NDArray[np.float64]")
 
 
 def _as_float(value: object, name: str) -> float:
@@ -58,8 +69,8 @@ def validate_ratio(ratio: object, name: str = "ratio") -> float:
     return value
 
 
-def _two_prod(a: float, b: float) -> tuple[float, float]:
-    """(p, e) with p = fl(a*b) and a*b = p + e exactly (Dekker's split)."""
+def _two_prod(a: _N, b: _N) -> tuple[_N, _N]:
+    """(p, e) with p = fl(a*b) and a*b = p + e exactly (Dekker's split; no overflow assumed)."""
     p = a * b
     ca = _SPLITTER * a
     ahi = ca - (ca - a)
@@ -71,42 +82,59 @@ def _two_prod(a: float, b: float) -> tuple[float, float]:
     return p, e
 
 
-def _fast_two_sum(a: float, b: float) -> tuple[float, float]:
+def _fast_two_sum(a: float | _N, b: _N) -> tuple[_N, _N]:
     """(s, e) with s = fl(a+b) and a+b = s + e exactly, given |a| >= |b|."""
     s = a + b
     return s, b - (s - a)
 
 
-def min_ratio(delta: float) -> float:
-    """Smallest ``r`` with ``A(r) >= 1 - delta``: ``(1 - delta)**2 / (delta (2 - delta))``,
-    formed in double-double as :func:`rmsnorm_eps.numerics.min_ratio`."""
-    d = validate_delta(delta)
+def min_ratio_dd(d: _N) -> _N:
+    """``(1 - d)**2 / (d (2 - d))`` for a validated ``d`` (a float, or a float64 array: the
+    same IEEE operations element by element), the numerator and denominator formed as
+    double-double values (error-free transformations), so the result is within about half an
+    ulp of the exact value for every ``d`` in (0, 1)."""
+    # a = 1 - d and b = 2 - d as unevaluated sums hi + lo (exact).
     a_hi, a_lo = _fast_two_sum(1.0, -d)
     b_hi, b_lo = _fast_two_sum(2.0, -d)
+    # numerator a**2 = a_hi**2 + 2 a_hi a_lo (+ a_lo**2, below double-double precision)
     n_hi, n_lo = _two_prod(a_hi, a_hi)
     n_lo = n_lo + 2.0 * a_hi * a_lo
     n_hi, n_lo = _fast_two_sum(n_hi, n_lo)
+    # denominator d * b
     d_hi, d_lo = _two_prod(d, b_hi)
     d_lo = d_lo + d * b_lo
     d_hi, d_lo = _fast_two_sum(d_hi, d_lo)
+    # quotient: q0 = n_hi/d_hi, corrected by the exact residual n - q0*d.
     q0 = n_hi / d_hi
     p_hi, p_lo = _two_prod(q0, d_hi)
     resid = (((n_hi - p_hi) - p_lo) + n_lo) - q0 * d_lo
     return q0 + resid / d_hi
 
 
+def min_ratio(delta: float) -> float:
+    """Smallest ``r`` with ``A(r) >= 1 - delta``: ``(1 - delta)**2 / (delta (2 - delta))``
+    (:func:`min_ratio_dd`)."""
+    return min_ratio_dd(validate_delta(delta))
+
+
+def attenuation_of(r: float) -> float:
+    """``A(r)`` of a validated ``r``: ``sqrt(r/(r+1))`` for ``r <= 1`` (no overflow of ``1/r``
+    for subnormal ``r``), else ``1/sqrt(1 + 1/r)``."""
+    return math.sqrt(r / (r + 1.0)) if r <= 1.0 else 1.0 / math.sqrt(1.0 + 1.0 / r)
+
+
+def loss_of(r: float) -> float:
+    """``1 - A(r) = 1 / (sqrt(r+1) (sqrt(r+1) + sqrt(r)))`` of a validated ``r``, without
+    cancellation (``r = inf`` gives 0)."""
+    s1 = math.sqrt(r + 1.0)
+    return 1.0 / (s1 * (s1 + math.sqrt(r)))
+
+
 def attenuation(r: float) -> float:
-    """``A(r) = sqrt(r/(r+1))`` for ``r <= 1``, else ``1/sqrt(1 + 1/r)``; A(0) = 0, A(inf) = 1."""
-    r = validate_ratio(r)
-    if r <= 1.0:
-        return math.sqrt(r / (r + 1.0))
-    return 1.0 / math.sqrt(1.0 + 1.0 / r)
+    """``A(r) = sqrt(r/(r+1))`` (:func:`attenuation_of`); A(0) = 0, A(inf) = 1."""
+    return attenuation_of(validate_ratio(r))
 
 
 def attenuation_loss(r: float) -> float:
-    """``1 - A(r) = 1 / (sqrt(r+1) (sqrt(r+1) + sqrt(r)))``, without cancellation."""
-    r = validate_ratio(r)
-    if math.isinf(r):
-        return 0.0
-    s1 = math.sqrt(r + 1.0)
-    return 1.0 / (s1 * (s1 + math.sqrt(r)))
+    """``1 - A(r)`` without cancellation (:func:`loss_of`); loss(0) = 1, loss(inf) = 0."""
+    return loss_of(validate_ratio(r))

@@ -9,12 +9,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.analysis import analyze_dump, decisions_for
-from rmsnorm_eps.kernels import (
-    fast_error_bound,
-    mean_square_rows,
-    mean_square_rows_fast,
-    refine_rows,
-)
+from rmsnorm_eps.kernels import Refiner, fast_error_bound, mean_square_rows, mean_square_rows_fast
 from rmsnorm_eps.numerics import min_ratio, q_threshold
 from rmsnorm_eps.reports.document import document
 
@@ -52,7 +47,7 @@ def test_refine_recomputes_few_rows_on_ordinary_data() -> None:
     assert fast is not None
     q, rel = fast
     dec = decisions_for(1e-5, float(min_ratio(0.01)), 5)
-    n = refine_rows(q, rel, lambda rows: mean_square_rows(x[rows]), dec.thresholds, 5)
+    n = Refiner(dec.thresholds, 5).refine(q, rel, lambda rows: mean_square_rows(x[rows]))
     assert 5 <= n < 0.05 * x.shape[0]
 
 
@@ -151,7 +146,7 @@ def test_refine_makes_every_decision_exact_under_worst_case_errors(seed: int, to
                 fast[i] = tt * (1 - 0.9 * rel) if v >= tt else tt * (1 + 0.9 * rel)
     assert np.all(np.abs(fast - exact) <= rel * exact * 1.01)
     q = fast.copy()
-    refine_rows(q, rel, lambda rows: exact[rows], dec.thresholds, top)
+    Refiner(dec.thresholds, top).refine(q, rel, lambda rows: exact[rows])
     for tt in dec.thresholds:
         assert np.count_nonzero(q < tt) == np.count_nonzero(exact < tt)
     assert q.min() == exact.min() and q.max() == exact.max()

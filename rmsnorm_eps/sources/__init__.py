@@ -35,8 +35,8 @@ Adding an input format (e.g. safetensors, torch.save, CSV) touches one module pl
    begin``; an uncompressed torch.save member), build :class:`RawArraySource` with
    ``data_offset`` (and ``archive``/``info``/``skip`` for a zip member): streaming, parallel
    reads and CRC checks come for free. Otherwise (CSV: rows of text) write a small class that
-   satisfies :class:`ArraySource` (``iter_elements`` yielding bounded chunks; ``iter_mapped``
-   may simply map over ``iter_elements``).
+   satisfies :class:`ArraySource` (``iter_elements`` yielding bounded chunks; deriving from
+   :class:`~rmsnorm_eps.sources.interface.SerialSource` gives ``iter_mapped`` over them).
 2. One entry in :data:`~rmsnorm_eps.sources.interface.OPENERS`:
    ``Kind.SAFETENSORS: "rmsnorm_eps.sources.safetensors:open_safetensors"`` (the kind is
    already recognised by :func:`sniff`; a new kind is one more rule there). An opener that

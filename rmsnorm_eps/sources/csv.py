@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import numpy as np
 
 from rmsnorm_eps.errors import InputFileError, brief
-from rmsnorm_eps.sources.interface import Opened
+from rmsnorm_eps.sources.interface import Opened, SerialSource
 
 __all__ = [
     "MAX_BYTES",
@@ -45,8 +45,6 @@ __all__ = [
     "open_csv",
     "open_tsv",
 ]
-
-T = TypeVar("T")
 
 #: Largest CSV/TSV file read (bigger dumps belong in .npy/.npz/.safetensors).
 MAX_BYTES = 256 << 20
@@ -206,7 +204,7 @@ def _check_names(path: Path, names: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
-class CsvColumnSource:
+class CsvColumnSource(SerialSource):
     """One column of a CSV/TSV file as an :class:`~rmsnorm_eps.sources.ArraySource` (float64,
     shape ``(rows,)``), parsed again in chunks of rows whenever it is read."""
 
@@ -232,16 +230,8 @@ class CsvColumnSource:
         return (self.layout.rows,)
 
     @property
-    def order(self) -> str:
-        return "C"
-
-    @property
     def size(self) -> int:
         return self.layout.rows
-
-    @property
-    def stored_as(self) -> str | None:
-        return None
 
     @property
     def members(self) -> int:
@@ -287,15 +277,6 @@ class CsvColumnSource:
             raise InputFileError(
                 self.path, f"holds {start} rows now, {layout.rows} when opened", key=self.key
             )
-
-    def iter_mapped(
-        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
-    ) -> Iterator[tuple[int, T]]:
-        """``(start, fn(start, values))`` over :meth:`iter_elements` (one thread: parsing text
-        holds the GIL)."""
-        del threads
-        for start, values in self.iter_elements(elems_per_chunk):
-            yield start, fn(start, values)
 
 
 def _select(path: Path, names: tuple[str, ...], column: str) -> int:

@@ -30,6 +30,7 @@ __all__ = [
     "ArraySource",
     "Opened",
     "Opener",
+    "SerialSource",
     "Unreadable",
     "open_sources",
 ]
@@ -96,6 +97,31 @@ class ArraySource(Protocol):
         possibly computed on ``threads`` worker threads."""
 
 
+class SerialSource:
+    """What the sources read on one thread (CSV columns, arrays in memory) share: elements in
+    C order, no bfloat16 storage, and :meth:`iter_mapped` computed in the caller's thread
+    (parsing text holds the GIL; data in memory needs no reader threads)."""
+
+    @property
+    def order(self) -> str:
+        return "C"
+
+    @property
+    def stored_as(self) -> str | None:
+        return None
+
+    def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        raise NotImplementedError
+
+    def iter_mapped(
+        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
+    ) -> Iterator[tuple[int, T]]:
+        """``(start, fn(start, values))`` for the chunks of :meth:`iter_elements`, in order."""
+        del threads
+        for start, values in self.iter_elements(elems_per_chunk):
+            yield start, fn(start, values)
+
+
 @dataclass(frozen=True, slots=True)
 class Unreadable:
     """A layer (container member) that could not be read, and why: listed, never dropped."""
@@ -155,7 +181,10 @@ MAX_LAYERS = 4096
 #: Separator between a layer's name and its companion's (as :data:`npz.COMPANION_SEP`).
 _COMPANION_SEP = "::"
 
-#: Logical dtypes that can be asked for (``dtype=``): stored as raw bit patterns.
+#: Logical dtypes that can be asked for (``dtype=``), stored as raw bit patterns. ``bfloat16``:
+#: arrays of dtype uint16 or int16 (either byte order; int16 is what ``tensor.view(torch.int16)``
+#: gives) or ``V2`` (what ``np.save`` writes for an ml_dtypes bfloat16 array; read as
+#: little-endian) hold bfloat16 bit patterns.
 _STORED_AS = ("bfloat16",)
 
 

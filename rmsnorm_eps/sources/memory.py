@@ -7,20 +7,20 @@ flattened C-order view, in native byte order, as the file readers hand them out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-__all__ = ["MemoryArraySource"]
+from rmsnorm_eps.sources.interface import SerialSource
 
-T = TypeVar("T")
+__all__ = ["MemoryArraySource"]
 
 
 @dataclass(frozen=True, eq=False)
-class MemoryArraySource:
+class MemoryArraySource(SerialSource):
     """One layer held in memory: ``values`` (float16/32/64, any shape) named ``key``.
 
     ``path`` is the label reports show in place of a file name (``<memory>``);
@@ -50,16 +50,8 @@ class MemoryArraySource:
         return tuple(int(k) for k in self.values.shape)
 
     @property
-    def order(self) -> str:
-        return "C"
-
-    @property
     def size(self) -> int:
         return int(self.values.size)
-
-    @property
-    def stored_as(self) -> str | None:
-        return None
 
     @property
     def members(self) -> int:
@@ -86,11 +78,3 @@ class MemoryArraySource:
                 idx = np.unravel_index(np.arange(start, stop, dtype=np.int64), self.values.shape)
                 chunk = self.values[idx]
             yield start, np.asarray(chunk, dtype=native)
-
-    def iter_mapped(
-        self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
-    ) -> Iterator[tuple[int, T]]:
-        """``(start, fn(start, values))`` for the chunks of :meth:`iter_elements` (one thread:
-        the data is already in memory)."""
-        for start, values in self.iter_elements(elems_per_chunk):
-            yield start, fn(start, values)

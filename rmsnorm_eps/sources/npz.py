@@ -42,7 +42,7 @@ from rmsnorm_eps.sources.raw import (
 )
 from rmsnorm_eps.sources.sniff import ZIP_LOCAL_MAGIC
 
-__all__ = ["COMPANION_SEP", "open_npz"]
+__all__ = ["COMPANION_SEP", "open_npz", "with_companions"]
 
 #: Separator between a layer's key and its companion's name in .npz member names.
 COMPANION_SEP = "::"
@@ -200,12 +200,20 @@ def _open_member(
     )
 
 
-def _attach_companions(
+def with_companions(
     path: Path,
-    layers: list[RawArraySource],
-    companions: list[RawArraySource],
-    unreadable: list[Unreadable] | None,
-) -> list[RawArraySource]:
+    made: list[tuple[str, RawArraySource]],
+    unreadable: list[Unreadable],
+    lenient: bool,
+    total: int,
+    empty: str,
+) -> Opened:
+    """The dump of the sources ``made`` (``(name, source)`` pairs): each member ``<layer>::<what>``
+    attached to its layer as a companion. A companion without its layer, or not of its shape
+    and order, raises (``lenient``: is listed in ``unreadable``); a dump without a layer or
+    an unreadable member raises ``empty``."""
+    layers = [src for name, src in made if COMPANION_SEP not in name]
+    companions = [src for name, src in made if COMPANION_SEP in name]
     by_key = {src.key: src for src in layers}
     attached: dict[str, list[tuple[str, RawArraySource]]] = {}
     for comp in companions:
@@ -220,17 +228,19 @@ def _attach_companions(
                 f"companion array has shape {comp.shape}, its layer {base!r} has {layer.shape}"
             )
         if problem is not None:
-            if unreadable is None:
+            if not lenient:
                 raise InputFileError(path, problem, key=comp.key)
             unreadable.append(Unreadable(comp.key, problem))
             continue
         attached.setdefault(base, []).append((what, comp))
-    if not attached:
-        return layers
-    return [
-        replace(src, companions=tuple(attached[str(src.key)])) if src.key in attached else src
-        for src in layers
-    ]
+    if attached:
+        layers = [
+            replace(src, companions=tuple(attached[str(src.key)])) if src.key in attached else src
+            for src in layers
+        ]
+    if not layers and not unreadable:
+        raise InputFileError(path, empty)
+    return Opened(layers, unreadable, total)
 
 
 def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Opened:
@@ -245,8 +255,7 @@ def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Ope
     total = len(entries)
     archive.forget_directory()  # from here on ``entries`` holds the only copy
     starts, problems = _local_extents(zf.fp, cast("list[zipfile.ZipInfo]", entries), zf.start_dir)
-    layers: list[RawArraySource] = []
-    companions: list[RawArraySource] = []
+    made: list[tuple[str, RawArraySource]] = []
     unreadable: list[Unreadable] = []
     seen: set[str] = set()
     for i in range(total):
@@ -263,13 +272,11 @@ def open_npz(path: Path, size: int, stored_as: str | None, lenient: bool) -> Ope
                 raise
             unreadable.append(Unreadable(exc.key or info.filename, exc.problem))
             continue
-        (companions if COMPANION_SEP in str(src.key) else layers).append(src)
+        made.append((str(src.key), src))
     try:
-        layers = _attach_companions(path, layers, companions, unreadable if lenient else None)
+        return with_companions(
+            path, made, unreadable, lenient, total, "the .npz archive holds no arrays"
+        )
     except InputFileError:
         archive.close()
         raise
-    if not layers and not unreadable:
-        archive.close()
-        raise InputFileError(path, "the .npz archive holds no arrays")
-    return Opened(layers, unreadable, total)

@@ -27,6 +27,7 @@ CRC discipline; split, each would re-state the same invariants.
 from __future__ import annotations
 
 import lzma
+import math
 import mmap
 import os
 import zipfile
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
-    "STORED_AS",
     "ZIP_ERRORS",
     "RawArraySource",
     "ZipArchive",
@@ -61,12 +61,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Values of ``open_dump(..., dtype=)``: logical dtypes stored as raw bit patterns.
-#: ``bfloat16``: arrays of dtype uint16 or int16 (either byte order; int16 is what
-#: ``tensor.view(torch.int16)`` gives) or ``V2`` (what ``np.save`` writes for an ml_dtypes
-#: bfloat16 array; read as little-endian) hold bfloat16 bit patterns.
-STORED_AS = ("bfloat16",)
 
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
@@ -251,10 +245,7 @@ class RawArraySource:
     @property
     def size(self) -> int:
         """Number of elements."""
-        n = 1
-        for k in self.shape:
-            n *= k
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -404,13 +395,20 @@ class RawArraySource:
         finally:
             stream.close()
 
+    def _buffer(
+        self, per: int
+    ) -> tuple[np.dtype[Any], np.ndarray, memoryview, np.dtype[Any] | None]:
+        """A reused read buffer of ``per`` elements, its bytes, and the native dtype its chunks
+        are byte-swapped to (None when the stored order is native)."""
+        dtype = self._read_dtype
+        buf = np.empty(per, dtype=dtype)
+        native = dtype.newbyteorder("=") if not dtype.isnative else None
+        return dtype, buf, buf.data.cast("B"), native
+
     def _read_chunks(self, per: int) -> Iterator[tuple[int, np.ndarray]]:
         """:meth:`iter_elements` by ``readinto`` into one reused buffer."""
-        dtype = self._read_dtype
+        dtype, buf, raw, native = self._buffer(per)
         total = self.size
-        buf = np.empty(per, dtype=dtype)
-        raw = buf.data.cast("B")
-        native = dtype.newbyteorder("=") if not dtype.isnative else None
         stream = self._open()
         try:
             crc = self._crc_start(stream)
@@ -430,10 +428,7 @@ class RawArraySource:
                     crc = zlib.crc32(raw[:nbytes], crc)
                     if start + n >= total and crc != self.member_crc:
                         raise self._bad_crc()
-                chunk = buf[:n]
-                if native is not None:
-                    chunk = chunk.byteswap().view(native)
-                yield start, chunk
+                yield start, buf[:n] if native is None else buf[:n].byteswap().view(native)
                 start += n
         finally:
             stream.close()
@@ -449,11 +444,8 @@ class RawArraySource:
         by :meth:`iter_elements` only.)"""
         if self.data_offset is None:
             raise ValueError("iter_range needs a source read in place")
-        dtype = self._read_dtype
         per = max(1, min(elems_per_chunk, count))
-        buf = np.empty(per, dtype=dtype)
-        raw = buf.data.cast("B")
-        native = dtype.newbyteorder("=") if not dtype.isnative else None
+        _, buf, _, native = self._buffer(per)
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as exc:
@@ -462,27 +454,31 @@ class RawArraySource:
             start = first
             while start < first + count:
                 n = min(per, first + count - start)
-                view = raw[: n * dtype.itemsize]
-                got = 0
-                while got < len(view):
-                    try:
-                        k = os.preadv(
-                            fd, [view[got:]], self.data_offset + start * dtype.itemsize + got
-                        )
-                    except OSError as exc:
-                        raise InputFileError(
-                            self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
-                        ) from None
-                    if k <= 0:
-                        raise self._truncated(start, got)
-                    got += k
-                chunk = buf[:n]
-                if native is not None:
-                    chunk = chunk.byteswap().view(native)
-                yield start, chunk
+                yield start, self._pread(fd, start, n, buf, native)
                 start += n
         finally:
             os.close(fd)
+
+    def _pread(
+        self, fd: int, start: int, n: int, buf: np.ndarray, native: np.dtype[Any] | None
+    ) -> np.ndarray:
+        """Elements ``start`` to ``start + n`` of a source read in place, read into ``buf`` with
+        positioned reads (the file position never moves), in native byte order."""
+        assert self.data_offset is not None
+        itemsize = buf.dtype.itemsize
+        view = buf.data.cast("B")[: n * itemsize]
+        got = 0
+        while got < len(view):
+            try:
+                k = os.preadv(fd, [view[got:]], self.data_offset + start * itemsize + got)
+            except OSError as exc:
+                raise InputFileError(
+                    self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
+                ) from None
+            if k <= 0:
+                raise self._truncated(start, got)
+            got += k
+        return buf[:n] if native is None else buf[:n].byteswap().view(native)
 
     def iter_mapped(
         self,
@@ -521,24 +517,7 @@ class _ParallelReader:
         self.base = src.data_offset
 
     def _read(self, fd: int, start: int, buf: np.ndarray) -> np.ndarray:
-        itemsize = self.dtype.itemsize
-        n = min(self.per, self.total - start)
-        view = buf.data.cast("B")[: n * itemsize]
-        got = 0
-        while got < len(view):
-            try:
-                k = os.preadv(fd, [view[got:]], self.base + start * itemsize + got)
-            except OSError as exc:
-                raise InputFileError(
-                    self.src.path, f"cannot read data: {exc.strerror or exc}", key=self.src.key
-                ) from None
-            if k <= 0:
-                raise self.src._truncated(start, got)
-            got += k
-        chunk = buf[:n]
-        if self.native is not None:
-            chunk = chunk.byteswap().view(self.native)
-        return chunk
+        return self.src._pread(fd, start, min(self.per, self.total - start), buf, self.native)
 
     def run(self, fn: Callable[[int, np.ndarray], T]) -> Iterator[tuple[int, T]]:
         # imported here: concurrent.futures (with logging and queue) costs about 25 ms of

@@ -37,7 +37,7 @@ import numpy as np
 
 from rmsnorm_eps.errors import InputFileError, brief
 from rmsnorm_eps.sources.interface import Opened, Unreadable
-from rmsnorm_eps.sources.npz import COMPANION_SEP, _attach_companions
+from rmsnorm_eps.sources.npz import COMPANION_SEP, with_companions
 from rmsnorm_eps.sources.raw import RawArraySource, check_float_dtype
 
 __all__ = ["DTYPES", "HEADER_MAX", "open_safetensors"]
@@ -248,8 +248,7 @@ def open_safetensors(path: Path, size: int, stored_as: str | None, lenient: bool
         entries.append((key, parsed))
         spans.append((parsed[2], parsed[3], key))
     overlapping = _overlaps(spans)
-    layers: list[RawArraySource] = []
-    companions: list[RawArraySource] = []
+    made: list[tuple[str, RawArraySource]] = []
     unreadable: list[Unreadable] = []
     for key, item in entries:
         try:
@@ -266,8 +265,7 @@ def open_safetensors(path: Path, size: int, stored_as: str | None, lenient: bool
                 raise
             unreadable.append(Unreadable(key, exc.problem))
             continue
-        (companions if COMPANION_SEP in key else layers).append(src)
-    layers = _attach_companions(path, layers, companions, unreadable if lenient else None)
-    if not layers and not unreadable:
-        raise InputFileError(path, "the .safetensors file holds no tensors")
-    return Opened(layers, unreadable, len(header))
+        made.append((key, src))
+    return with_companions(
+        path, made, unreadable, lenient, len(header), "the .safetensors file holds no tensors"
+    )

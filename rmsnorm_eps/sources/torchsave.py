@@ -44,7 +44,7 @@ import numpy as np
 
 from rmsnorm_eps.errors import InputFileError, MissingExtraError, brief
 from rmsnorm_eps.sources.interface import Opened, Unreadable
-from rmsnorm_eps.sources.npz import COMPANION_SEP, _attach_companions, _local_extents
+from rmsnorm_eps.sources.npz import COMPANION_SEP, _local_extents, with_companions
 from rmsnorm_eps.sources.raw import ZIP_ERRORS, RawArraySource, check_float_dtype
 
 __all__ = ["PICKLE_MAX", "SHARED_MAX", "open_torchsave"]
@@ -416,8 +416,7 @@ class _SharedSource(RawArraySource):
     def iter_mapped(
         self, elems_per_chunk: int, fn: Callable[[int, np.ndarray], T], threads: int = 1
     ) -> Iterator[tuple[int, T]]:
-        for start, values in self.iter_elements(elems_per_chunk):
-            yield start, fn(start, values)
+        return RawArraySource.iter_mapped(self, elems_per_chunk, fn, 1)
 
 
 def _share(
@@ -525,11 +524,6 @@ def open_torchsave(path: Path, size: int, stored_as: str | None, lenient: bool) 
         raise InputFileError(path, problem, key=name)
     unreadable += [Unreadable(name, problem) for name, problem in problems]
     total += len(problems) - len(refused)  # the refused tensors are counted already
-    layers: list[RawArraySource] = []
-    companions: list[RawArraySource] = []
-    for key, src in made:
-        (companions if COMPANION_SEP in key else layers).append(src)
-    layers = _attach_companions(path, layers, companions, unreadable if lenient else None)
-    if not layers and not unreadable:
-        raise InputFileError(path, "the torch.save file holds no tensors")
-    return Opened(layers, unreadable, total)
+    return with_companions(
+        path, made, unreadable, lenient, total, "the torch.save file holds no tensors"
+    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.gate import evaluate_gate, verdict
+from rmsnorm_eps.gate import evaluate_gate
 from rmsnorm_eps.sources import Unreadable
 
 
@@ -26,7 +26,7 @@ def test_no_budget_passes_only_without_violations() -> None:
     assert evaluate_gate(_Report(0, 10)).passed
     gate = evaluate_gate(_Report(1, 10))
     assert not gate.passed and gate.reason == "1 violation(s), none allowed"
-    assert verdict(gate) == "FAIL"
+    assert gate.verdict == "FAIL"
 
 
 def test_count_budget_tie_passes() -> None:
@@ -56,5 +56,5 @@ def test_invalid_budgets(n: int | None, f: float | None) -> None:
 def test_skipped_members_make_the_verdict_incomplete() -> None:
     gate = evaluate_gate(_Report(0, 10, (Unreadable("b", "bad CRC"),)))
     assert gate.passed and gate.incomplete
-    assert gate.verdict == verdict(gate) == "INCOMPLETE"
+    assert gate.verdict == "INCOMPLETE"
     assert evaluate_gate(_Report(0, 10)).verdict == "PASS"

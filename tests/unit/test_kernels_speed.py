@@ -15,7 +15,6 @@ from rmsnorm_eps.kernels import (
     mean_square_rows,
     mean_square_rows_bf16,
     mean_square_rows_fast,
-    refine_rows,
 )
 from rmsnorm_eps.numerics import min_ratio
 
@@ -111,8 +110,8 @@ def test_float16_inf_or_nan_anywhere_takes_the_exact_path() -> None:
 def test_refiner_over_chunks_is_exact_under_worst_case_errors(seed: int, top: int) -> None:
     """Fast values anywhere inside the error bound, fed in chunks (in order and reversed, so
     the smallest and largest come first or last): after refinement every count, the
-    minimum, the maximum and the k smallest are exact, recomputing fewer rows than
-    :func:`refine_rows` chunk by chunk (which must assume each chunk holds the extremes)."""
+    minimum, the maximum and the k smallest are exact, recomputing fewer rows than a new
+    refiner per chunk (which must assume each chunk holds the extremes)."""
     rng = np.random.default_rng(seed)
     rel = 1e-4
     dec = decisions_for(1e-5, float(min_ratio(0.01)), top)
@@ -130,7 +129,7 @@ def test_refiner_over_chunks_is_exact_under_worst_case_errors(seed: int, top: in
         for s in range(0, ex.size, 97):
             q = fa[s : s + 97]
             part = ex[s : s + 97]
-            alone += refine_rows(q.copy(), rel, part.__getitem__, dec.thresholds, top)
+            alone += Refiner(dec.thresholds, top).refine(q.copy(), rel, part.__getitem__)
             counts += refiner.refine(q, rel, part.__getitem__)
         for tt in dec.thresholds:
             assert np.count_nonzero(fa < tt) == np.count_nonzero(ex < tt)

@@ -27,6 +27,16 @@ def test_attenuation_and_loss_match_numpy_and_mpmath(r: float) -> None:
     assert loss == pytest.approx(float(exact_loss), rel=1e-14, abs=0)
 
 
+def test_numpy_vector_path_is_bit_identical_to_the_scalar_one() -> None:
+    # above numerics._SMALL values numpy computes A, 1 - A and min_ratio vectorized; element by
+    # element the same IEEE operations as the scalar functions, so the values are identical
+    r = [0.0, 5e-324, 1e-300, 0.5, 1.0, 1.0000001, 49.25, 1e10, 1e300, math.inf] * 3
+    assert numerics.attenuation(r).tolist() == [scalar.attenuation(x) for x in r]  # type: ignore[union-attr]
+    assert numerics.attenuation_loss(r).tolist() == [scalar.attenuation_loss(x) for x in r]  # type: ignore[union-attr]
+    deltas = [1e-12, 1e-9, 0.01, 0.3, 0.5, 0.999, 1 - 2**-53] * 3
+    assert numerics.min_ratio(deltas).tolist() == [scalar.min_ratio(d) for d in deltas]  # type: ignore[union-attr]
+
+
 def test_end_points() -> None:
     assert scalar.attenuation(0.0) == 0.0 and scalar.attenuation(math.inf) == 1.0
     assert scalar.attenuation_loss(0.0) == 1.0 and scalar.attenuation_loss(math.inf) == 0.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmsnorm_eps.dumps import npy_bytes, open_dump, open_dump_lenient
+from rmsnorm_eps.dumps import npy_bytes, open_dump
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources import MAX_LAYERS, OPENERS, Kind, open_sources, sniff
 from rmsnorm_eps.sources.raw import RawArraySource
@@ -183,7 +183,8 @@ def test_overlapping_members_reported(tmp_path: Path) -> None:
     end[10:12] = count
     end[12:16] = struct.pack("<I", len(entry) * 2)
     path.write_bytes(raw[:cd] + bytes(entry) + second + bytes(end))
-    sources, skipped = open_dump_lenient(path)
+    opened = open_sources(path, lenient=True)
+    sources, skipped = opened.sources, opened.unreadable
     assert [s.name for s in sources] == ["a"]
     assert [u.name for u in skipped] == ["b.npy"] or [u.name for u in skipped] == ["b"]
     # the entry points at a's local header: it names another file and overlaps a's bytes
