@@ -35,27 +35,23 @@ __all__ = [
 ]
 
 _QK = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
-_ROLES = (
-    ("pre_feedforward_layernorm", "pre-feedforward"),
-    ("post_feedforward_layernorm", "post-feedforward"),
-    ("post_attention_layernorm", "post-attention"),
-    ("input_layernorm", "input"),
-)
+_ROLES = {
+    **dict.fromkeys(_QK, "q/k"),
+    "pre_feedforward_layernorm": "pre-feedforward",
+    "post_feedforward_layernorm": "post-feedforward",
+    "post_attention_layernorm": "post-attention",
+    "input_layernorm": "input",
+}
 
 
 def role_of(name: str, layer: int, layers: int) -> str:
     """A norm's role from its name's last part: q/k (q_norm, k_norm, ...), input,
     post-attention, pre-feedforward, post-feedforward (the Hugging Face names), final (a norm
     outside the decoder layers that runs after all of them), else other."""
-    last = name.rsplit(".", 1)[-1].lower()
-    if last in _QK:
-        return "q/k"
-    for suffix, role in _ROLES:
-        if last == suffix:
-            return role
-    if layers and layer >= layers:
-        return "final"
-    return "other"
+    role = _ROLES.get(name.rsplit(".", 1)[-1].lower())
+    if role is not None:
+        return role
+    return "final" if layers and layer >= layers else "other"
 
 
 def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any]]:
@@ -137,19 +133,15 @@ def logits_of(plan: Plan, ids: Any, mask: Any) -> Any:
 @contextmanager
 def counting(plan: Plan) -> Iterator[None]:
     """Count every decoder layer that really runs (not one whose output is reused)."""
-    handles = []
 
     def pre(module: Any, args: Any) -> None:
         if "forward" not in module.__dict__:
             plan.count.forward += 1
 
-    for layer in plan.layers:
-        handles.append(layer.register_forward_pre_hook(pre))
-    try:
+    with ExitStack() as hooks:
+        for layer in plan.layers:
+            hooks.enter_context(layer.register_forward_pre_hook(pre))
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -183,31 +175,27 @@ def capture_pass(
 
     done = [0]
     first: dict[str, int] = {}
-    handles = []
 
     def after(module: Any, args: Any, out: Any) -> None:
         done[0] += 1
 
-    for layer in layers:
-        handles.append(layer.register_forward_hook(after))
     cap = QCapture(model)
     named = dict(model.named_modules())
-    for st in cap._states:  # the capture's own module list, in model order
-        name = st.spec.name
+    with ExitStack() as hooks:
+        for layer in layers:
+            hooks.enter_context(layer.register_forward_hook(after))
+        for st in cap._states:  # the capture's own module list, in model order
+            name = st.spec.name
 
-        def pre(module: Any, args: Any, name: str = name) -> None:
-            first.setdefault(name, done[0])
+            def pre(module: Any, args: Any, name: str = name) -> None:
+                first.setdefault(name, done[0])
 
-        handles.append(named[name].register_forward_pre_hook(pre))
-    try:
+            hooks.enter_context(named[name].register_forward_pre_hook(pre))
         with cap, torch.no_grad():
             for ids, mask in batches:
                 done[0] = 0
                 model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                 plan_count.forward += len(layers) + 1
-    finally:
-        for h in handles:
-            h.remove()
     result = cap.result()
     norms = []
     for rec in result.modules:
@@ -257,24 +245,18 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
     for ids, mask in plan.batches:
         for base, members in groups.items():
             cached: list[Any] = [None] * len(plan.layers)
-            handles = []
-            for i, layer in enumerate(plan.layers):
+            with torch.no_grad(), ExitStack() as stack:
+                for i, layer in enumerate(plan.layers):
 
-                def keep(
-                    module: Any, args: Any, out: Any, i: int = i, cached: list[Any] = cached
-                ) -> None:
-                    cached[i] = out
+                    def keep(
+                        module: Any, args: Any, out: Any, i: int = i, cached: list[Any] = cached
+                    ) -> None:
+                        cached[i] = out
 
-                handles.append(layer.register_forward_hook(keep))
-            lead = members[0].change
-            try:
-                with torch.no_grad(), ExitStack() as stack:
-                    if base is not None:
-                        stack.enter_context(applied(lead, "base", everyone))
-                    base_logits = logits_of(plan, ids, mask)
-            finally:
-                for h in handles:
-                    h.remove()
+                    stack.enter_context(layer.register_forward_hook(keep))
+                if base is not None:
+                    stack.enter_context(applied(members[0].change, "base", everyone))
+                base_logits = logits_of(plan, ids, mask)
             base_lp = torch.log_softmax(base_logits.double(), dim=-1)
             if base is None and base_acc is not None:
                 nll, n = nll_sums(base_logits, ids, mask)

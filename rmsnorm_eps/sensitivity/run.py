@@ -20,6 +20,7 @@ Exact rows are exact: a reused layer output is bit for bit the output the layer 
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,20 +61,6 @@ __all__ = ["SWEEP_FACTORS", "MeasureFields", "MeasureOptions", "measure"]
 
 #: ``--suggest`` sweeps eps0 * 10**(k/2), k = -6..6 (k != 0): decades and half-decades.
 SWEEP_FACTORS = tuple(10.0 ** (k / 2) for k in range(-6, 7) if k != 0)
-
-
-@dataclass(frozen=True)
-class _Ask:
-    """What ``measure`` was asked for."""
-
-    changes: tuple[Change, ...]
-    per_norm: bool
-    per_role: bool
-    exact_top: int | None
-    suggest_max_kl: float | None
-    suggest_min_top1: float | None
-    samples: int
-    seed: int
 
 
 def _plan(
@@ -147,29 +134,30 @@ def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
 
 
 def _screened(
-    plan: Plan, infos: Sequence[NormInfo], ask: _Ask
+    plan: Plan, infos: Sequence[NormInfo], changes: Sequence[Change], o: MeasureOptions
 ) -> tuple[dict[int, list[int]], dict[int, dict[str, float]]]:
     """The norms to measure exactly per change (all, or the ``exact_top`` largest estimates)
     and the estimates (mean KL at positions >= 1) when the screening ran."""
     every = list(range(len(plan.norms)))
-    exact = {c: every for c in range(len(ask.changes))}
-    if not (ask.per_norm and ask.exact_top is not None and ask.exact_top < len(every)):
+    exact = {c: every for c in range(len(changes))}
+    if not (o.per_norm and o.exact_top is not None and o.exact_top < len(every)):
         return exact, {}
     from rmsnorm_eps.sensitivity.screen import screen
 
-    est, tokens_other = screen(plan, ask.changes, ask.samples, ask.seed)
+    est, tokens_other = screen(plan, changes, o.samples, o.seed)
     estimates = {}
-    for ci in range(len(ask.changes)):
+    for ci in range(len(changes)):
         row: list[float] = est[ci]
         estimates[ci] = {infos[i].name: row[i] / max(tokens_other, 1) for i in every}
-        exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: ask.exact_top])
+        exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: o.exact_top])
     return exact, estimates
 
 
 def _variants(
     plan: Plan,
     infos: Sequence[NormInfo],
-    ask: _Ask,
+    changes: Sequence[Change],
+    o: MeasureOptions,
     exact_norms: dict[int, list[int]],
 ) -> tuple[list[Variant], dict[str, float]]:
     """Every run to make: per change in every norm, each exact norm, each role; the sweep."""
@@ -184,14 +172,14 @@ def _variants(
 
     every = list(range(len(plan.norms)))
     out: list[Variant] = []
-    for ci, change in enumerate(ask.changes):
+    for ci, change in enumerate(changes):
         out.append(variant((ci, "all", ""), change, every))
-        if ask.per_norm:
+        if o.per_norm:
             out += [variant((ci, "norm", infos[i].name), change, [i]) for i in exact_norms[ci]]
-        if ask.per_role:
+        if o.per_role:
             out += [variant((ci, "role", r), change, idx) for r, idx in by_role.items()]
     sweep: dict[str, float] = {}
-    if ask.suggest_max_kl is not None:
+    if o.suggest_max_kl is not None:
         for group, idx in {"model": every, **by_role}.items():
             eps0 = _configured_eps([infos[i].eps for i in idx])
             sweep[group] = eps0
@@ -209,7 +197,9 @@ def _by_role(infos: Sequence[NormInfo]) -> dict[str, list[int]]:
     return by_role
 
 
-def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple[PassCount, int]:
+def _passes(
+    plan: Plan, changes: Sequence[Change], o: MeasureOptions, sweep: dict[str, float], roles: int
+) -> tuple[PassCount, int]:
     """The cost (all ranks) and the real tokens run."""
     sums = reduced(
         [
@@ -222,9 +212,9 @@ def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple
     )
     unit = (len(plan.layers) + 1) * max(sums[2], 1.0)
     fwd, bwd = sums[0] / unit, sums[1] / unit
-    bases = 1 + len({c.base for c in ask.changes if not c.attribute})
-    rows = len(plan.norms) * ask.per_norm + roles * ask.per_role
-    naive = float(bases + len(ask.changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
+    bases = 1 + len({c.base for c in changes if not c.attribute})
+    rows = len(plan.norms) * o.per_norm + roles * o.per_role
+    naive = float(bases + len(changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
     count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]))
     return count, int(sums[3])
 
@@ -282,30 +272,19 @@ def measure(
     import torch
 
     o = MeasureOptions(**fields)
-    per_norm, per_role = o.per_norm, o.per_role
     if o.exact_top is not None and o.exact_top < 1:
         raise CaptureError("exact_top must be >= 1")
-    ask = _Ask(
-        tuple(changes),
-        per_norm,
-        per_role,
-        o.exact_top,
-        o.suggest_max_kl,
-        o.suggest_min_top1,
-        o.samples,
-        o.seed,
-    )
     plan = _plan(loaded, texts, o.max_tokens, o.batch_size, o.rank, o.world)
-    infos = _infos(plan, ask.changes)
+    infos = _infos(plan, changes)
     with counting(plan):
-        exact_norms, estimates = _screened(plan, infos, ask)
-        variants, sweep = _variants(plan, infos, ask, exact_norms)
+        exact_norms, estimates = _screened(plan, infos, changes, o)
+        variants, sweep = _variants(plan, infos, changes, o, exact_norms)
         base_acc = [torch.zeros((), dtype=torch.float64, device=plan.device) for _ in "nc"]
         run_variants(plan, variants, base_acc)
     exact = {v.key: v.acc.metrics() for v in variants}
     nll, n_nll = reduced([float(base_acc[0]), float(base_acc[1])], plan.device)
     # a --from SPEC's base is not the model as it is
-    as_is = any(c.attribute for c in ask.changes)
+    as_is = any(c.attribute for c in changes)
     by_role = _by_role(infos)
     names = [(i.name, i.role, i.min_q_over_eps) for i in infos]
     roles = [(r, r, _min(infos, idx)) for r, idx in by_role.items()]
@@ -313,12 +292,12 @@ def measure(
         ChangeResult(
             change=change,
             all=exact[(ci, "all", "")],
-            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if per_norm else (),
-            per_role=_rows(ci, "role", roles, exact, None) if per_role else (),
+            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if o.per_norm else (),
+            per_role=_rows(ci, "role", roles, exact, None) if o.per_role else (),
         )
-        for ci, change in enumerate(ask.changes)
+        for ci, change in enumerate(changes)
     )
-    passes, tokens = _passes(plan, ask, sweep, len(by_role))
+    passes, tokens = _passes(plan, changes, o, sweep, len(by_role))
     return SensitivityResult(
         model=loaded.name,
         source=loaded.source,
@@ -380,9 +359,7 @@ def _min(infos: Sequence[NormInfo], idx: Sequence[int]) -> float | None:
 
 def _configured_eps(values: Sequence[float]) -> float:
     """The most common live eps of a group (the smallest of the most common)."""
-    counts: dict[float, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
+    counts = collections.Counter(values)
     return min(counts, key=lambda v: (-counts[v], v))
 
 
