@@ -295,19 +295,12 @@ def infer(probes: ProbeSet, actual: np.ndarray, output_dtype: str) -> Inference:
     ranked = sorted(fits, key=lambda fit: fit.chi2_per_row)
     best, second = ranked[0], ranked[1]
     if best.chi2_per_row > _FIT_LIMIT:
-        placement, note = (
-            "undetermined",
-            (
-                f"no placement fits (best {best.placement}, chi2/row {best.chi2_per_row:.3g}): "
-                "the small-input outputs are not an eps attenuation"
-            ),
+        note = (
+            f"no placement fits (best {best.placement}, chi2/row {best.chi2_per_row:.3g}): "
+            "the small-input outputs are not an eps attenuation"
         )
-    elif second.chi2_per_row < _SEPARATION * max(best.chi2_per_row, 1e-300):
-        placement, note = (
-            "undetermined",
-            (f"{best.placement} and {second.placement} fit about equally well"),
-        )
-    else:
-        placement, note = best.placement, ""
-    chosen = best if best.chi2_per_row <= _FIT_LIMIT else None
-    return result(placement, chosen, fits, note)
+        return result("undetermined", None, fits, note)
+    if second.chi2_per_row < _SEPARATION * max(best.chi2_per_row, 1e-300):
+        note = f"{best.placement} and {second.placement} fit about equally well"
+        return result("undetermined", best, fits, note)
+    return result(best.placement, best, fits, "")

@@ -110,15 +110,13 @@ class Plan:
 
 
 def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:
+    """(input ids, attention mask) [B, T] int64 of texts ``samples``, right-padded with ``pad``."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
-    rows = [ids[i] for i in samples]
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for j, r in enumerate(rows):
-        input_ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
-        mask[j, : len(r)] = 1
+    rows = [torch.tensor(ids[i], dtype=torch.int64) for i in samples]
+    input_ids = pad_sequence(rows, batch_first=True, padding_value=pad)
+    mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True)
     return input_ids, mask
 
 

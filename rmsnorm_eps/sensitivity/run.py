@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -373,23 +373,19 @@ def _suggest(
     """Walk the sweep up and down from eps0 while every point passes."""
     points = sorted((eps0 * f, exact[(-1, group, repr(eps0 * f))]) for f in SWEEP_FACTORS)
 
-    def ok(m: Metrics) -> bool:
-        return not kl_fails(m, max_kl) and not top1_fails(m, min_top1)
+    def reach(way: Iterable[tuple[float, Metrics]]) -> float:
+        """The last eps of ``way`` (walked away from eps0) before the first failing point."""
+        reached = eps0
+        for value, m in way:
+            if kl_fails(m, max_kl) or top1_fails(m, min_top1):
+                break
+            reached = value
+        return reached
 
-    largest: float | None = eps0
-    for value, m in (p for p in points if p[0] > eps0):
-        if not ok(m):
-            break
-        largest = value
-    smallest: float | None = eps0
-    for value, m in (p for p in reversed(points) if p[0] < eps0):
-        if not ok(m):
-            break
-        smallest = value
     return Suggestion(
         group=group,
         eps=eps0,
-        largest=largest,
-        smallest=smallest,
+        largest=reach(p for p in points if p[0] > eps0),
+        smallest=reach(p for p in reversed(points) if p[0] < eps0),
         points=tuple((v, m.kl, m.kl_first) for v, m in points),
     )
