@@ -196,7 +196,7 @@ def parity(
         raise usage_error("--config and --optimized-out go with --onnx")
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
-    from rmsnorm_eps.parity.probes import load_probes
+    from rmsnorm_eps.parity.probe_file import load_probes
     from rmsnorm_eps.parity.record import record_format, write_record
 
     options = tail_options(

@@ -18,7 +18,8 @@ from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.parity.diagnose import diagnose
 from rmsnorm_eps.parity.dtypes import coarser, name_of, numpy_dtype
 from rmsnorm_eps.parity.infer import Inference, infer
-from rmsnorm_eps.parity.probes import CATEGORIES, ProbeFields, ProbeSet, make_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probes import ProbeFields, make_probes
 from rmsnorm_eps.parity.rules import CategoryResult, Tolerance, compare, resolve_tolerance
 
 if TYPE_CHECKING:

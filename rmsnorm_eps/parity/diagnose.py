@@ -8,7 +8,7 @@ broadcasting; one factor for every element -> gain convention (such as 1 + w).
 from __future__ import annotations
 
 from rmsnorm_eps.parity.infer import Inference
-from rmsnorm_eps.parity.probes import SMALL_CATEGORIES
+from rmsnorm_eps.parity.probe_set import SMALL_CATEGORIES
 from rmsnorm_eps.parity.rules import CategoryResult
 
 __all__ = ["diagnose"]

@@ -20,7 +20,7 @@ NONFINITE_RULE = "checked separately: NaN always fails; inf passes only against 
 def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[str, Any]:
     """The parity result as the acceptance record."""
     p, inf, tol = result.probes, result.inference, result.tolerance
-    from rmsnorm_eps.parity.probes import LAYERNORM_REFERENCE_NAME, REFERENCE_NAME
+    from rmsnorm_eps.parity.probe_set import LAYERNORM_REFERENCE_NAME, REFERENCE_NAME
 
     doc = _head("parity")
     if timestamp is not None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmsnorm_eps.parity.dtypes import DTYPES
-from rmsnorm_eps.parity.probes import CATEGORIES, SMALL_CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probe_set import CATEGORIES, SMALL_CATEGORIES, ProbeSet
 
 __all__ = ["GainFinding", "Inference", "PlacementFit", "infer"]
 
