@@ -21,11 +21,8 @@ def _eps_text(inf: Inference) -> str:
     if inf.eps is None:
         return f"eps not inferred ({inf.note})"
     text = f"inferred eps {inf.eps:.4g} ({inf.eps_ratio:.3g}x configured {inf.configured_eps:.4g})"
-    if inf.placement != "undetermined":
-        text += f", placement {inf.placement}"
-    else:
-        text += f", placement undetermined ({inf.note})"
-    return text
+    why = f" ({inf.note})" if inf.placement == "undetermined" else ""
+    return f"{text}, placement {inf.placement}{why}"
 
 
 def _eps_hint(inf: Inference, dim: int, norm: str = "rms") -> str:

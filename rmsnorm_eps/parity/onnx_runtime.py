@@ -243,10 +243,8 @@ def _measure(
         bias=bias if bias is not None else "zeros",
     )
     session = ort.InferenceSession(blob, _session_options(ort), providers=["CPUExecutionProvider"])
-    np_dtype = numpy_dtype(dtype)
-    feed = {norm.inputs[0]: probes.inputs.astype(np_dtype)}
-    for extra in norm.inputs[1:]:
-        feed[extra] = np.zeros_like(feed[norm.inputs[0]])
+    x = probes.inputs.astype(numpy_dtype(dtype))
+    feed = {name: x if i == 0 else np.zeros_like(x) for i, name in enumerate(norm.inputs)}
     (out,) = session.run([norm.output], feed)
     result = compare_outputs(probes, np.asarray(out), output_dtype=dtype)
     inf = result.inference

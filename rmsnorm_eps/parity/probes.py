@@ -228,10 +228,8 @@ class ProbeFields(TypedDict, total=False):
 
 def make_probes(dim: int, eps: float, **fields: Unpack[ProbeFields]) -> ProbeSet:
     """Build the probe set: same arguments, same bytes (numpy's PCG64 seeded with ``seed``).
-    The keywords are :class:`ProbeOptions`' fields.
-
-    ``norm="layer"`` makes LayerNorm probes (see the module docstring) with ``bias`` (beta:
-    'zeros', 'random' or an array of shape (dim,)); ``bias`` is ignored for RMSNorm."""
+    The keywords are :class:`ProbeOptions`' fields; ``norm="layer"`` makes LayerNorm probes
+    (see the module docstring)."""
     o = ProbeOptions(**fields)
     gain, dtype, seed, gain_convention = o.gain, o.dtype, o.seed, o.gain_convention
     delta, norm, bias = o.delta, o.norm, o.bias

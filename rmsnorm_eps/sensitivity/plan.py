@@ -72,8 +72,7 @@ def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any
 
 @dataclass
 class Counter:
-    """Units evaluated: a decoder layer is one, the rest of the model (embeddings, final norm,
-    head) one more; a full pass is ``layers + 1`` units."""
+    """Units evaluated (see the module docstring); a full pass is ``layers + 1`` units."""
 
     forward: int = 0
     backward: int = 0
@@ -205,11 +204,9 @@ def capture_pass(
     return norms
 
 
-def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float]) -> None:
+def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float], device: Any) -> None:
     """min q/eps per norm over every real token (and rank)."""
     import numpy as np
-    import torch
-    import torch.distributed as dist
 
     vals = []
     for n in norms:
@@ -217,13 +214,7 @@ def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float]) -> None:
         eps = base_eps(n)
         finite = q[np.isfinite(q)] if q is not None else np.empty(0)
         vals.append(float(finite.min()) / eps if finite.size and eps > 0 else math.inf)
-    if dist.is_available() and dist.is_initialized():
-        t = torch.tensor(vals, dtype=torch.float64)
-        if dist.get_backend() == "nccl":
-            t = t.cuda()
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        vals = t.cpu().tolist()
-    for n, v in zip(norms, vals, strict=True):
+    for n, v in zip(norms, reduced(vals, device, "MIN"), strict=True):
         n.min_ratio = None if math.isinf(v) else v
 
 
@@ -272,13 +263,15 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                 v.acc.add(base_logits, new, ids, mask, base_lp)
 
 
-def reduced(values: list[float], device: Any) -> list[float]:
+def reduced(values: list[float], device: Any, op: str = "SUM") -> list[float]:
+    """``values`` all-reduced (``op``: SUM or MIN) over the ranks of a torch.distributed job
+    (as they are without one), as float64 on ``device``."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     out: list[float] = t.cpu().tolist()
     return out

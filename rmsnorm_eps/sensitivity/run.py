@@ -10,12 +10,10 @@ they are counted):
    with gradients and ``samples`` backward passes for every norm together;
 3. a base pass per distinct base (the model as it is, or every norm under a ``--from`` SPEC)
    that keeps each decoder layer's output; then each variant (the change in every norm, in one
-   norm, in one role, at one sweep point) runs only from the first layer it can change: the
-   layers before return the base pass's output of the last of them (identical to what they
-   would compute: their inputs did not change). The logits of every variant are compared with
-   the base's on the device (:class:`~rmsnorm_eps.sensitivity.metrics.Accumulator`).
-
-Exact rows are exact: a reused layer output is bit for bit the output the layer would give.
+   norm, in one role, at one sweep point) runs only from the first layer it can change, reusing
+   the base pass's output bit for bit (:mod:`rmsnorm_eps.sensitivity.plan`). The logits of
+   every variant are compared with the base's on the device
+   (:class:`~rmsnorm_eps.sensitivity.metrics.Accumulator`).
 """
 
 from __future__ import annotations
@@ -118,7 +116,7 @@ def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
     def base_eps(n: Norm) -> float:
         return from_eps if from_eps is not None else float(n.record.eps or 0.0)
 
-    min_ratios(plan.norms, base_eps)
+    min_ratios(plan.norms, base_eps, plan.device)
     return tuple(
         NormInfo(
             name=n.record.name,
@@ -264,11 +262,9 @@ def measure(
 ) -> SensitivityResult:
     """Run ``texts`` through ``loaded`` (:func:`rmsnorm_eps.capture.loading.load_model`) as it
     is and under each change; see the module docstring. The keywords are
-    :class:`MeasureOptions`' fields. ``exact_top`` K: screen every norm (``samples`` backward
-    passes) and measure the K largest exactly; ``suggest_max_kl``: sweep eps
-    (:data:`SWEEP_FACTORS` times the configured eps) for the model and per role. Under
-    torch.distributed each rank runs its contiguous share of the batches (``rank``/``world``)
-    and the sums are all-reduced."""
+    :class:`MeasureOptions`' fields; the sweep is :data:`SWEEP_FACTORS` times the configured
+    eps, for the model and per role. Under torch.distributed each rank runs its contiguous
+    share of the batches (``rank``/``world``) and the sums are all-reduced."""
     import torch
 
     o = MeasureOptions(**fields)
@@ -353,8 +349,8 @@ def _rows(
 
 
 def _min(infos: Sequence[NormInfo], idx: Sequence[int]) -> float | None:
-    vals = [infos[i].min_q_over_eps for i in idx if infos[i].min_q_over_eps is not None]
-    return min(vals) if vals else None  # type: ignore[type-var]
+    vals = (infos[i].min_q_over_eps for i in idx)
+    return min((v for v in vals if v is not None), default=None)
 
 
 def _configured_eps(values: Sequence[float]) -> float:
