@@ -176,12 +176,8 @@ def _gain_finding(probes: ProbeSet, f: np.ndarray, u: float) -> GainFinding:
     tol = max(16.0 * u, _GAIN_TOL)
     g, w = probes.gain, probes.weight
     with np.errstate(invalid="ignore", divide="ignore"):
-        candidates = [("match", np.ones_like(g))]
-        if probes.gain_convention == "w":
-            candidates.append(("1+w", (1.0 + w) / g))
-        else:
-            candidates.append(("w", w / g))
-        candidates.append(("ignored", 1.0 / g))
+        swapped = ("1+w", (1.0 + w) / g) if probes.gain_convention == "w" else ("w", w / g)
+        candidates = [("match", np.ones_like(g)), swapped, ("ignored", 1.0 / g)]
     median = float(np.median(f[valid]))
     candidates.append(("uniform", np.full_like(g, median)))
     for kind, expected in candidates:

@@ -24,20 +24,15 @@ if TYPE_CHECKING:
 __all__ = ["check_parity_torch", "run_torch"]
 
 
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingExtraError("torch", "torch", "the torch adapter") from None
-    return torch
-
-
 def run_torch(fn: Callable[[Any], Any], inputs: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
     """Call ``fn`` on ``inputs`` as a torch tensor of ``dtype`` under ``torch.no_grad()``.
 
     Returns the output widened to float64 and the name of its torch dtype.
     """
-    torch = _torch()
+    try:
+        import torch
+    except ImportError:
+        raise MissingExtraError("torch", "torch", "the torch adapter") from None
     if dtype not in DTYPES:
         raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}")
     x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float64)).to(getattr(torch, dtype))
