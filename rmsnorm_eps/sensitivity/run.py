@@ -61,14 +61,7 @@ __all__ = ["SWEEP_FACTORS", "MeasureFields", "MeasureOptions", "measure"]
 SWEEP_FACTORS = tuple(10.0 ** (k / 2) for k in range(-6, 7) if k != 0)
 
 
-def _plan(
-    loaded: Any,
-    texts: Sequence[str],
-    max_tokens: int | None,
-    batch_size: int,
-    rank: int,
-    world: int,
-) -> Plan:
+def _plan(loaded: Any, texts: Sequence[str], o: MeasureOptions) -> Plan:
     """Tokenize, batch this rank's share, find the decoder layers, run the capture pass."""
     from rmsnorm_eps.capture.inputs import plan_batches, shard_batches, tokenize
     from rmsnorm_eps.capture.loading import input_device
@@ -82,7 +75,7 @@ def _plan(
     if not texts:
         raise CaptureError("no text to run")
     model = loaded.model
-    ids = tokenize(loaded.tokenizer, texts, max_tokens)
+    ids = tokenize(loaded.tokenizer, texts, o.max_tokens)
     vocab = getattr(model.config, "vocab_size", None)
     top = max(max(r) for r in ids)
     if vocab is not None and top >= vocab:
@@ -90,15 +83,15 @@ def _plan(
             f"the tokenizer produced token id {top} >= the model's vocab_size {vocab}: "
             "tokenizer and model do not match"
         )
-    every = plan_batches([len(r) for r in ids], batch_size, sort=False)
-    if len(every) < world:
-        raise CaptureError(f"{len(every)} batch(es) cannot be shared by {world} ranks")
+    every = plan_batches([len(r) for r in ids], o.batch_size, sort=False)
+    if len(every) < o.world:
+        raise CaptureError(f"{len(every)} batch(es) cannot be shared by {o.world} ranks")
     pad = loaded.tokenizer.pad_token_id
     pad_id = int(pad if pad is not None else 0)
-    batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, rank, world)]
+    batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, o.rank, o.world)]
     _, layers = decoder_layers(model, [m.name for m in find_norm_modules(model)])
-    base, extra = divmod(len(every), world)
-    first = rank * base + min(rank, extra)  # shard_batches' contiguous runs
+    base, extra = divmod(len(every), o.world)
+    first = o.rank * base + min(o.rank, extra)  # shard_batches' contiguous runs
     plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
     plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
     return plan
@@ -270,7 +263,7 @@ def measure(
     o = MeasureOptions(**fields)
     if o.exact_top is not None and o.exact_top < 1:
         raise CaptureError("exact_top must be >= 1")
-    plan = _plan(loaded, texts, o.max_tokens, o.batch_size, o.rank, o.world)
+    plan = _plan(loaded, texts, o)
     infos = _infos(plan, changes)
     with counting(plan):
         exact_norms, estimates = _screened(plan, infos, changes, o)
