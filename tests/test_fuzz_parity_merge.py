@@ -24,7 +24,7 @@ from test_fuzz_readers import _WORK, FUZZ, _check, mutations
 from rmsnorm_eps.errors import RmsnormEpsError
 from rmsnorm_eps.merge import load_summary
 from rmsnorm_eps.parity.actual import read_actual
-from rmsnorm_eps.parity.probes import load_probes, probe_bytes
+from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes
 
 pytest.importorskip("safetensors")
 

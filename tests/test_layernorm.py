@@ -24,7 +24,9 @@ from rmsnorm_eps.compare.spec import specs_from_config
 from rmsnorm_eps.config import load_config
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.kernels import variance_rows
-from rmsnorm_eps.parity.probes import CATEGORIES, load_probes, make_probes
+from rmsnorm_eps.parity.probe_file import load_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES
+from rmsnorm_eps.parity.probes import make_probes
 from rmsnorm_eps.reports.schema import load_schema
 
 EPS = 1e-5
@@ -386,7 +388,7 @@ def test_torch_adapter_layernorm_and_one_pass_variance() -> None:
 
 
 def test_layernorm_probe_file_round_trip(tmp_path: Path) -> None:
-    from rmsnorm_eps.parity.probes import write_probes
+    from rmsnorm_eps.parity.probe_file import write_probes
 
     p = make_probes(16, 1e-6, norm="layer", bias=np.linspace(-1, 1, 16), dtype="bfloat16")
     path = tmp_path / "p.npz"

@@ -13,13 +13,9 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
-from rmsnorm_eps.parity.probes import (
-    CATEGORIES,
-    load_probes,
-    make_probes,
-    probe_bytes,
-    write_probes,
-)
+from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes, write_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES
+from rmsnorm_eps.parity.probes import make_probes
 
 
 def _ratios(p, name):

@@ -24,7 +24,8 @@ from rmsnorm_eps.compare.spec import parse_spec
 from rmsnorm_eps.config import diff_configs, load_config
 from rmsnorm_eps.parity.actual import read_actual
 from rmsnorm_eps.parity.api import compare_outputs
-from rmsnorm_eps.parity.probes import CATEGORIES, load_probes
+from rmsnorm_eps.parity.probe_file import load_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES
 from rmsnorm_eps.reports import RenderOptions, check_report, render
 from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.schema import SCHEMA_COMMANDS, load_schema

@@ -28,7 +28,7 @@ from rmsnorm_eps.config import diff_configs, load_config
 from rmsnorm_eps.merge.combine import merge_reports
 from rmsnorm_eps.parity.actual import read_actual
 from rmsnorm_eps.parity.api import compare_outputs
-from rmsnorm_eps.parity.probes import load_probes
+from rmsnorm_eps.parity.probe_file import load_probes
 from rmsnorm_eps.reports import RenderOptions, render
 from rmsnorm_eps.reports.checks import g as fmt
 from rmsnorm_eps.reports.table import ELLIPSIS, common_prefix, ellipsize, shorten_names

@@ -199,7 +199,7 @@ def parity(
     assert probes_path is not None and actual is not None  # checked above, for mypy
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
-    from rmsnorm_eps.parity.probes import load_probes
+    from rmsnorm_eps.parity.probe_file import load_probes
     from rmsnorm_eps.parity.record import record_format, write_record
 
     if record is not None:

@@ -141,7 +141,8 @@ def probe(
     """
     from rmsnorm_eps.cli._output import emit, summary_line
     from rmsnorm_eps.cli._paths import check_outputs
-    from rmsnorm_eps.parity.probes import ProbeSummary, make_probes, write_probes
+    from rmsnorm_eps.parity.probe_file import write_probes
+    from rmsnorm_eps.parity.probes import ProbeSummary, make_probes
 
     data_path = data_output(save_data, out, "the probe file to write")
     gain_file = None if gain in ("ones", "random") else Path(gain)

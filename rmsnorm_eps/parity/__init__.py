@@ -13,7 +13,9 @@ Entry points: :func:`rmsnorm_eps.parity.api.check_parity` (a numpy function),
 from __future__ import annotations
 
 from rmsnorm_eps.parity.api import ParityResult, check_parity, compare_outputs
-from rmsnorm_eps.parity.probes import ProbeSet, load_probes, make_probes, write_probes
+from rmsnorm_eps.parity.probe_file import load_probes, write_probes
+from rmsnorm_eps.parity.probe_set import ProbeSet
+from rmsnorm_eps.parity.probes import make_probes
 
 __all__ = [
     "ParityResult",

@@ -8,6 +8,7 @@ whose bfloat16 arrays are ml_dtypes arrays, widened here to float64 exactly.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,10 +72,7 @@ def _check_shape(
     compare_outputs` applies: the same size, the last axis d."""
     if expect is None:
         return
-    size = 1
-    for n in shape:
-        size *= n
-    if size != expect[0] * expect[1] or not shape or shape[-1] != expect[1]:
+    if math.prod(shape) != expect[0] * expect[1] or not shape or shape[-1] != expect[1]:
         raise InputFileError(
             path, f"outputs have shape {tuple(shape)}, the probes need {expect}", key=key
         )
@@ -132,9 +130,7 @@ def _read_safetensors(path: Path, key: str | None, expect: tuple[int, int] | Non
                 if "bfloat16" in str(exc):
                     raise MissingExtraError("ml_dtypes", "bf16", "bfloat16 outputs") from None
                 raise InputFileError(path, f"unsupported tensor: {exc}", key=chosen) from None
-    except InputFileError:
-        raise
-    except MissingExtraError:
+    except (InputFileError, MissingExtraError):
         raise
     except Exception as exc:  # SafetensorError and friends: the file is not readable
         raise InputFileError(path, f"not a readable .safetensors file ({exc})") from None

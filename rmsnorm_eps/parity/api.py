@@ -18,7 +18,8 @@ from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.parity.diagnose import diagnose
 from rmsnorm_eps.parity.dtypes import coarser, name_of, numpy_dtype
 from rmsnorm_eps.parity.infer import Inference, infer
-from rmsnorm_eps.parity.probes import CATEGORIES, ProbeFields, ProbeSet, make_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probes import ProbeFields, make_probes
 from rmsnorm_eps.parity.rules import CategoryResult, Tolerance, compare, resolve_tolerance
 
 if TYPE_CHECKING:
@@ -67,12 +68,9 @@ class ParityResult:
 def _as_outputs(actual: np.ndarray, probes: ProbeSet, where: str) -> np.ndarray:
     arr = np.asarray(actual)
     want = (probes.count, probes.dim)
-    if arr.shape != want:
-        if arr.size == probes.count * probes.dim and arr.ndim >= 1 and arr.shape[-1] == probes.dim:
-            arr = arr.reshape(want)
-        else:
-            raise InputFileError(where, f"outputs have shape {arr.shape}, the probes need {want}")
-    return arr.astype(np.float64)
+    if arr.size != probes.count * probes.dim or arr.ndim < 1 or arr.shape[-1] != probes.dim:
+        raise InputFileError(where, f"outputs have shape {arr.shape}, the probes need {want}")
+    return arr.reshape(want).astype(np.float64)
 
 
 def compare_outputs(
@@ -121,12 +119,9 @@ def check_parity(
     The probe keywords (``dtype``, ``gain``, ``gain_convention``, ``seed``, ``delta``,
     ``norm``, ``bias``) are :class:`~rmsnorm_eps.parity.probes.ProbeOptions`' fields.
     ``fn`` receives the probe inputs as an (n, dim) array of ``dtype`` (bfloat16 as an
-    ml_dtypes array) and must return an (n, dim) float array. ``gain`` is the weight the
-    implementation holds ('ones', 'random' or an array); with ``gain_convention='1+w'`` the
-    reference multiplies by 1 + weight. With ``with_weight=True`` fn also receives the weight
-    (d,) in ``dtype``: needed for ``gain='random'``, whose values come from the seed.
-    ``norm="layer"`` checks a LayerNorm with bias ``bias`` (see
-    :func:`~rmsnorm_eps.parity.probes.make_probes`); with ``with_weight`` fn then receives
+    ml_dtypes array) and must return an (n, dim) float array. With ``with_weight=True`` fn
+    also receives the weight (d,) in ``dtype`` (needed for ``gain='random'``, whose values
+    come from the seed) and, for a LayerNorm (``norm="layer"``), the bias:
     ``fn(inputs, weight, bias)``. The output is judged under ``rule`` (``atol``/``rtol``
     override its tolerances).
     """

@@ -8,7 +8,7 @@ broadcasting; one factor for every element -> gain convention (such as 1 + w).
 from __future__ import annotations
 
 from rmsnorm_eps.parity.infer import Inference
-from rmsnorm_eps.parity.probes import SMALL_CATEGORIES
+from rmsnorm_eps.parity.probe_set import SMALL_CATEGORIES
 from rmsnorm_eps.parity.rules import CategoryResult
 
 __all__ = ["diagnose"]
@@ -21,11 +21,8 @@ def _eps_text(inf: Inference) -> str:
     if inf.eps is None:
         return f"eps not inferred ({inf.note})"
     text = f"inferred eps {inf.eps:.4g} ({inf.eps_ratio:.3g}x configured {inf.configured_eps:.4g})"
-    if inf.placement != "undetermined":
-        text += f", placement {inf.placement}"
-    else:
-        text += f", placement undetermined ({inf.note})"
-    return text
+    why = f" ({inf.note})" if inf.placement == "undetermined" else ""
+    return f"{text}, placement {inf.placement}{why}"
 
 
 def _eps_hint(inf: Inference, dim: int, norm: str = "rms") -> str:

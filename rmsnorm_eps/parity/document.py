@@ -4,6 +4,7 @@ no timestamp unless one is given. It is both the acceptance record (:mod:`.recor
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.jsonvalues import head as _head
@@ -20,7 +21,7 @@ NONFINITE_RULE = "checked separately: NaN always fails; inf passes only against 
 def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[str, Any]:
     """The parity result as the acceptance record."""
     p, inf, tol = result.probes, result.inference, result.tolerance
-    from rmsnorm_eps.parity.probes import LAYERNORM_REFERENCE_NAME, REFERENCE_NAME
+    from rmsnorm_eps.parity.probe_set import LAYERNORM_REFERENCE_NAME, REFERENCE_NAME
 
     doc = _head("parity")
     if timestamp is not None:
@@ -73,16 +74,7 @@ def parity_document(result: ParityResult, timestamp: str | None = None) -> dict[
                 "rows_used": inf.rows_used,
                 "attenuated_rows": inf.attenuated_rows,
                 "rounding_of": inf.uncertainty_dtype,
-                "fits": [
-                    {
-                        "placement": f.placement,
-                        "eps": f.eps,
-                        "eps_low": f.eps_low,
-                        "eps_high": f.eps_high,
-                        "chi2_per_row": f.chi2_per_row,
-                    }
-                    for f in inf.fits
-                ],
+                "fits": [dataclasses.asdict(f) for f in inf.fits],  # in PlacementFit's field order
                 "gain": {
                     "finding": inf.gain.kind,
                     "median_factor": _jnum(inf.gain.factor),

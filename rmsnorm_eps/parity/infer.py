@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmsnorm_eps.parity.dtypes import DTYPES
-from rmsnorm_eps.parity.probes import CATEGORIES, SMALL_CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probe_set import CATEGORIES, SMALL_CATEGORIES, ProbeSet
 
 __all__ = ["GainFinding", "Inference", "PlacementFit", "infer"]
 
@@ -176,12 +176,8 @@ def _gain_finding(probes: ProbeSet, f: np.ndarray, u: float) -> GainFinding:
     tol = max(16.0 * u, _GAIN_TOL)
     g, w = probes.gain, probes.weight
     with np.errstate(invalid="ignore", divide="ignore"):
-        candidates = [("match", np.ones_like(g))]
-        if probes.gain_convention == "w":
-            candidates.append(("1+w", (1.0 + w) / g))
-        else:
-            candidates.append(("w", w / g))
-        candidates.append(("ignored", 1.0 / g))
+        swapped = ("1+w", (1.0 + w) / g) if probes.gain_convention == "w" else ("w", w / g)
+        candidates = [("match", np.ones_like(g)), swapped, ("ignored", 1.0 / g)]
     median = float(np.median(f[valid]))
     candidates.append(("uniform", np.full_like(g, median)))
     for kind, expected in candidates:
@@ -295,19 +291,12 @@ def infer(probes: ProbeSet, actual: np.ndarray, output_dtype: str) -> Inference:
     ranked = sorted(fits, key=lambda fit: fit.chi2_per_row)
     best, second = ranked[0], ranked[1]
     if best.chi2_per_row > _FIT_LIMIT:
-        placement, note = (
-            "undetermined",
-            (
-                f"no placement fits (best {best.placement}, chi2/row {best.chi2_per_row:.3g}): "
-                "the small-input outputs are not an eps attenuation"
-            ),
+        note = (
+            f"no placement fits (best {best.placement}, chi2/row {best.chi2_per_row:.3g}): "
+            "the small-input outputs are not an eps attenuation"
         )
-    elif second.chi2_per_row < _SEPARATION * max(best.chi2_per_row, 1e-300):
-        placement, note = (
-            "undetermined",
-            (f"{best.placement} and {second.placement} fit about equally well"),
-        )
-    else:
-        placement, note = best.placement, ""
-    chosen = best if best.chi2_per_row <= _FIT_LIMIT else None
-    return result(placement, chosen, fits, note)
+        return result("undetermined", None, fits, note)
+    if second.chi2_per_row < _SEPARATION * max(best.chi2_per_row, 1e-300):
+        note = f"{best.placement} and {second.placement} fit about equally well"
+        return result("undetermined", best, fits, note)
+    return result(best.placement, best, fits, "")

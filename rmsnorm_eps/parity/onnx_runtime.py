@@ -90,14 +90,6 @@ class OnnxParityReport:
         return sum(1 for n in self.norms if not n.agrees)
 
 
-def _ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise MissingExtraError("onnxruntime", "onnx", "parity --onnx") from None
-    return onnxruntime
-
-
 def _session_options(ort: Any, optimized_out: Path | None = None) -> Any:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -165,7 +157,14 @@ def _elem_types(model: Any) -> dict[str, int]:
     types: dict[str, int] = {t.name: int(t.data_type) for t in graph.initializer}
     try:
         light = onnx.ModelProto()
-        _light_copy(model, light)
+        light.ir_version = model.ir_version
+        light.opset_import.extend(model.opset_import)
+        light.functions.extend(model.functions)
+        g = light.graph
+        for part in ("node", "input", "output", "value_info"):
+            getattr(g, part).extend(getattr(graph, part))
+        for t in graph.initializer:  # each a graph input of its type and shape, without data
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         inferred = onnx.shape_inference.infer_shapes(light).graph
         infos = (*inferred.input, *inferred.value_info, *inferred.output)
     except Exception:
@@ -174,23 +173,6 @@ def _elem_types(model: Any) -> dict[str, int]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             types[vi.name] = int(vi.type.tensor_type.elem_type)
     return types
-
-
-def _light_copy(model: Any, light: Any) -> None:
-    """``model`` without initializer data: each initializer becomes a graph input of the same
-    type and shape (enough for type inference)."""
-    from onnx import helper
-
-    light.ir_version = model.ir_version
-    light.opset_import.extend(model.opset_import)
-    light.functions.extend(model.functions)
-    g = light.graph
-    g.node.extend(model.graph.node)
-    g.input.extend(model.graph.input)
-    g.output.extend(model.graph.output)
-    g.value_info.extend(model.graph.value_info)
-    for t in model.graph.initializer:
-        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
 def _mini_model(model: Any, norm: Any, dim: int, types: dict[str, int]) -> tuple[bytes, str]:
@@ -243,10 +225,8 @@ def _measure(
         bias=bias if bias is not None else "zeros",
     )
     session = ort.InferenceSession(blob, _session_options(ort), providers=["CPUExecutionProvider"])
-    np_dtype = numpy_dtype(dtype)
-    feed = {norm.inputs[0]: probes.inputs.astype(np_dtype)}
-    for extra in norm.inputs[1:]:
-        feed[extra] = np.zeros_like(feed[norm.inputs[0]])
+    x = probes.inputs.astype(numpy_dtype(dtype))
+    feed = {name: x if i == 0 else np.zeros_like(x) for i, name in enumerate(norm.inputs)}
     (out,) = session.run([norm.output], feed)
     result = compare_outputs(probes, np.asarray(out), output_dtype=dtype)
     inf = result.inference
@@ -300,7 +280,10 @@ def measure_onnx(
     (``SessionOptions.optimized_model_filepath``), to be audited by ``config show``."""
     from rmsnorm_eps.config.onnx_graph import find_norms, load_onnx_model
 
-    ort = _ort()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise MissingExtraError("onnxruntime", "onnx", "parity --onnx") from None
     model = load_onnx_model(path)
     norms = find_norms(model, path)
     if optimized_out is not None:

@@ -30,7 +30,7 @@ loses about 30**2 u = 5e-5 of its variance (fails the float32 tolerances), a two
 Welford float32 LayerNorm about 30 u = 2e-6 (passes). Needs d >= 2 (a 1-vector has v = 0).
 
 This module makes probe sets; the data type is :mod:`rmsnorm_eps.parity.probe_set` and the file
-format :mod:`rmsnorm_eps.parity.probe_file` (both re-exported here).
+format :mod:`rmsnorm_eps.parity.probe_file`.
 """
 
 from __future__ import annotations
@@ -45,15 +45,10 @@ from rmsnorm_eps import numerics
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.kernels import mean_square_rows, variance_rows
 from rmsnorm_eps.parity.dtypes import dtype_info, round_to
-from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes, write_probes
 from rmsnorm_eps.parity.probe_set import (
     CATEGORIES,
     GAIN_CONVENTIONS,
-    LAYERNORM_REFERENCE_NAME,
-    MAX_PROBE_VALUES,
     NORMS,
-    PROBE_FORMAT,
-    REFERENCE_NAME,
     SMALL_CATEGORIES,
     ProbeSet,
 )
@@ -61,22 +56,7 @@ from rmsnorm_eps.parity.probe_set import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = [
-    "CATEGORIES",
-    "GAIN_CONVENTIONS",
-    "LAYERNORM_REFERENCE_NAME",
-    "MAX_PROBE_VALUES",
-    "NORMS",
-    "PROBE_FORMAT",
-    "REFERENCE_NAME",
-    "SMALL_CATEGORIES",
-    "ProbeSet",
-    "ProbeSummary",
-    "load_probes",
-    "make_probes",
-    "probe_bytes",
-    "write_probes",
-]
+__all__ = ["ProbeFields", "ProbeOptions", "ProbeSummary", "make_probes"]
 
 
 def _with_q(v: np.ndarray, q: float) -> np.ndarray:
@@ -248,10 +228,8 @@ class ProbeFields(TypedDict, total=False):
 
 def make_probes(dim: int, eps: float, **fields: Unpack[ProbeFields]) -> ProbeSet:
     """Build the probe set: same arguments, same bytes (numpy's PCG64 seeded with ``seed``).
-    The keywords are :class:`ProbeOptions`' fields.
-
-    ``norm="layer"`` makes LayerNorm probes (see the module docstring) with ``bias`` (beta:
-    'zeros', 'random' or an array of shape (dim,)); ``bias`` is ignored for RMSNorm."""
+    The keywords are :class:`ProbeOptions`' fields; ``norm="layer"`` makes LayerNorm probes
+    (see the module docstring)."""
     o = ProbeOptions(**fields)
     gain, dtype, seed, gain_convention = o.gain, o.dtype, o.seed, o.gain_convention
     delta, norm, bias = o.delta, o.norm, o.bias

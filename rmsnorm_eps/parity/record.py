@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.escape import json_text, markdown, no_ci_command, visible
 from rmsnorm_eps.parity.api import ParityResult
 
 __all__ = ["RECORD_SUFFIXES", "record_format", "render_record", "write_record"]
@@ -48,12 +49,6 @@ def _num(value: Any) -> str:
     return str(value)
 
 
-def _cell(value: object) -> str:
-    from rmsnorm_eps.escape import markdown
-
-    return markdown(value)
-
-
 def _eps_text(inf: dict[str, Any]) -> str:
     if not isinstance(inf["eps"], float):
         return "not inferred"
@@ -69,7 +64,7 @@ def _markdown(doc: dict[str, Any]) -> str:
         f"# {'LayerNorm' if doc.get('norm') == 'layer' else 'RMSNorm'} parity record: "
         f"{doc['verdict'].upper()}",
         "",
-        _cell(doc["diagnosis"]),
+        markdown(doc["diagnosis"]),
         "",
         "| field | value |",
         "|---|---|",
@@ -110,7 +105,7 @@ def _markdown(doc: dict[str, Any]) -> str:
     ]
     if "generated_at" in doc:
         fields.append(("generated at", doc["generated_at"]))
-    lines += [f"| {k} | {_cell(v)} |" for k, v in fields]
+    lines += [f"| {k} | {markdown(v)} |" for k, v in fields]
     lines += [
         "",
         "| category | rows | failing | max abs error | max rel error | min atol | min rtol "
@@ -119,13 +114,11 @@ def _markdown(doc: dict[str, Any]) -> str:
     ]
     for c in doc["categories"]:
         lines.append(
-            f"| {_cell(c['name'])} | {c['rows']} | {c['failing']}/{c['elements']} | "
+            f"| {markdown(c['name'])} | {c['rows']} | {c['failing']}/{c['elements']} | "
             f"{_num(c['max_abs_error'])} | {_num(c['max_rel_error'])} | {_num(c['min_atol'])} | "
             f"{_num(c['min_rtol'])} | {c['nan'] + c['inf']} | "
             f"{'pass' if c['passed'] else 'FAIL'} |"
         )
-    from rmsnorm_eps.escape import no_ci_command
-
     return no_ci_command("\n".join(lines) + "\n")
 
 
@@ -148,8 +141,6 @@ def _yaml_dump(doc: dict[str, Any]) -> str:
     """``doc`` as block YAML; hostile strings double-quoted with visible escapes (module
     docstring), on one line each."""
     import yaml
-
-    from rmsnorm_eps.escape import visible
 
     class Dumper(yaml.SafeDumper):
         def write_double_quoted(self, text: str, split: bool = True) -> None:
@@ -174,8 +165,6 @@ def render_record(result: ParityResult, fmt: str, timestamp: str | None = None) 
 
     doc = parity_document(result, timestamp)
     if fmt == "json":
-        from rmsnorm_eps.escape import json_text
-
         return json_text(json.dumps(doc, indent=2, allow_nan=False)) + "\n"
     if fmt == "yaml":
         return _yaml_dump(doc)

@@ -15,6 +15,7 @@ import numpy as np
 
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 from rmsnorm_eps.parity.api import ParityResult, compare_outputs
+from rmsnorm_eps.parity.dtypes import DTYPES
 from rmsnorm_eps.parity.probes import ProbeFields, make_probes
 
 if TYPE_CHECKING:
@@ -22,37 +23,25 @@ if TYPE_CHECKING:
 
 __all__ = ["check_parity_torch", "run_torch"]
 
-_TORCH_NAMES = {
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32",
-    "float64": "float64",
-}
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingExtraError("torch", "torch", "the torch adapter") from None
-    return torch
-
 
 def run_torch(fn: Callable[[Any], Any], inputs: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
     """Call ``fn`` on ``inputs`` as a torch tensor of ``dtype`` under ``torch.no_grad()``.
 
     Returns the output widened to float64 and the name of its torch dtype.
     """
-    torch = _torch()
-    if dtype not in _TORCH_NAMES:
-        raise InvalidParameterError(f"dtype must be one of {', '.join(_TORCH_NAMES)}")
+    try:
+        import torch
+    except ImportError:
+        raise MissingExtraError("torch", "torch", "the torch adapter") from None
+    if dtype not in DTYPES:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}")
     x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float64)).to(getattr(torch, dtype))
     with torch.no_grad():
         y = fn(x)
     if not isinstance(y, torch.Tensor):
         raise InvalidParameterError(f"the module returned {type(y).__name__}, not a tensor")
     name = str(y.dtype).removeprefix("torch.")
-    if name not in _TORCH_NAMES:
+    if name not in DTYPES:
         raise InvalidParameterError(f"the module returned dtype {y.dtype}, not a float dtype")
     out = y.detach().to("cpu").to(torch.float64).numpy()
     return out, name

@@ -35,27 +35,23 @@ __all__ = [
 ]
 
 _QK = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
-_ROLES = (
-    ("pre_feedforward_layernorm", "pre-feedforward"),
-    ("post_feedforward_layernorm", "post-feedforward"),
-    ("post_attention_layernorm", "post-attention"),
-    ("input_layernorm", "input"),
-)
+_ROLES = {
+    **dict.fromkeys(_QK, "q/k"),
+    "pre_feedforward_layernorm": "pre-feedforward",
+    "post_feedforward_layernorm": "post-feedforward",
+    "post_attention_layernorm": "post-attention",
+    "input_layernorm": "input",
+}
 
 
 def role_of(name: str, layer: int, layers: int) -> str:
     """A norm's role from its name's last part: q/k (q_norm, k_norm, ...), input,
     post-attention, pre-feedforward, post-feedforward (the Hugging Face names), final (a norm
     outside the decoder layers that runs after all of them), else other."""
-    last = name.rsplit(".", 1)[-1].lower()
-    if last in _QK:
-        return "q/k"
-    for suffix, role in _ROLES:
-        if last == suffix:
-            return role
-    if layers and layer >= layers:
-        return "final"
-    return "other"
+    role = _ROLES.get(name.rsplit(".", 1)[-1].lower())
+    if role is not None:
+        return role
+    return "final" if layers and layer >= layers else "other"
 
 
 def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any]]:
@@ -76,8 +72,7 @@ def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any
 
 @dataclass
 class Counter:
-    """Units evaluated: a decoder layer is one, the rest of the model (embeddings, final norm,
-    head) one more; a full pass is ``layers + 1`` units."""
+    """Units evaluated (see the module docstring); a full pass is ``layers + 1`` units."""
 
     forward: int = 0
     backward: int = 0
@@ -114,15 +109,13 @@ class Plan:
 
 
 def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:
+    """(input ids, attention mask) [B, T] int64 of texts ``samples``, right-padded with ``pad``."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
-    rows = [ids[i] for i in samples]
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for j, r in enumerate(rows):
-        input_ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
-        mask[j, : len(r)] = 1
+    rows = [torch.tensor(ids[i], dtype=torch.int64) for i in samples]
+    input_ids = pad_sequence(rows, batch_first=True, padding_value=pad)
+    mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True)
     return input_ids, mask
 
 
@@ -137,19 +130,15 @@ def logits_of(plan: Plan, ids: Any, mask: Any) -> Any:
 @contextmanager
 def counting(plan: Plan) -> Iterator[None]:
     """Count every decoder layer that really runs (not one whose output is reused)."""
-    handles = []
 
     def pre(module: Any, args: Any) -> None:
         if "forward" not in module.__dict__:
             plan.count.forward += 1
 
-    for layer in plan.layers:
-        handles.append(layer.register_forward_pre_hook(pre))
-    try:
+    with ExitStack() as hooks:
+        for layer in plan.layers:
+            hooks.enter_context(layer.register_forward_pre_hook(pre))
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -183,31 +172,27 @@ def capture_pass(
 
     done = [0]
     first: dict[str, int] = {}
-    handles = []
 
     def after(module: Any, args: Any, out: Any) -> None:
         done[0] += 1
 
-    for layer in layers:
-        handles.append(layer.register_forward_hook(after))
     cap = QCapture(model)
     named = dict(model.named_modules())
-    for st in cap._states:  # the capture's own module list, in model order
-        name = st.spec.name
+    with ExitStack() as hooks:
+        for layer in layers:
+            hooks.enter_context(layer.register_forward_hook(after))
+        for st in cap._states:  # the capture's own module list, in model order
+            name = st.spec.name
 
-        def pre(module: Any, args: Any, name: str = name) -> None:
-            first.setdefault(name, done[0])
+            def pre(module: Any, args: Any, name: str = name) -> None:
+                first.setdefault(name, done[0])
 
-        handles.append(named[name].register_forward_pre_hook(pre))
-    try:
+            hooks.enter_context(named[name].register_forward_pre_hook(pre))
         with cap, torch.no_grad():
             for ids, mask in batches:
                 done[0] = 0
                 model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                 plan_count.forward += len(layers) + 1
-    finally:
-        for h in handles:
-            h.remove()
     result = cap.result()
     norms = []
     for rec in result.modules:
@@ -219,11 +204,9 @@ def capture_pass(
     return norms
 
 
-def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float]) -> None:
+def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float], device: Any) -> None:
     """min q/eps per norm over every real token (and rank)."""
     import numpy as np
-    import torch
-    import torch.distributed as dist
 
     vals = []
     for n in norms:
@@ -231,13 +214,7 @@ def min_ratios(norms: list[Norm], base_eps: Callable[[Norm], float]) -> None:
         eps = base_eps(n)
         finite = q[np.isfinite(q)] if q is not None else np.empty(0)
         vals.append(float(finite.min()) / eps if finite.size and eps > 0 else math.inf)
-    if dist.is_available() and dist.is_initialized():
-        t = torch.tensor(vals, dtype=torch.float64)
-        if dist.get_backend() == "nccl":
-            t = t.cuda()
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        vals = t.cpu().tolist()
-    for n, v in zip(norms, vals, strict=True):
+    for n, v in zip(norms, reduced(vals, device, "MIN"), strict=True):
         n.min_ratio = None if math.isinf(v) else v
 
 
@@ -257,24 +234,18 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
     for ids, mask in plan.batches:
         for base, members in groups.items():
             cached: list[Any] = [None] * len(plan.layers)
-            handles = []
-            for i, layer in enumerate(plan.layers):
+            with torch.no_grad(), ExitStack() as stack:
+                for i, layer in enumerate(plan.layers):
 
-                def keep(
-                    module: Any, args: Any, out: Any, i: int = i, cached: list[Any] = cached
-                ) -> None:
-                    cached[i] = out
+                    def keep(
+                        module: Any, args: Any, out: Any, i: int = i, cached: list[Any] = cached
+                    ) -> None:
+                        cached[i] = out
 
-                handles.append(layer.register_forward_hook(keep))
-            lead = members[0].change
-            try:
-                with torch.no_grad(), ExitStack() as stack:
-                    if base is not None:
-                        stack.enter_context(applied(lead, "base", everyone))
-                    base_logits = logits_of(plan, ids, mask)
-            finally:
-                for h in handles:
-                    h.remove()
+                    stack.enter_context(layer.register_forward_hook(keep))
+                if base is not None:
+                    stack.enter_context(applied(members[0].change, "base", everyone))
+                base_logits = logits_of(plan, ids, mask)
             base_lp = torch.log_softmax(base_logits.double(), dim=-1)
             if base is None and base_acc is not None:
                 nll, n = nll_sums(base_logits, ids, mask)
@@ -292,13 +263,15 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                 v.acc.add(base_logits, new, ids, mask, base_lp)
 
 
-def reduced(values: list[float], device: Any) -> list[float]:
+def reduced(values: list[float], device: Any, op: str = "SUM") -> list[float]:
+    """``values`` all-reduced (``op``: SUM or MIN) over the ranks of a torch.distributed job
+    (as they are without one), as float64 on ``device``."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     out: list[float] = t.cpu().tolist()
     return out

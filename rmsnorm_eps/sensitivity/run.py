@@ -10,18 +10,17 @@ they are counted):
    with gradients and ``samples`` backward passes for every norm together;
 3. a base pass per distinct base (the model as it is, or every norm under a ``--from`` SPEC)
    that keeps each decoder layer's output; then each variant (the change in every norm, in one
-   norm, in one role, at one sweep point) runs only from the first layer it can change: the
-   layers before return the base pass's output of the last of them (identical to what they
-   would compute: their inputs did not change). The logits of every variant are compared with
-   the base's on the device (:class:`~rmsnorm_eps.sensitivity.metrics.Accumulator`).
-
-Exact rows are exact: a reused layer output is bit for bit the output the layer would give.
+   norm, in one role, at one sweep point) runs only from the first layer it can change, reusing
+   the base pass's output bit for bit (:mod:`rmsnorm_eps.sensitivity.plan`). The logits of
+   every variant are compared with the base's on the device
+   (:class:`~rmsnorm_eps.sensitivity.metrics.Accumulator`).
 """
 
 from __future__ import annotations
 
+import collections
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -62,28 +61,7 @@ __all__ = ["SWEEP_FACTORS", "MeasureFields", "MeasureOptions", "measure"]
 SWEEP_FACTORS = tuple(10.0 ** (k / 2) for k in range(-6, 7) if k != 0)
 
 
-@dataclass(frozen=True)
-class _Ask:
-    """What ``measure`` was asked for."""
-
-    changes: tuple[Change, ...]
-    per_norm: bool
-    per_role: bool
-    exact_top: int | None
-    suggest_max_kl: float | None
-    suggest_min_top1: float | None
-    samples: int
-    seed: int
-
-
-def _plan(
-    loaded: Any,
-    texts: Sequence[str],
-    max_tokens: int | None,
-    batch_size: int,
-    rank: int,
-    world: int,
-) -> Plan:
+def _plan(loaded: Any, texts: Sequence[str], o: MeasureOptions) -> Plan:
     """Tokenize, batch this rank's share, find the decoder layers, run the capture pass."""
     from rmsnorm_eps.capture.inputs import plan_batches, shard_batches, tokenize
     from rmsnorm_eps.capture.loading import input_device
@@ -97,7 +75,7 @@ def _plan(
     if not texts:
         raise CaptureError("no text to run")
     model = loaded.model
-    ids = tokenize(loaded.tokenizer, texts, max_tokens)
+    ids = tokenize(loaded.tokenizer, texts, o.max_tokens)
     vocab = getattr(model.config, "vocab_size", None)
     top = max(max(r) for r in ids)
     if vocab is not None and top >= vocab:
@@ -105,15 +83,15 @@ def _plan(
             f"the tokenizer produced token id {top} >= the model's vocab_size {vocab}: "
             "tokenizer and model do not match"
         )
-    every = plan_batches([len(r) for r in ids], batch_size, sort=False)
-    if len(every) < world:
-        raise CaptureError(f"{len(every)} batch(es) cannot be shared by {world} ranks")
+    every = plan_batches([len(r) for r in ids], o.batch_size, sort=False)
+    if len(every) < o.world:
+        raise CaptureError(f"{len(every)} batch(es) cannot be shared by {o.world} ranks")
     pad = loaded.tokenizer.pad_token_id
     pad_id = int(pad if pad is not None else 0)
-    batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, rank, world)]
+    batches = [padded(ids, b.samples, pad_id) for b in shard_batches(every, o.rank, o.world)]
     _, layers = decoder_layers(model, [m.name for m in find_norm_modules(model)])
-    base, extra = divmod(len(every), world)
-    first = rank * base + min(rank, extra)  # shard_batches' contiguous runs
+    base, extra = divmod(len(every), o.world)
+    first = o.rank * base + min(o.rank, extra)  # shard_batches' contiguous runs
     plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
     plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
     return plan
@@ -131,7 +109,7 @@ def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
     def base_eps(n: Norm) -> float:
         return from_eps if from_eps is not None else float(n.record.eps or 0.0)
 
-    min_ratios(plan.norms, base_eps)
+    min_ratios(plan.norms, base_eps, plan.device)
     return tuple(
         NormInfo(
             name=n.record.name,
@@ -147,29 +125,30 @@ def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
 
 
 def _screened(
-    plan: Plan, infos: Sequence[NormInfo], ask: _Ask
+    plan: Plan, infos: Sequence[NormInfo], changes: Sequence[Change], o: MeasureOptions
 ) -> tuple[dict[int, list[int]], dict[int, dict[str, float]]]:
     """The norms to measure exactly per change (all, or the ``exact_top`` largest estimates)
     and the estimates (mean KL at positions >= 1) when the screening ran."""
     every = list(range(len(plan.norms)))
-    exact = {c: every for c in range(len(ask.changes))}
-    if not (ask.per_norm and ask.exact_top is not None and ask.exact_top < len(every)):
+    exact = {c: every for c in range(len(changes))}
+    if not (o.per_norm and o.exact_top is not None and o.exact_top < len(every)):
         return exact, {}
     from rmsnorm_eps.sensitivity.screen import screen
 
-    est, tokens_other = screen(plan, ask.changes, ask.samples, ask.seed)
+    est, tokens_other = screen(plan, changes, o.samples, o.seed)
     estimates = {}
-    for ci in range(len(ask.changes)):
+    for ci in range(len(changes)):
         row: list[float] = est[ci]
         estimates[ci] = {infos[i].name: row[i] / max(tokens_other, 1) for i in every}
-        exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: ask.exact_top])
+        exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: o.exact_top])
     return exact, estimates
 
 
 def _variants(
     plan: Plan,
     infos: Sequence[NormInfo],
-    ask: _Ask,
+    changes: Sequence[Change],
+    o: MeasureOptions,
     exact_norms: dict[int, list[int]],
 ) -> tuple[list[Variant], dict[str, float]]:
     """Every run to make: per change in every norm, each exact norm, each role; the sweep."""
@@ -184,14 +163,14 @@ def _variants(
 
     every = list(range(len(plan.norms)))
     out: list[Variant] = []
-    for ci, change in enumerate(ask.changes):
+    for ci, change in enumerate(changes):
         out.append(variant((ci, "all", ""), change, every))
-        if ask.per_norm:
+        if o.per_norm:
             out += [variant((ci, "norm", infos[i].name), change, [i]) for i in exact_norms[ci]]
-        if ask.per_role:
+        if o.per_role:
             out += [variant((ci, "role", r), change, idx) for r, idx in by_role.items()]
     sweep: dict[str, float] = {}
-    if ask.suggest_max_kl is not None:
+    if o.suggest_max_kl is not None:
         for group, idx in {"model": every, **by_role}.items():
             eps0 = _configured_eps([infos[i].eps for i in idx])
             sweep[group] = eps0
@@ -209,7 +188,9 @@ def _by_role(infos: Sequence[NormInfo]) -> dict[str, list[int]]:
     return by_role
 
 
-def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple[PassCount, int]:
+def _passes(
+    plan: Plan, changes: Sequence[Change], o: MeasureOptions, sweep: dict[str, float], roles: int
+) -> tuple[PassCount, int]:
     """The cost (all ranks) and the real tokens run."""
     sums = reduced(
         [
@@ -222,9 +203,9 @@ def _passes(plan: Plan, ask: _Ask, sweep: dict[str, float], roles: int) -> tuple
     )
     unit = (len(plan.layers) + 1) * max(sums[2], 1.0)
     fwd, bwd = sums[0] / unit, sums[1] / unit
-    bases = 1 + len({c.base for c in ask.changes if not c.attribute})
-    rows = len(plan.norms) * ask.per_norm + roles * ask.per_role
-    naive = float(bases + len(ask.changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
+    bases = 1 + len({c.base for c in changes if not c.attribute})
+    rows = len(plan.norms) * o.per_norm + roles * o.per_role
+    naive = float(bases + len(changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
     count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]))
     return count, int(sums[3])
 
@@ -274,38 +255,25 @@ def measure(
 ) -> SensitivityResult:
     """Run ``texts`` through ``loaded`` (:func:`rmsnorm_eps.capture.loading.load_model`) as it
     is and under each change; see the module docstring. The keywords are
-    :class:`MeasureOptions`' fields. ``exact_top`` K: screen every norm (``samples`` backward
-    passes) and measure the K largest exactly; ``suggest_max_kl``: sweep eps
-    (:data:`SWEEP_FACTORS` times the configured eps) for the model and per role. Under
-    torch.distributed each rank runs its contiguous share of the batches (``rank``/``world``)
-    and the sums are all-reduced."""
+    :class:`MeasureOptions`' fields; the sweep is :data:`SWEEP_FACTORS` times the configured
+    eps, for the model and per role. Under torch.distributed each rank runs its contiguous
+    share of the batches (``rank``/``world``) and the sums are all-reduced."""
     import torch
 
     o = MeasureOptions(**fields)
-    per_norm, per_role = o.per_norm, o.per_role
     if o.exact_top is not None and o.exact_top < 1:
         raise CaptureError("exact_top must be >= 1")
-    ask = _Ask(
-        tuple(changes),
-        per_norm,
-        per_role,
-        o.exact_top,
-        o.suggest_max_kl,
-        o.suggest_min_top1,
-        o.samples,
-        o.seed,
-    )
-    plan = _plan(loaded, texts, o.max_tokens, o.batch_size, o.rank, o.world)
-    infos = _infos(plan, ask.changes)
+    plan = _plan(loaded, texts, o)
+    infos = _infos(plan, changes)
     with counting(plan):
-        exact_norms, estimates = _screened(plan, infos, ask)
-        variants, sweep = _variants(plan, infos, ask, exact_norms)
+        exact_norms, estimates = _screened(plan, infos, changes, o)
+        variants, sweep = _variants(plan, infos, changes, o, exact_norms)
         base_acc = [torch.zeros((), dtype=torch.float64, device=plan.device) for _ in "nc"]
         run_variants(plan, variants, base_acc)
     exact = {v.key: v.acc.metrics() for v in variants}
     nll, n_nll = reduced([float(base_acc[0]), float(base_acc[1])], plan.device)
     # a --from SPEC's base is not the model as it is
-    as_is = any(c.attribute for c in ask.changes)
+    as_is = any(c.attribute for c in changes)
     by_role = _by_role(infos)
     names = [(i.name, i.role, i.min_q_over_eps) for i in infos]
     roles = [(r, r, _min(infos, idx)) for r, idx in by_role.items()]
@@ -313,12 +281,12 @@ def measure(
         ChangeResult(
             change=change,
             all=exact[(ci, "all", "")],
-            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if per_norm else (),
-            per_role=_rows(ci, "role", roles, exact, None) if per_role else (),
+            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if o.per_norm else (),
+            per_role=_rows(ci, "role", roles, exact, None) if o.per_role else (),
         )
-        for ci, change in enumerate(ask.changes)
+        for ci, change in enumerate(changes)
     )
-    passes, tokens = _passes(plan, ask, sweep, len(by_role))
+    passes, tokens = _passes(plan, changes, o, sweep, len(by_role))
     return SensitivityResult(
         model=loaded.name,
         source=loaded.source,
@@ -374,15 +342,13 @@ def _rows(
 
 
 def _min(infos: Sequence[NormInfo], idx: Sequence[int]) -> float | None:
-    vals = [infos[i].min_q_over_eps for i in idx if infos[i].min_q_over_eps is not None]
-    return min(vals) if vals else None  # type: ignore[type-var]
+    vals = (infos[i].min_q_over_eps for i in idx)
+    return min((v for v in vals if v is not None), default=None)
 
 
 def _configured_eps(values: Sequence[float]) -> float:
     """The most common live eps of a group (the smallest of the most common)."""
-    counts: dict[float, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
+    counts = collections.Counter(values)
     return min(counts, key=lambda v: (-counts[v], v))
 
 
@@ -396,23 +362,19 @@ def _suggest(
     """Walk the sweep up and down from eps0 while every point passes."""
     points = sorted((eps0 * f, exact[(-1, group, repr(eps0 * f))]) for f in SWEEP_FACTORS)
 
-    def ok(m: Metrics) -> bool:
-        return not kl_fails(m, max_kl) and not top1_fails(m, min_top1)
+    def reach(way: Iterable[tuple[float, Metrics]]) -> float:
+        """The last eps of ``way`` (walked away from eps0) before the first failing point."""
+        reached = eps0
+        for value, m in way:
+            if kl_fails(m, max_kl) or top1_fails(m, min_top1):
+                break
+            reached = value
+        return reached
 
-    largest: float | None = eps0
-    for value, m in (p for p in points if p[0] > eps0):
-        if not ok(m):
-            break
-        largest = value
-    smallest: float | None = eps0
-    for value, m in (p for p in reversed(points) if p[0] < eps0):
-        if not ok(m):
-            break
-        smallest = value
     return Suggestion(
         group=group,
         eps=eps0,
-        largest=largest,
-        smallest=smallest,
+        largest=reach(p for p in points if p[0] > eps0),
+        smallest=reach(p for p in reversed(points) if p[0] < eps0),
         points=tuple((v, m.kl, m.kl_first) for v, m in points),
     )

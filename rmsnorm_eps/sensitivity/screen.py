@@ -26,12 +26,13 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
+from rmsnorm_eps.sensitivity.plan import Plan, logits_of
 from rmsnorm_eps.sensitivity.result import Change
 
 __all__ = ["screen"]
 
 
-def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tuple[Any, int]:
+def screen(plan: Plan, changes: Sequence[Change], samples: int, seed: int) -> tuple[Any, int]:
     """Estimated summed KL (positions >= 1) per change and norm (``est[change][norm]``, host
     floats, all-reduced across ranks) and the number of tokens at positions >= 1."""
     import torch
@@ -81,7 +82,7 @@ def screen(plan: Any, changes: Sequence[Change], samples: int, seed: int) -> tup
 
 
 def _squares(
-    flat: list[Any], grads: Sequence[Any], deltas: list[list[Any]], batch: int, plan: Any
+    flat: list[Any], grads: Sequence[Any], deltas: list[list[Any]], batch: int, plan: Plan
 ) -> Any:
     """0.5 * sum_b (g_k[b] . dy_k[b])^2 per norm k (a norm whose input has its tokens
     flattened gives one product for the batch)."""
@@ -101,7 +102,7 @@ def _squares(
 
 
 def _graph_forward(
-    plan: Any,
+    plan: Plan,
     changes: Sequence[Change],
     members: list[int],
     base: str | None,
@@ -117,29 +118,19 @@ def _graph_forward(
     norms = plan.norms
     outputs: list[list[Any]] = [[] for _ in norms]
     deltas: list[list[list[Any]]] = [[[] for _ in norms] for _ in members]
-    handles = []
 
     def leaf(module: Any, args: Any, out: Any) -> Any:
         return out.detach().requires_grad_(True)
 
-    handles.append(plan.model.get_input_embeddings().register_forward_hook(leaf))
-    for k, n in enumerate(norms):
-        hook = _delta_hook(k, n, outputs, deltas, members, changes)
-        handles.append(n.module.register_forward_hook(hook, with_kwargs=True))
     everyone = [(n.module, n.record) for n in norms]
-    try:
-        with torch.enable_grad(), ExitStack() as stack:
-            if base is not None:
-                stack.enter_context(applied(changes[members[0]], "base", everyone))
-            logits = plan.model(
-                input_ids=ids.to(plan.device),
-                attention_mask=mask.to(plan.device),
-                use_cache=False,
-            ).logits
-        plan.count.forward += 1
-    finally:
-        for h in handles:
-            h.remove()
+    with torch.enable_grad(), ExitStack() as stack:
+        stack.enter_context(plan.model.get_input_embeddings().register_forward_hook(leaf))
+        for k, n in enumerate(norms):
+            hook = _delta_hook(k, n, outputs, deltas, members, changes)
+            stack.enter_context(n.module.register_forward_hook(hook, with_kwargs=True))
+        if base is not None:
+            stack.enter_context(applied(changes[members[0]], "base", everyone))
+        logits = logits_of(plan, ids, mask)
     return logits, outputs, deltas
 
 

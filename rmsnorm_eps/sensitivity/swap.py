@@ -26,6 +26,7 @@ Two ways, both undone on exit:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -115,9 +116,7 @@ def _formula(module: Any, record: ModuleRecord, spec: EpsSpec) -> Any:
         h = x.to(cdt)
         axes = _normalized_axes(module)
         lead = tuple(h.shape[: h.ndim - axes])
-        width = 1
-        for n in h.shape[h.ndim - axes :]:
-            width *= int(n)
+        width = math.prod(int(n) for n in h.shape[h.ndim - axes :])
         silu = None
         if norm == "gated-rms" and isinstance(gate, torch.Tensor):
             silu = torch.nn.functional.silu(gate.to(cdt)).reshape(*lead, width)

@@ -84,7 +84,7 @@ def probe_members() -> dict[str, bytes]:
     """The probe file's members (name without .npy -> .npy bytes), to edit one at a time."""
     import io
 
-    from rmsnorm_eps.parity.probes import probe_bytes
+    from rmsnorm_eps.parity.probe_file import probe_bytes
 
     with zipfile.ZipFile(io.BytesIO(probe_bytes(probe_set()))) as zf:
         return {n[: -len(".npy")]: zf.read(n) for n in zf.namelist()}
@@ -113,7 +113,7 @@ def reference_outputs(dtype: str = "float32") -> np.ndarray:
 
 @case("valid", PROBES, PARITY_PROBES, 0, "PASS: all 9 categories within tolerance")
 def valid_probes(path: Path) -> None:
-    from rmsnorm_eps.parity.probes import probe_bytes
+    from rmsnorm_eps.parity.probe_file import probe_bytes
 
     path.write_bytes(probe_bytes(probe_set()))
 

@@ -13,13 +13,13 @@ import pytest
 
 from rmsnorm_eps.parity.api import compare_outputs
 from rmsnorm_eps.parity.document import NONFINITE_RULE, parity_document
-from rmsnorm_eps.parity.probes import (
+from rmsnorm_eps.parity.probe_set import (
     CATEGORIES,
     LAYERNORM_REFERENCE_NAME,
     REFERENCE_NAME,
     ProbeSet,
-    make_probes,
 )
+from rmsnorm_eps.parity.probes import make_probes
 from rmsnorm_eps.reports.schema import load_schema
 
 ATOL, RTOL = 1e-6, 1e-5

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.parity.api import ParityResult, compare_outputs
-from rmsnorm_eps.parity.probes import CATEGORIES, ProbeSet, make_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probes import make_probes
 from rmsnorm_eps.reports.commands.parity import (
     PARITY_RULES,
     ParityReporter,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rmsnorm_eps.parity.probes import CATEGORIES, ProbeSet, ProbeSummary, make_probes
+from rmsnorm_eps.parity.probe_set import CATEGORIES, ProbeSet
+from rmsnorm_eps.parity.probes import ProbeSummary, make_probes
 from rmsnorm_eps.reports.commands.probe import ProbeReporter, probe_document
 from rmsnorm_eps.reports.options import RenderOptions
 

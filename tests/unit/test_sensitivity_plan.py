@@ -121,7 +121,7 @@ def test_min_ratios_and_reduced() -> None:
         Norm(None, _record("c"), 0),
         Norm(None, _record("d", np.array([1.0])), 0),
     ]
-    min_ratios(norms, lambda n: 0.0 if n.record.name == "d" else 1e-6)
+    min_ratios(norms, lambda n: 0.0 if n.record.name == "d" else 1e-6, torch.device("cpu"))
     assert norms[0].min_ratio == pytest.approx(10.0)
     assert [n.min_ratio for n in norms[1:]] == [None, None, None]
     assert reduced([1.0, 2.0], torch.device("cpu")) == [1.0, 2.0]  # no process group

@@ -14,7 +14,8 @@ from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:
-    from rmsnorm_eps.parity.probes import ProbeSet, ProbeSummary
+    from rmsnorm_eps.parity.probe_set import ProbeSet
+    from rmsnorm_eps.parity.probes import ProbeSummary
 
 __all__ = ["ProbeReporter", "probe_document"]
 
@@ -23,7 +24,7 @@ def probe_document(probes: ProbeSet, path: str | None = None) -> dict[str, Any]:
     """What a probe set holds: metadata and, per category, rows and the q/eps range."""
     import numpy as np
 
-    from rmsnorm_eps.parity.probes import CATEGORIES
+    from rmsnorm_eps.parity.probe_set import CATEGORIES
 
     doc = _head("probe")
     doc.update(
