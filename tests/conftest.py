@@ -29,6 +29,13 @@ from rmsnorm_eps.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that hold a slow test first (each file keeps its order): xdist hands out whole
+    files (``--dist loadfile``) in this order, and the long files first balance the workers."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 class Result:
     """Outcome of one CLI run: exit code, stdout, stderr."""
 

@@ -12,9 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# module fixtures are built once: all of this module runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("norm_kinds")
-
 torch = pytest.importorskip("torch")
 
 from rmsnorm_eps.capture.classify import classify_module  # noqa: E402

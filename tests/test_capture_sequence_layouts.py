@@ -19,9 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# module fixtures are built once: all of this module runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("sequence_layouts")
-
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

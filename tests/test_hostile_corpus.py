@@ -28,9 +28,7 @@ from corpus.make_corpus import _SPECS, Case, all_cases, build, zip_bomb
 
 from tests.runner_lines import ANNOTATION, assert_file_inert, runner_commands
 
-# the whole corpus run (CI runs it; -m "not slow" skips it), on one xdist worker: its module
-# fixtures build the corpus and run every case once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_corpus")]
+pytestmark = pytest.mark.slow  # the whole corpus run (CI runs it; -m "not slow" skips it)
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_LIMIT_KIB = 256 * 1024

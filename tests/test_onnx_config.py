@@ -14,9 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# module fixtures are built once: all of this module runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("onnx_config")
-
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

@@ -12,9 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# module fixtures are built once: all of this module runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("onnx_parity")
-
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 
-# module fixtures are built once: all of this module runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("sensitivity")
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
