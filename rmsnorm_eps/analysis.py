@@ -223,7 +223,7 @@ def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, 
         r = numerics.validate_ratio(min_ratio, "min-ratio")
         if r == 0.0 or math.isinf(r):
             raise InvalidParameterError(f"min-ratio must be finite and > 0, got {min_ratio!r}")
-        return float(numerics.delta_for_ratio(r)), r
+        return float(numerics.attenuation_loss(r)), r
     d = numerics.validate_delta(0.01 if delta is None else delta)
     return d, float(numerics.min_ratio(d))
 

@@ -35,7 +35,6 @@ __all__ = [
     "Unreadable",
     "check_regular_file",
     "npy_bytes",
-    "open_dump",
     "read_layers",
     "renamed",
     "reuse_shared",
@@ -47,12 +46,6 @@ T = TypeVar("T")
 
 #: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
 MEMORY_LABEL = "<memory>"
-
-
-def open_dump(path: str | os.PathLike[str], dtype: str | None = None) -> list[Any]:
-    """One source per array of a dump, as :func:`~rmsnorm_eps.sources.open_sources` opens it
-    (the first unreadable member raises)."""
-    return open_sources(path, dtype).sources
 
 
 @dataclass(frozen=True)

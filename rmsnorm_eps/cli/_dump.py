@@ -98,9 +98,10 @@ def with_raw_hint(exc: Exception, raw: bool, dtype: str | None = None) -> Except
     if raw or not isinstance(exc, InputFileError) or not exc.problem.startswith("negative q"):
         return exc
     try:
-        from rmsnorm_eps.dumps import open_dump
+        from rmsnorm_eps.sources.interface import open_sources
 
-        shapes = [src.shape for src in open_dump(exc.path, dtype) if src.key == exc.key]
+        sources = open_sources(exc.path, dtype).sources
+        shapes = [src.shape for src in sources if src.key == exc.key]
     except Exception:  # the hint is optional: never hide the first error behind a second one
         return exc
     if not shapes or not shapes[0] or shapes[0][-1] < HIDDEN_DIM_MIN:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.reports.blocks import Block, NamedTable, Text, simple_table
 from rmsnorm_eps.reports.checks import (
     Check,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.document import head as _head

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 from rmsnorm_eps.reports.checks import g as _g
