@@ -2,8 +2,8 @@
 
 ``analyze_dump`` (the library of the ``ratio`` command) streams every array of a dump through
 a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The streaming engine is
-:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` and
-``GateResult`` are importable from here too); each layer is read by the per-layer driver
+:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` is
+importable from here too); each layer is read by the per-layer driver
 :func:`rmsnorm_eps.dumps.read_layers`. Nothing here prints or exits.
 
 Why one module: the frozen result types (:class:`LayerResult`, :class:`RatioReport`), the
@@ -40,7 +40,7 @@ from rmsnorm_eps.engine import (
     unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.gate import GateResult, evaluate_gate
+from rmsnorm_eps.gate import evaluate_gate
 from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
@@ -54,17 +54,12 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "GateResult",
     "LayerResult",
-    "PositionSplit",
     "RatioReport",
     "WorstInput",
     "analyze_dump",
-    "apply_zero_rule",
-    "decisions_for",
     "evaluate_gate",
     "layer_result",
-    "model_safe_eps",
     "ratio_position_split",
     "resolve_bound",
 ]

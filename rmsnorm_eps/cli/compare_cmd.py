@@ -131,10 +131,10 @@ def compare(
     An input moves when |factor - 1| > tolerance; NaN/inf q and nonfinite factors are
     violations too.
     """
-    from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.compare.analysis import compare_dump
     from rmsnorm_eps.compare.spec import is_config_spec
+    from rmsnorm_eps.gate import evaluate_gate
 
     q_path = one_dump(dump, q_file)
     options = tail_options(

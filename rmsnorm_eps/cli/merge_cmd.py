@@ -83,8 +83,8 @@ def merge(
     smallest q over all shards (ties: earlier shard and index first), each listed with its
     shard and its index inside the shard.
     """
-    from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
+    from rmsnorm_eps.gate import evaluate_gate
     from rmsnorm_eps.merge import merge_summaries
 
     options = tail_options(

@@ -220,7 +220,7 @@ class CompareReport(ReportTotals):
 
     @property
     def safe_eps(self) -> float | None:
-        """The smallest safe eps of the layers (see :func:`rmsnorm_eps.analysis.model_safe_eps`)."""
+        """The smallest safe eps of the layers (see :func:`rmsnorm_eps.safe_eps.model_safe_eps`)."""
         return model_safe_eps(self.layers)[0]
 
     @property
