@@ -20,20 +20,15 @@ from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.sources.intent import InputWarning, shape_warnings
 from rmsnorm_eps.sources.interface import MAX_LAYERS, Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES, RawArraySource
-from rmsnorm_eps.sources.sniff import check_regular_file
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
     "MEMORY_LABEL",
     "DumpReading",
     "LayersRead",
-    "Opened",
     "ReadingFields",
-    "Unreadable",
-    "check_regular_file",
     "npy_bytes",
     "read_layers",
     "renamed",

@@ -143,8 +143,9 @@ def dump_reading(
     """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
     ``--skip-unreadable``, ``--norm``, ``--threads``, ``--max-layers``), the worst inputs kept,
     and the ``--config`` file loaded (the library matches its layers): one object, passed whole."""
-    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
+    from rmsnorm_eps.dumps import DumpReading
     from rmsnorm_eps.sources.interface import MAX_LAYERS
+    from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 
     loaded = None
     if config is not None:
