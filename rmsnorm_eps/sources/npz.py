@@ -33,15 +33,9 @@ import numpy as np
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.interface import Opened, Unreadable
 from rmsnorm_eps.sources.npy import NpyHeader, check_declared_size, read_npy_header, stored
-from rmsnorm_eps.sources.raw import (
-    ZIP_ERRORS,
-    RawArraySource,
-    ZipArchive,
-    ZipEntry,
-    check_float_dtype,
-    describe_dtype,
-)
+from rmsnorm_eps.sources.raw import ZIP_ERRORS, RawArraySource, check_float_dtype, describe_dtype
 from rmsnorm_eps.sources.sniff import ZIP_LOCAL_MAGIC
+from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
 
 __all__ = ["COMPANION_SEP", "open_npz", "with_companions"]
 
