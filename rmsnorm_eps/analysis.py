@@ -41,7 +41,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import evaluate_gate
-from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
@@ -189,25 +189,6 @@ class RatioReport(ReportTotals):
     @property
     def below_bound(self) -> int:
         return sum(layer.below_bound for layer in self.layers)
-
-    @property
-    def zero_count(self) -> int:
-        return sum(layer.zero_count for layer in self.layers)
-
-    @property
-    def safe_eps(self) -> float | None:
-        """The model's safe eps: the smallest safe eps of its layers (None when a layer has
-        none, or when no layer has a positive finite q); see :attr:`safe_eps_note`."""
-        return model_safe_eps(self.layers)[0]
-
-    @property
-    def safe_eps_margin(self) -> float | None:
-        """The smallest margin (decades) of the layers from their configured eps."""
-        return model_safe_eps(self.layers)[1]
-
-    @property
-    def safe_eps_note(self) -> str:
-        return model_safe_eps(self.layers)[2]
 
 
 def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:
