@@ -180,11 +180,7 @@ def compare(
     report_warnings(report.warnings, strict)
     gate = evaluate_gate(report, max_violations, max_fraction)
 
-    def draw(plot_fmt: str) -> bytes:
-        from rmsnorm_eps.plot import plot_compare
-
-        return plot_compare(report, plot_fmt, plot_layers).data
-
+    from rmsnorm_eps.plot import plot_compare
     from rmsnorm_eps.reports.commands.ratio import zero_part
 
     worst = report.max_abs_change
@@ -195,7 +191,7 @@ def compare(
         options,
         passed=gate.passed,
         skipped=report.skipped,
-        draw=draw,
+        draw=lambda plot_fmt: plot_compare(report, plot_fmt, plot_layers).data,
         message=f"{report.violations} violation(s) ({report.moved} moved by more than "
         f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
