@@ -2,8 +2,8 @@
 
 ``analyze_dump`` (the library of the ``ratio`` command) streams every array of a dump through
 a :class:`LayerAccumulator` and returns a frozen :class:`RatioReport`. The streaming engine is
-:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` and
-``GateResult`` are importable from here too); each layer is read by the per-layer driver
+:mod:`rmsnorm_eps.engine`, the gate :mod:`rmsnorm_eps.gate` (``evaluate_gate`` is
+importable from here too); each layer is read by the per-layer driver
 :func:`rmsnorm_eps.dumps.read_layers`. Nothing here prints or exits.
 
 Why one module: the frozen result types (:class:`LayerResult`, :class:`RatioReport`), the
@@ -40,8 +40,8 @@ from rmsnorm_eps.engine import (
     unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.gate import GateResult, evaluate_gate
-from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
+from rmsnorm_eps.gate import evaluate_gate
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
@@ -54,17 +54,12 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "GateResult",
     "LayerResult",
-    "PositionSplit",
     "RatioReport",
     "WorstInput",
     "analyze_dump",
-    "apply_zero_rule",
-    "decisions_for",
     "evaluate_gate",
     "layer_result",
-    "model_safe_eps",
     "ratio_position_split",
     "resolve_bound",
 ]
@@ -195,25 +190,6 @@ class RatioReport(ReportTotals):
     def below_bound(self) -> int:
         return sum(layer.below_bound for layer in self.layers)
 
-    @property
-    def zero_count(self) -> int:
-        return sum(layer.zero_count for layer in self.layers)
-
-    @property
-    def safe_eps(self) -> float | None:
-        """The model's safe eps: the smallest safe eps of its layers (None when a layer has
-        none, or when no layer has a positive finite q); see :attr:`safe_eps_note`."""
-        return model_safe_eps(self.layers)[0]
-
-    @property
-    def safe_eps_margin(self) -> float | None:
-        """The smallest margin (decades) of the layers from their configured eps."""
-        return model_safe_eps(self.layers)[1]
-
-    @property
-    def safe_eps_note(self) -> str:
-        return model_safe_eps(self.layers)[2]
-
 
 def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, float]:
     """Return ``(delta, min_ratio)`` from exactly one of them (default: delta = 0.01)."""
@@ -223,7 +199,7 @@ def resolve_bound(delta: float | None, min_ratio: float | None) -> tuple[float, 
         r = numerics.validate_ratio(min_ratio, "min-ratio")
         if r == 0.0 or math.isinf(r):
             raise InvalidParameterError(f"min-ratio must be finite and > 0, got {min_ratio!r}")
-        return float(numerics.delta_for_ratio(r)), r
+        return float(numerics.attenuation_loss(r)), r
     d = numerics.validate_delta(0.01 if delta is None else delta)
     return d, float(numerics.min_ratio(d))
 

@@ -20,22 +20,16 @@ from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.sources.intent import InputWarning, shape_warnings
 from rmsnorm_eps.sources.interface import MAX_LAYERS, Opened, Unreadable, open_sources
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES, RawArraySource
-from rmsnorm_eps.sources.sniff import check_regular_file
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
     "MEMORY_LABEL",
     "DumpReading",
     "LayersRead",
-    "Opened",
     "ReadingFields",
-    "Unreadable",
-    "check_regular_file",
     "npy_bytes",
-    "open_dump",
     "read_layers",
     "renamed",
     "reuse_shared",
@@ -47,12 +41,6 @@ T = TypeVar("T")
 
 #: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
 MEMORY_LABEL = "<memory>"
-
-
-def open_dump(path: str | os.PathLike[str], dtype: str | None = None) -> list[Any]:
-    """One source per array of a dump, as :func:`~rmsnorm_eps.sources.open_sources` opens it
-    (the first unreadable member raises)."""
-    return open_sources(path, dtype).sources
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
   the dump carries token positions, read by a :class:`SequentialReader`);
 * :func:`unravel`: a flat index back to a multi-dimensional one;
 * :class:`ReportTotals`: the aggregates every per-layer report exposes (count, violations,
-  nonfinite, violation fraction, layers affected).
+  nonfinite, zero vectors, violation fraction, layers affected, the model's safe eps).
 
 The data path is source -> chunks -> accumulator; nothing here knows a report format.
 
@@ -37,6 +37,7 @@ from rmsnorm_eps.kernels import (
     mean_square_rows_fast,
     variance_rows,
 )
+from rmsnorm_eps.safe_eps import model_safe_eps
 from rmsnorm_eps.sources.interface import ArraySource
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
@@ -548,11 +549,15 @@ class _Layer(Protocol):
     @property
     def nonfinite(self) -> int: ...
 
+    @property
+    def zero_count(self) -> int: ...
+
 
 class ReportTotals:
     """Aggregates over ``self.layers`` shared by the per-layer reports (ratio, compare):
-    ``count``, ``violations``, ``nonfinite``, ``violation_fraction = violations / count`` (0 for
-    no input) and ``layers_affected`` (names of layers with a violation, in order)."""
+    ``count``, ``violations``, ``nonfinite``, ``zero_count``, ``violation_fraction = violations
+    / count`` (0 for no input), ``layers_affected`` (names of layers with a violation, in
+    order) and the model's ``safe_eps`` (:func:`rmsnorm_eps.safe_eps.model_safe_eps`)."""
 
     layers: Sequence[_Layer]
 
@@ -576,3 +581,22 @@ class ReportTotals:
     @property
     def layers_affected(self) -> tuple[str, ...]:
         return tuple(layer.name for layer in self.layers if layer.violations)
+
+    @property
+    def zero_count(self) -> int:
+        return sum(layer.zero_count for layer in self.layers)
+
+    @property
+    def safe_eps(self) -> float | None:
+        """The model's safe eps: the smallest safe eps of its layers (None when a layer has
+        none, or when no layer has a positive finite q); see :attr:`safe_eps_note`."""
+        return model_safe_eps(self.layers)[0]
+
+    @property
+    def safe_eps_margin(self) -> float | None:
+        """The smallest margin (decades) of the layers from their eps (compare: ``--to``)."""
+        return model_safe_eps(self.layers)[1]
+
+    @property
+    def safe_eps_note(self) -> str:
+        return model_safe_eps(self.layers)[2]

@@ -7,7 +7,7 @@ sequences, markup or HTML. Before it is written, it goes through the function fo
 =====================  ============================================================
 sink                   function
 =====================  ============================================================
-text report, terminal  :func:`text` (rich: always as ``Text``, never as markup)
+text report, terminal  :func:`visible` (rich: always as ``Text``, never as markup)
 one stderr line        :func:`line` for a name (bounded: :data:`NAME_LIMIT` characters),
                        :func:`message` for the whole line
 Markdown               :func:`markdown` (HTML and table syntax escaped)
@@ -51,7 +51,6 @@ __all__ = [
     "no_ci_command",
     "plot_label",
     "shorten",
-    "text",
     "visible",
     "xml",
 ]
@@ -88,11 +87,6 @@ def shorten(value: str, limit: int = NAME_LIMIT) -> str:
     if len(value) <= limit:
         return value
     return f"{value[:limit]}... ({len(value)} characters)"
-
-
-def text(value: object) -> str:
-    """For a text report or a terminal (the caller passes it to rich as ``Text``)."""
-    return visible(value)
 
 
 def line(value: object, limit: int = NAME_LIMIT) -> str:

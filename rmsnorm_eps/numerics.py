@@ -39,7 +39,6 @@ FloatArray = npt.NDArray[np.float64]
 __all__ = [
     "attenuation",
     "attenuation_loss",
-    "delta_for_ratio",
     "layernorm_reference",
     "min_q",
     "min_ratio",
@@ -104,7 +103,7 @@ def attenuation(r: ArrayLike) -> FloatArray | float:
 
 
 def attenuation_loss(r: ArrayLike) -> FloatArray | float:
-    """Attenuation loss ``1 - A(r)`` computed without cancellation.
+    """Attenuation loss ``1 - A(r)`` (the inverse of :func:`min_ratio`), without cancellation.
 
     ``1 - sqrt(r/(r+1)) = (sqrt(r+1) - sqrt(r)) / sqrt(r+1)
     = 1 / (sqrt(r+1) * (sqrt(r+1) + sqrt(r)))``.
@@ -118,11 +117,6 @@ def attenuation_loss(r: ArrayLike) -> FloatArray | float:
         s1 = np.sqrt(arr + 1.0)
         out = 1.0 / (s1 * (s1 + np.sqrt(arr)))
     return _out(out, scalar)
-
-
-def delta_for_ratio(r: ArrayLike) -> FloatArray | float:
-    """Inverse of :func:`min_ratio`: the attenuation loss ``delta = 1 - A(r)`` at ratio ``r``."""
-    return attenuation_loss(r)
 
 
 def min_ratio(delta: ArrayLike) -> FloatArray | float:

@@ -19,6 +19,7 @@ no safe eps (:func:`safe_eps_note` says why). The margin in decades is
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -94,7 +95,7 @@ def safe_eps_note(*, zeros_violate: bool, zero_count: int, has_pos: bool) -> str
     return ""
 
 
-def model_safe_eps(layers: tuple[Any, ...]) -> tuple[float | None, float | None, str]:
+def model_safe_eps(layers: Sequence[Any]) -> tuple[float | None, float | None, str]:
     """``(safe eps, margin, note)`` of a model: the minimum over layers of the safe eps and of
     the margin; a layer with no safe eps because of its zero vectors (``--zero-is-violation``)
     leaves the model none; layers without a positive finite q do not bound it."""

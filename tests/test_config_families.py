@@ -221,8 +221,8 @@ def test_roundtrip_through_yaml(tmp_path: Path, mtype: str) -> None:
 
 def test_capture_config_out_reads_back(tmp_path: Path) -> None:
     """capture --config-out writes `gain: none` for a weightless norm: readable as written."""
-    from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
     from rmsnorm_eps.capture.output import write_config
+    from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
 
     def record(name: str, gain: str, dim: int) -> ModuleRecord:
         known = {

@@ -200,7 +200,7 @@ def test_finish_without_verdict_for_recording_commands(
 
     from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
     from rmsnorm_eps.cli._gate import finish
-    from rmsnorm_eps.dumps import Unreadable
+    from rmsnorm_eps.sources.interface import Unreadable
 
     path = tmp_path / "q.npy"
     np.save(path, np.array([1.0, 2.0]))

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmsnorm_eps.analysis import analyze_dump, decisions_for
+from rmsnorm_eps.analysis import analyze_dump
+from rmsnorm_eps.engine import decisions_for
 from rmsnorm_eps.kernels import Refiner, fast_error_bound, mean_square_rows, mean_square_rows_fast
 from rmsnorm_eps.numerics import min_ratio, q_threshold
 from rmsnorm_eps.reports.document import document

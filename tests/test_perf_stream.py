@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.analysis import analyze_dump
-from rmsnorm_eps.dumps import open_dump
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.reports.document import document
+from rmsnorm_eps.sources.interface import open_sources
 
 
 def same(a: object, b: object) -> bool:
@@ -81,14 +81,14 @@ def test_threads_and_chunks_do_not_change_reports(tmp_path: Path, raw: bool) -> 
 
 def test_stored_npz_members_are_read_in_place(tmp_path: Path) -> None:
     paths = _layouts(tmp_path)
-    stored = open_dump(paths["npz"])
+    stored = open_sources(paths["npz"]).sources
     assert all(s.data_offset is not None for s in stored)
     for s in stored:
         with open(paths["npz"], "rb") as fh:
             fh.seek(s.data_offset or 0)
             head = np.frombuffer(fh.read(16), dtype=s.dtype)
         assert np.array_equal(head, np.load(paths["npz"])[s.name].ravel()[: head.size], True)
-    assert all(s.data_offset is None for s in open_dump(paths["npz_c"]))
+    assert all(s.data_offset is None for s in open_sources(paths["npz_c"]).sources)
     with zipfile.ZipFile(paths["npz_c"]) as zf:
         assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in zf.infolist())
 
@@ -96,7 +96,7 @@ def test_stored_npz_members_are_read_in_place(tmp_path: Path) -> None:
 def test_iter_mapped_in_order_and_stops_cleanly(tmp_path: Path) -> None:
     path = tmp_path / "v.npy"
     np.save(path, np.arange(10_000, dtype=np.float64))
-    (src,) = open_dump(path)
+    (src,) = open_sources(path).sources
     seen = []
     for start, v in src.iter_mapped(333, lambda s, v: v.copy(), threads=2):
         seen.append((start, v))
@@ -158,7 +158,7 @@ def test_library_rejects_bad_threads_and_dtype(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError):
         analyze_dump(tmp_path / "q.npy", 1e-5, threads=0)
     with pytest.raises(InvalidParameterError):
-        open_dump(tmp_path / "q.npy", dtype="float8")
+        open_sources(tmp_path / "q.npy", dtype="float8")
     np.save(tmp_path / "i.npy", np.ones(4, np.int32))  # int16 holds bfloat16 bits (issue 15)
     with pytest.raises(InputFileError, match="unsupported dtype int32"):
-        open_dump(tmp_path / "i.npy", dtype="bfloat16")
+        open_sources(tmp_path / "i.npy", dtype="bfloat16")

@@ -58,7 +58,7 @@ def test_capture_renders_every_format(
 
 
 def test_a_module_that_never_ran_is_a_warning() -> None:
-    from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+    from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
     from rmsnorm_eps.capture.report import CaptureReport
     from rmsnorm_eps.reports import check_report, render
 
@@ -89,7 +89,7 @@ def test_a_module_that_never_ran_is_a_warning() -> None:
 
 
 def test_a_module_of_unknown_kind_is_listed_and_warned() -> None:
-    from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+    from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
     from rmsnorm_eps.capture.report import CaptureReport
     from rmsnorm_eps.reports import check_report, render
 

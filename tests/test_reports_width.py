@@ -145,7 +145,7 @@ def _config_diff(tmp: Path) -> Case:
 
 
 def _capture(tmp: Path) -> Case:
-    from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+    from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
     from rmsnorm_eps.capture.report import CaptureReport
 
     rng = np.random.default_rng(5)

@@ -34,8 +34,8 @@ __all__ = [
 
 _WHERE = {
     "CaptureError": "rmsnorm_eps.capture.errors",
-    "CaptureResult": "rmsnorm_eps.capture.hooks",
-    "ModuleRecord": "rmsnorm_eps.capture.hooks",
+    "CaptureResult": "rmsnorm_eps.capture.records",
+    "ModuleRecord": "rmsnorm_eps.capture.records",
     "QCapture": "rmsnorm_eps.capture.hooks",
     "load_model": "rmsnorm_eps.capture.loading",
     "run_texts": "rmsnorm_eps.capture.loading",

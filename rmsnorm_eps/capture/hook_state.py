@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from rmsnorm_eps.analysis import PositionSplit
 from rmsnorm_eps.capture.classify import NormKind
 from rmsnorm_eps.capture.modules import NormModule
+from rmsnorm_eps.engine import PositionSplit
 from rmsnorm_eps.summary import LayerAccumulator
 
 __all__ = ["CallContext", "NormState", "PendingQ"]

@@ -27,7 +27,7 @@ The hooks share one state (the call context stack, the pending device results) k
 :class:`QCapture`; the per-module state lives in ``hook_state``, each call's kind and eps in
 ``hook_settings``, the host copy, the per-token records and the result assembly in
 ``hook_records``, and the pure parts beside them (``layout``, ``reduce``, ``classify``,
-``records``). :class:`CaptureResult` and :class:`ModuleRecord` are importable from here.
+``records``).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from rmsnorm_eps.capture.hook_settings import call_settings, probe_layout
 from rmsnorm_eps.capture.hook_state import CallContext, NormState, PendingQ
 from rmsnorm_eps.capture.layout import LayoutAmbiguous, LayoutUnknown, orientation, place, plan
 from rmsnorm_eps.capture.modules import find_norm_modules, iter_named
-from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
+from rmsnorm_eps.capture.records import CaptureResult
 from rmsnorm_eps.capture.reduce import reduce_rows
 
-__all__ = ["CaptureResult", "ModuleRecord", "QCapture"]  # the records live in capture.records
+__all__ = ["QCapture"]
 
 
 class QCapture:

@@ -134,7 +134,7 @@ def read_text_file(path: Path, field: str | None = None) -> tuple[str, ...]:
     ``field`` is given (the text is ``obj[field]``, default ``"text"``), else one text per
     non-empty line. Lines end at ``\\n`` only. The file (at most :data:`MAX_TOTAL_CHARS`
     bytes) and each text are checked by :class:`_Texts`."""
-    from rmsnorm_eps.dumps import check_regular_file
+    from rmsnorm_eps.sources.sniff import check_regular_file
 
     size = check_regular_file(path)
     if size > MAX_TOTAL_CHARS:

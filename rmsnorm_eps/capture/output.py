@@ -26,7 +26,7 @@ import numpy as np
 
 from rmsnorm_eps.atomic import atomic_write_bytes, atomic_write_text
 from rmsnorm_eps.capture.errors import CaptureError
-from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
+from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
 from rmsnorm_eps.dumps import npy_bytes
 
 #: What ``--save-data`` replaces by the rank's number under torchrun (``q-rank{rank}.npz``).

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from rmsnorm_eps.analysis import RatioReport, layer_result
 from rmsnorm_eps.capture.errors import CaptureError
-from rmsnorm_eps.capture.hooks import CaptureResult, ModuleRecord
 from rmsnorm_eps.capture.output import module_facts
+from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
 
 __all__ = ["CaptureReport", "capture_document", "not_analysed", "summary_report"]
 

@@ -98,9 +98,10 @@ def with_raw_hint(exc: Exception, raw: bool, dtype: str | None = None) -> Except
     if raw or not isinstance(exc, InputFileError) or not exc.problem.startswith("negative q"):
         return exc
     try:
-        from rmsnorm_eps.dumps import open_dump
+        from rmsnorm_eps.sources.interface import open_sources
 
-        shapes = [src.shape for src in open_dump(exc.path, dtype) if src.key == exc.key]
+        sources = open_sources(exc.path, dtype).sources
+        shapes = [src.shape for src in sources if src.key == exc.key]
     except Exception:  # the hint is optional: never hide the first error behind a second one
         return exc
     if not shapes or not shapes[0] or shapes[0][-1] < HIDDEN_DIM_MIN:
@@ -142,8 +143,9 @@ def dump_reading(
     """How ``ratio`` and ``compare`` read the dump (``--raw``, ``--dtype``, ``--column``,
     ``--skip-unreadable``, ``--norm``, ``--threads``, ``--max-layers``), the worst inputs kept,
     and the ``--config`` file loaded (the library matches its layers): one object, passed whole."""
-    from rmsnorm_eps.dumps import DEFAULT_CHUNK_BYTES, DumpReading
+    from rmsnorm_eps.dumps import DumpReading
     from rmsnorm_eps.sources.interface import MAX_LAYERS
+    from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
 
     loaded = None
     if config is not None:

@@ -131,10 +131,10 @@ def compare(
     An input moves when |factor - 1| > tolerance; NaN/inf q and nonfinite factors are
     violations too.
     """
-    from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.compare.analysis import compare_dump
     from rmsnorm_eps.compare.spec import is_config_spec
+    from rmsnorm_eps.gate import evaluate_gate
 
     q_path = one_dump(dump, q_file)
     options = tail_options(
@@ -180,11 +180,7 @@ def compare(
     report_warnings(report.warnings, strict)
     gate = evaluate_gate(report, max_violations, max_fraction)
 
-    def draw(plot_fmt: str) -> bytes:
-        from rmsnorm_eps.plot import plot_compare
-
-        return plot_compare(report, plot_fmt, plot_layers).data
-
+    from rmsnorm_eps.plot import plot_compare
     from rmsnorm_eps.reports.commands.ratio import zero_part
 
     worst = report.max_abs_change
@@ -195,7 +191,7 @@ def compare(
         options,
         passed=gate.passed,
         skipped=report.skipped,
-        draw=draw,
+        draw=lambda plot_fmt: plot_compare(report, plot_fmt, plot_layers).data,
         message=f"{report.violations} violation(s) ({report.moved} moved by more than "
         f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "

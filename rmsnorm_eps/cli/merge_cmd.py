@@ -83,8 +83,8 @@ def merge(
     smallest q over all shards (ties: earlier shard and index first), each listed with its
     shard and its index inside the shard.
     """
-    from rmsnorm_eps.analysis import evaluate_gate
     from rmsnorm_eps.cli._gate import finish, tail_options
+    from rmsnorm_eps.gate import evaluate_gate
     from rmsnorm_eps.merge import merge_summaries
 
     options = tail_options(
@@ -108,11 +108,7 @@ def merge(
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
 
-    def draw(plot_fmt: str) -> bytes:
-        from rmsnorm_eps.plot import plot_ratio
-
-        return plot_ratio(report, plot_fmt, plot_layers).data
-
+    from rmsnorm_eps.plot import plot_ratio
     from rmsnorm_eps.reports.commands.ratio import zero_part
 
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
@@ -121,7 +117,7 @@ def merge(
         gate,
         options,
         passed=gate.passed,
-        draw=draw,
+        draw=lambda plot_fmt: plot_ratio(report, plot_fmt, plot_layers).data,
         message=f"{report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "

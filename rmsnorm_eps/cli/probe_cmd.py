@@ -37,10 +37,10 @@ def _read_gain(path: Path, dim: int, what: str = "gain") -> np.ndarray:
     """The weight (or bias) array of a .npy/.npz file (one array of shape (dim,))."""
     import numpy as np
 
-    from rmsnorm_eps.dumps import open_dump
     from rmsnorm_eps.errors import InputFileError
+    from rmsnorm_eps.sources.interface import open_sources
 
-    sources = open_dump(path)
+    sources = open_sources(path).sources
     if len(sources) != 1:
         raise InputFileError(path, f"holds {len(sources)} arrays; a {what} file holds one")
     src = sources[0]

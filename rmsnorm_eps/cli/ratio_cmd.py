@@ -202,11 +202,7 @@ def ratio(
 
         write_summary(report, save_summary)
 
-    def draw(plot_fmt: str) -> bytes:
-        from rmsnorm_eps.plot import plot_ratio
-
-        return plot_ratio(report, plot_fmt, plot_layers).data
-
+    from rmsnorm_eps.plot import plot_ratio
     from rmsnorm_eps.reports.commands.ratio import quantity_label, zero_part
 
     qv = quantity_label(report.layers)
@@ -217,7 +213,7 @@ def ratio(
         options,
         passed=gate.passed,
         skipped=report.skipped,
-        draw=draw,
+        draw=lambda plot_fmt: plot_ratio(report, plot_fmt, plot_layers).data,
         message=f"{report.violations} violation(s) ({report.below_bound} below {qv}/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite"
         f"{zero_part(report)}) in "

@@ -65,7 +65,7 @@ from rmsnorm_eps.engine import (
 )
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.numerics import validate_eps
-from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, model_safe_eps, safe_eps_note
+from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, safe_eps_note
 from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Unreadable
@@ -210,22 +210,9 @@ class CompareReport(ReportTotals):
         return sum(layer.moved for layer in self.layers)
 
     @property
-    def zero_count(self) -> int:
-        return sum(layer.zero_count for layer in self.layers)
-
-    @property
     def bound_ratio(self) -> float | None:
         """The ratio bound of the safe eps: ``min_ratio(tolerance)`` (None outside (0, 1))."""
         return _bound_ratio(self.tolerance)
-
-    @property
-    def safe_eps(self) -> float | None:
-        """The smallest safe eps of the layers (see :func:`rmsnorm_eps.analysis.model_safe_eps`)."""
-        return model_safe_eps(self.layers)[0]
-
-    @property
-    def safe_eps_margin(self) -> float | None:
-        return model_safe_eps(self.layers)[1]
 
     @property
     def within_safe_eps(self) -> bool | None:
@@ -234,10 +221,6 @@ class CompareReport(ReportTotals):
         if any(v is None for v in values):
             return None
         return all(values)
-
-    @property
-    def safe_eps_note(self) -> str:
-        return model_safe_eps(self.layers)[2]
 
     @property
     def max_abs_change(self) -> float | None:

@@ -55,7 +55,6 @@ from rmsnorm_eps.analysis import (
     NonfiniteInput,
     RatioReport,
     WorstInput,
-    apply_zero_rule,
     layer_result,
     resolve_bound,
 )
@@ -70,6 +69,7 @@ from rmsnorm_eps.merge.summary_format import (
     summary_from_document,
 )
 from rmsnorm_eps.numerics import q_threshold
+from rmsnorm_eps.safe_eps import apply_zero_rule
 from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, LayerAccumulator, decade_edge
 
 __all__ = ["merge_reports", "merge_summaries"]

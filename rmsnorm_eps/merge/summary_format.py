@@ -606,7 +606,7 @@ def _check_bound_agrees(r: _Reader, delta: float, ratio: float) -> None:
 
     if (
         float(numerics.min_ratio(delta)) != ratio
-        and float(numerics.delta_for_ratio(ratio)) != delta
+        and float(numerics.attenuation_loss(ratio)) != delta
     ):
         raise r.fail(
             "min_ratio",

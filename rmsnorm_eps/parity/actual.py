@@ -1,8 +1,8 @@
 """Reading an implementation's outputs: .npy, .npz or .safetensors (bfloat16 included).
 
-Nothing is unpickled: .npy/.npz go through :func:`rmsnorm_eps.dumps.open_dump` (its own header
-parser); .safetensors through the safetensors package's numpy loader (extra ``safetensors``),
-whose bfloat16 arrays are ml_dtypes arrays, widened here to float64 exactly.
+Nothing is unpickled: .npy/.npz go through :func:`rmsnorm_eps.sources.open_sources` (its own
+header parser); .safetensors through the safetensors package's numpy loader (extra
+``safetensors``), whose bfloat16 arrays are ml_dtypes arrays, widened here to float64 exactly.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def _check_shape(
 
 
 def _read_npy_npz(path: Path, key: str | None, expect: tuple[int, int] | None) -> ActualOutputs:
-    from rmsnorm_eps.dumps import open_dump
+    from rmsnorm_eps.sources.interface import open_sources
 
-    sources = {s.key if s.key is not None else "": s for s in open_dump(path)}
+    sources = {s.key if s.key is not None else "": s for s in open_sources(path).sources}
     if list(sources) == [""]:
         if key is not None:
             raise InputFileError(path, "a .npy file holds one array; --key does not apply")

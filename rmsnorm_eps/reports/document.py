@@ -1,28 +1,25 @@
 """The canonical, versioned document of every result: plain dicts of unrounded numbers.
 
 The JSON format is this document serialized; each command module builds its own
-(``commands/<name>.py``: ``document``), from the helpers here: the common head, numbers as
-JSON allows them, the gate and the skipped layers. Keys appear in a fixed order and nothing
-depends on time or environment, so output is deterministic. Non-finite floats (JSON has none)
-are written as the strings "nan", "inf", "-inf".
+(``commands/<name>.py``: ``document``), from the helpers in :mod:`rmsnorm_eps.jsonvalues` (the
+common head, numbers as JSON allows them) and here (the gate and the skipped layers). Keys
+appear in a fixed order and nothing depends on time or environment, so output is
+deterministic. Non-finite floats (JSON has none) are written as the strings "nan", "inf",
+"-inf".
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.jsonvalues import SCHEMA_VERSION, head, jnum
 from rmsnorm_eps.reports.options import UnsupportedResult
 
 if TYPE_CHECKING:
     from rmsnorm_eps.gate import GateResult
 
 __all__ = [
-    "SCHEMA_VERSION",
     "document",
     "gate_document",
-    "head",
-    "jnum",
     "skipped_document",
 ]
 

@@ -1,11 +1,12 @@
 """``.npz`` archives: one source per ``.npy`` member, every member accounted for.
 
-The zip central directory is read once per archive (:class:`~rmsnorm_eps.sources.raw.ZipArchive`
-is shared by the member sources), so opening and reading N members takes time linear in N. The
-archive file is opened once: local headers, ``.npy`` headers and the data of stored members are
-read with positioned reads on it. What a source keeps is compact: ``zipfile``'s own entries are
-dropped once read (a compressed member keeps a :class:`~rmsnorm_eps.sources.raw.ZipEntry`), and
-members with the same ``.npy`` header share its parsed dtype and shape (parsed once).
+The zip central directory is read once per archive
+(:class:`~rmsnorm_eps.sources.ziparchive.ZipArchive` is shared by the member sources), so opening
+and reading N members takes time linear in N. The archive file is opened once: local headers,
+``.npy`` headers and the data of stored members are read with positioned reads on it. What a
+source keeps is compact: ``zipfile``'s own entries are dropped once read (a compressed member
+keeps a :class:`~rmsnorm_eps.sources.ziparchive.ZipEntry`), and members with the same ``.npy``
+header share its parsed dtype and shape (parsed once).
 
 Every entry of the directory is either opened as an array or reported (raised, or with
 ``lenient`` listed as :class:`~rmsnorm_eps.sources.interface.Unreadable`): names not ending in
@@ -32,15 +33,9 @@ import numpy as np
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.interface import Opened, Unreadable
 from rmsnorm_eps.sources.npy import NpyHeader, check_declared_size, read_npy_header, stored
-from rmsnorm_eps.sources.raw import (
-    ZIP_ERRORS,
-    RawArraySource,
-    ZipArchive,
-    ZipEntry,
-    check_float_dtype,
-    describe_dtype,
-)
+from rmsnorm_eps.sources.raw import ZIP_ERRORS, RawArraySource, check_float_dtype, describe_dtype
 from rmsnorm_eps.sources.sniff import ZIP_LOCAL_MAGIC
+from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
 
 __all__ = ["COMPANION_SEP", "open_npz", "with_companions"]
 

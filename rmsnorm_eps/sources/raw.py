@@ -51,8 +51,6 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "ZIP_ERRORS",
     "RawArraySource",
-    "ZipArchive",
-    "ZipEntry",
     "bits_dtype",
     "check_float_dtype",
     "default_threads",

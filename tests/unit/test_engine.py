@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmsnorm_eps.dumps import npy_bytes, open_dump
+from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.engine import (
     PositionSplit,
     ReportTotals,
@@ -18,13 +18,14 @@ from rmsnorm_eps.engine import (
     unravel,
 )
 from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.sources.interface import open_sources
 from rmsnorm_eps.summary import LayerAccumulator
 
 
 def _source(tmp_path: Path, array: np.ndarray, name: str = "x.npy"):  # type: ignore[no-untyped-def]
     path = tmp_path / name
     path.write_bytes(npy_bytes(array))
-    (src,) = open_dump(path)
+    (src,) = open_sources(path).sources
     return src
 
 
@@ -71,7 +72,7 @@ def test_empty_array_is_refused(tmp_path: Path) -> None:
 def test_sequential_reader_slices_in_order(tmp_path: Path) -> None:
     path = tmp_path / "d.npz"
     np.savez(path, **{"a": np.ones(10), "a::position": np.arange(10, dtype=np.int32)})
-    (layer,) = open_dump(path)
+    (layer,) = open_sources(path).sources
     src = layer.companion("position")
     assert src is not None
     reader = SequentialReader(src, chunk_bytes=12)  # 3 values per chunk: slices straddle them

@@ -22,7 +22,6 @@ HOSTILE = st.text(
 
 SINKS = [
     escape.visible,
-    escape.text,
     escape.markdown,
     escape.xml,
     escape.github_data,

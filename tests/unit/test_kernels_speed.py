@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rmsnorm_eps.analysis import decisions_for
+from rmsnorm_eps.engine import decisions_for
 from rmsnorm_eps.kernels import (
     Refiner,
     mean_square_rows,

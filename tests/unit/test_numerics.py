@@ -155,7 +155,7 @@ def test_textbook_min_ratio_loses_digits_for_small_delta() -> None:
 
 def test_inverses() -> None:
     r = nm.min_ratio(0.01)
-    assert nm.delta_for_ratio(r) == pytest.approx(0.01, rel=1e-14)
+    assert nm.attenuation_loss(r) == pytest.approx(0.01, rel=1e-14)
     assert nm.min_q(1e-6, 0.01) == pytest.approx(49.2512562814e-6, rel=1e-12)
     assert nm.min_rms(1e-6, 0.01) == pytest.approx(math.sqrt(49.2512562814e-6), rel=1e-12)
     assert nm.attenuation(nm.min_q(1e-5, 0.05) / 1e-5) == pytest.approx(0.95, rel=1e-15)
@@ -164,7 +164,7 @@ def test_inverses() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.floats(min_value=1e-12, max_value=0.999))
 def test_min_ratio_roundtrip(delta: float) -> None:
-    assert nm.delta_for_ratio(nm.min_ratio(delta)) == pytest.approx(delta, rel=1e-9)
+    assert nm.attenuation_loss(nm.min_ratio(delta)) == pytest.approx(delta, rel=1e-9)
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,14 +15,8 @@ import pytest
 from rmsnorm_eps._version import __version__
 from rmsnorm_eps.analysis import analyze_dump, evaluate_gate
 from rmsnorm_eps.gate import GateResult
-from rmsnorm_eps.reports.document import (
-    SCHEMA_VERSION,
-    document,
-    gate_document,
-    head,
-    jnum,
-    skipped_document,
-)
+from rmsnorm_eps.jsonvalues import SCHEMA_VERSION, head, jnum
+from rmsnorm_eps.reports.document import document, gate_document, skipped_document
 from rmsnorm_eps.reports.options import UnsupportedResult
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmsnorm_eps.dumps import npy_bytes, open_dump
+from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources import MAX_LAYERS, OPENERS, Kind, open_sources, sniff
 from rmsnorm_eps.sources.raw import RawArraySource
@@ -109,7 +109,7 @@ def test_npy_source_fields_and_chunks(tmp_path: Path) -> None:
 def test_npz_parallel_and_sequential_reads_agree(tmp_path: Path) -> None:
     a = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
     path = _npz(tmp_path / "d.npz", x=a)
-    (src,) = open_dump(path)
+    (src,) = open_sources(path).sources
     assert isinstance(src, RawArraySource) and src.data_offset is not None
     seq = [float(v.sum()) for _, v in src.iter_mapped(1000, lambda s, v: v.copy(), threads=1)]
     par = [float(v.sum()) for _, v in src.iter_mapped(1000, lambda s, v: v.copy(), threads=2)]
@@ -123,7 +123,7 @@ def test_npz_bad_crc_detected_by_parallel_reader(tmp_path: Path) -> None:
     idx = raw.rindex(b"\x00" * 64)  # inside the data
     raw[idx] = 1
     path.write_bytes(bytes(raw))
-    (src,) = open_dump(path)
+    (src,) = open_sources(path).sources
     with pytest.raises(InputFileError, match="CRC"):
         for _ in src.iter_mapped(1000, lambda s, v: v, threads=2):
             pass
@@ -158,7 +158,7 @@ def test_every_member_accounted_for(tmp_path: Path) -> None:
             ],
         )
     with pytest.raises(InputFileError):
-        open_dump(path)
+        open_sources(path)
     opened = open_sources(path, lenient=True)
     assert [s.name for s in opened.sources] == ["ok"]
     assert opened.members_total == 6
@@ -216,7 +216,7 @@ def test_companion_without_layer_is_listed_when_lenient(tmp_path: Path) -> None:
         **{"a": np.ones(3, np.float32), "b::position": np.zeros(3, np.int64)},
     )
     with pytest.raises(InputFileError, match="without its layer"):
-        open_dump(path)
+        open_sources(path)
     opened = open_sources(path, lenient=True)
     assert [u.name for u in opened.unreadable] == ["b::position"]
     assert opened.members_total == 2

@@ -19,7 +19,8 @@ from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources import MAX_LAYERS, open_sources
 from rmsnorm_eps.sources.npy import NpyHeader, read_npy_header
-from rmsnorm_eps.sources.raw import RawArraySource, ZipEntry
+from rmsnorm_eps.sources.raw import RawArraySource
+from rmsnorm_eps.sources.ziparchive import ZipEntry
 
 _DTYPES = [
     "<f2",

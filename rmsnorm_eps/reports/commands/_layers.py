@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text
 from rmsnorm_eps.reports.options import RenderOptions
 

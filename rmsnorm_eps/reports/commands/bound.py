@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rmsnorm_eps.bound import BoundResult, RatioFigures
+from rmsnorm_eps.jsonvalues import head, jnum
 from rmsnorm_eps.reports.checks import CheckReport
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.document import head, jnum
 from rmsnorm_eps.reports.interface import (
     ChecksRole,
     DocumentRole,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.capture.report import why_not_analysed
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import jnum
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.document import jnum
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import head, jnum
 from rmsnorm_eps.reports.blocks import Block, NamedTable, Text, simple_table
 from rmsnorm_eps.reports.checks import (
     Check,
@@ -38,7 +39,7 @@ from rmsnorm_eps.reports.commands.ratio import (
     safe_eps_parts,
     zero_part,
 )
-from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
+from rmsnorm_eps.reports.document import gate_document, skipped_document
 from rmsnorm_eps.reports.formats.text import fmt_index as _idx
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import head as _head
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.commands.config_show import show_value, value_document
-from rmsnorm_eps.reports.document import head as _head
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:

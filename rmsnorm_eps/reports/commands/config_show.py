@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
-from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import head as _head
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmsnorm_eps.reports.document import head as _head
+from rmsnorm_eps.jsonvalues import head as _head
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g

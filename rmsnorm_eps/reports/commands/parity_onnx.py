@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.jsonvalues import head as _head
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rmsnorm_eps.jsonvalues import head, jnum
 from rmsnorm_eps.reports.blocks import Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.document import head, jnum
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import head as _head
+from rmsnorm_eps.jsonvalues import jnum as _jnum
 from rmsnorm_eps.reports.blocks import Block, Table, Text
 from rmsnorm_eps.reports.checks import g as _g
-from rmsnorm_eps.reports.document import head as _head
-from rmsnorm_eps.reports.document import jnum as _jnum
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.interface import DocumentRole, Reporter, TextRole
 

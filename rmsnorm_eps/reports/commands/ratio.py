@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rmsnorm_eps.escape import text as _e
+from rmsnorm_eps.escape import visible as _e
+from rmsnorm_eps.jsonvalues import head, jnum
 from rmsnorm_eps.reports.blocks import Block, NamedTable, Table, Text
 from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, with_skipped
 from rmsnorm_eps.reports.checks import g as _g
@@ -23,7 +24,7 @@ from rmsnorm_eps.reports.commands._layers import (
     position_split_parts,
     tail_parts,
 )
-from rmsnorm_eps.reports.document import gate_document, head, jnum, skipped_document
+from rmsnorm_eps.reports.document import gate_document, skipped_document
 from rmsnorm_eps.reports.formats.text import fmt_index, render_blocks
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions

@@ -15,7 +15,7 @@ cell's text and the plain writer keeps them (a name is shown as it is written).
 Width (docs/reports.md, "Text reports at any width"): not a terminal (``RenderOptions.width``
 is None: ``-o FILE``, ``--report``, a pipe), no line is wrapped and no name is shortened; a
 terminal of W columns, no number and no word is split across lines. No line ends with spaces.
-Names from an input are escaped (:func:`rmsnorm_eps.escape.text`) before they get here; text
+Names from an input are escaped (:func:`rmsnorm_eps.escape.visible`) before they get here; text
 is never read as markup.
 """
 
