@@ -60,8 +60,12 @@ REPARSE_COLUMNS = 8
 #: What ``--column`` prefixes a header name with when the name is made of digits.
 NAME_PREFIX = "name:"
 
+#: What float() reads: around the number, the white space it strips (``\s`` less the
+#: separators U+001C-U+001F, which ``\s`` matches and float() refuses).
 _NUMBER = re.compile(
-    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*", re.IGNORECASE
+    r"[^\S\x1c-\x1f]*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)"
+    r"[^\S\x1c-\x1f]*",
+    re.IGNORECASE,
 )
 
 

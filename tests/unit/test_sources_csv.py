@@ -88,6 +88,9 @@ def test_column_errors(tmp_path: Path) -> None:
         ("a,b\n1,2\n3,x1\n", r"line 3, column 2 \('b'\): not a number: 'x1'"),
         ("a\n1_000\n", r"line 2, column 1 \('a'\): not a number: '1_000'"),
         ("a\n0x10\n", "not a number: '0x10'"),
+        # \s matches the separators U+001C-U+001F, which float() does not strip (fuzzed)
+        ("a\n1\n\x1c.5\n", r"line 3, column 1 \('a'\): not a number"),
+        ("a,b\n1,2\n3,4\x1f\n", r"line 3, column 2 \('b'\): not a number"),
         ("a,b\n1,2\n3\n", "line 3: 1 cells, the first row has 2"),
         ("a,a\n1,2\n", "line 1: duplicate column 'a'"),
         ("a,\n1,2\n", "line 1: column 2 has an empty header"),
