@@ -4,7 +4,7 @@ every input of a dump; a CI gate like ``ratio``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -42,6 +42,9 @@ from rmsnorm_eps.cli._options import (
     ZeroIsViolationOpt,
 )
 from rmsnorm_eps.sources.interface import MAX_LAYERS
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.compare.analysis import CompareReport
 
 
 @app.command(
@@ -180,7 +183,6 @@ def compare(
     report_warnings(report.warnings, strict)
     gate = evaluate_gate(report, max_violations, max_fraction)
 
-    from rmsnorm_eps.plot import plot_compare
     from rmsnorm_eps.reports.commands.ratio import zero_part
 
     worst = report.max_abs_change
@@ -191,9 +193,16 @@ def compare(
         options,
         passed=gate.passed,
         skipped=report.skipped,
-        draw=lambda plot_fmt: plot_compare(report, plot_fmt, plot_layers).data,
+        draw=lambda plot_fmt: _draw(report, plot_fmt, plot_layers),
         message=f"{report.violations} violation(s) ({report.moved} moved by more than "
         f"{report.tolerance:g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), {report.count} "
         f"inputs; max |change| {'-' if worst is None else f'{worst:.6g}'}{budget}",
     )
+
+
+def _draw(report: CompareReport, plot_fmt: str, layers: int) -> bytes:
+    """The --plot figure; rmsnorm_eps.plot is imported only when one is asked for."""
+    from rmsnorm_eps.plot import plot_compare
+
+    return plot_compare(report, plot_fmt, layers).data

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,9 @@ from rmsnorm_eps.cli._options import (
     SummaryOpt,
     ZeroIsViolationOpt,
 )
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.analysis import RatioReport
 
 
 @app.command(
@@ -108,7 +111,6 @@ def merge(
     )
     gate = evaluate_gate(report, max_violations, max_fraction)
 
-    from rmsnorm_eps.plot import plot_ratio
     from rmsnorm_eps.reports.commands.ratio import zero_part
 
     budget = "" if max_violations is None and max_fraction is None else f"; {gate.reason}"
@@ -117,9 +119,16 @@ def merge(
         gate,
         options,
         passed=gate.passed,
-        draw=lambda plot_fmt: plot_ratio(report, plot_fmt, plot_layers).data,
+        draw=lambda plot_fmt: _draw(report, plot_fmt, plot_layers),
         message=f"{report.violations} violation(s) ({report.below_bound} below q/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs from {len(report.shards)} shard(s){budget}",
     )
+
+
+def _draw(report: RatioReport, plot_fmt: str, layers: int) -> bytes:
+    """The --plot figure; rmsnorm_eps.plot is imported only when one is asked for."""
+    from rmsnorm_eps.plot import plot_ratio
+
+    return plot_ratio(report, plot_fmt, layers).data

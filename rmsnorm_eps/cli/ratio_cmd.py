@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -43,6 +43,9 @@ from rmsnorm_eps.cli._options import (
     ZeroIsViolationOpt,
 )
 from rmsnorm_eps.sources.interface import MAX_LAYERS
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.analysis import RatioReport
 
 
 @app.command(
@@ -202,7 +205,6 @@ def ratio(
 
         write_summary(report, save_summary)
 
-    from rmsnorm_eps.plot import plot_ratio
     from rmsnorm_eps.reports.commands.ratio import quantity_label, zero_part
 
     qv = quantity_label(report.layers)
@@ -213,10 +215,17 @@ def ratio(
         options,
         passed=gate.passed,
         skipped=report.skipped,
-        draw=lambda plot_fmt: plot_ratio(report, plot_fmt, plot_layers).data,
+        draw=lambda plot_fmt: _draw(report, plot_fmt, plot_layers),
         message=f"{report.violations} violation(s) ({report.below_bound} below {qv}/eps "
         f"{report.min_ratio:.12g}, {report.nonfinite} nonfinite"
         f"{zero_part(report)}) in "
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs{budget}",
     )
+
+
+def _draw(report: RatioReport, plot_fmt: str, layers: int) -> bytes:
+    """The --plot figure; rmsnorm_eps.plot is imported only when one is asked for."""
+    from rmsnorm_eps.plot import plot_ratio
+
+    return plot_ratio(report, plot_fmt, layers).data

@@ -136,6 +136,7 @@ def test_a_ratio_report_is_the_same_either_way(
 
 
 def test_ratio_off_a_terminal_does_not_import_rich_console(tmp_path: Path) -> None:
+    """Nor the plot module, without --plot."""
     path = tmp_path / "q.npy"
     np.save(path, np.array([1e-7, 1.0, 2.0]))
     code = (
@@ -143,7 +144,8 @@ def test_ratio_off_a_terminal_does_not_import_rich_console(tmp_path: Path) -> No
         f"sys.argv = ['rmsnorm-eps', 'ratio', '--eps', '1e-5', '--q-file', {str(path)!r}]\n"
         "try:\n    runpy.run_module('rmsnorm_eps', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m in ('rich.console', 'rich.table')))"
+        "print(sorted(m for m in sys.modules if m in ('rich.console', 'rich.table', "
+        "'rmsnorm_eps.plot')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert "min q/eps" in out
