@@ -72,19 +72,20 @@ def _ratio_figures_parts(rows: tuple[RatioFigures, ...]) -> list[Block]:
     return [Text(_RATIOS_TITLE), table]
 
 
-def _bound_rows(result: BoundResult) -> list[tuple[str, str]]:
-    rows = [
-        ("delta (tolerated attenuation loss)", _g(result.delta, 12)),
-        ("A must be >=", _g(1.0 - result.delta, 12)),
-        ("min q/eps", _g(result.min_ratio, 12)),
+def _bound_rows(result: BoundResult, short: bool = False) -> list[tuple[str, str]]:
+    """The bound's figures, labelled for the text table (or ``short``: the check facts)."""
+    rows: list[tuple[str, float | None]] = [
+        ("delta" if short else "delta (tolerated attenuation loss)", result.delta),
+        ("A must be >=", 1.0 - result.delta),
+        ("min q/eps", result.min_ratio),
     ]
     if result.eps is not None:
         rows += [
-            ("eps", _g(result.eps, 12)),
-            ("min q (mean square)", _g(result.min_q, 12)),
-            ("min input RMS sqrt(q)", _g(result.min_rms, 12)),
+            ("eps", result.eps),
+            ("min q" if short else "min q (mean square)", result.min_q),
+            ("min input RMS" if short else "min input RMS sqrt(q)", result.min_rms),
         ]
-    return rows
+    return [(label, _g(value, 12)) for label, value in rows]
 
 
 def _ratio_figures(rows: tuple[RatioFigures, ...]) -> str:
@@ -167,17 +168,7 @@ class BoundReporter(
         given ratios has no check report."""
         if not isinstance(result, BoundResult):
             raise UnsupportedResult("A at given ratios has no check report (text, json, markdown)")
-        facts = [
-            ("delta", _g(result.delta, 12)),
-            ("A must be >=", _g(1.0 - result.delta, 12)),
-            ("min q/eps", _g(result.min_ratio, 12)),
-        ]
-        if result.eps is not None:
-            facts += [
-                ("eps", _g(result.eps, 12)),
-                ("min q", _g(result.min_q, 12)),
-                ("min input RMS", _g(result.min_rms, 12)),
-            ]
+        facts = _bound_rows(result, short=True)
         return CheckReport(
             command="bound",
             title="rmsnorm-eps bound: A = sqrt(q/(q+eps)) >= 1 - delta",
