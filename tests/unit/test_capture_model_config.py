@@ -86,3 +86,10 @@ def test_model_build_error_is_one_bounded_line(tmp_path: Path) -> None:
     long = str(model_build_error(tmp_path, ValueError("x" * 500)))
     assert "x" * 200 in long and "x" * 201 not in long
     assert str(model_build_error(tmp_path, KeyError())).endswith("(KeyError: KeyError)")
+
+
+def test_a_per_layer_list_of_sizes_is_checked_element_by_element(tmp_path: Path) -> None:
+    check_model_config(_write(tmp_path, json.dumps({"intermediate_size": [64, 128]})))  # gemma3n
+    with pytest.raises(InputFileError, match="is not a size") as info:
+        check_model_config(_write(tmp_path, json.dumps({"intermediate_size": [64, 0]})))
+    assert info.value.key == "intermediate_size"
