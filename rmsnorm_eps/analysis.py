@@ -220,10 +220,12 @@ def _remap_accumulator(acc: LayerAccumulator, where: Mapping[int, int]) -> Layer
     )
 
 
-def ratio_position_split(eps: float, ratio: float, top_k: int) -> PositionSplit[LayerAccumulator]:
+def ratio_position_split(
+    eps: float, ratio: float, top_k: int, quantity: Quantity = "q"
+) -> PositionSplit[LayerAccumulator]:
     """A :class:`PositionSplit` of :class:`LayerAccumulator` (the ``ratio`` figures)."""
     return PositionSplit(
-        lambda: LayerAccumulator(eps, ratio, top_k), _kept_indices, _remap_accumulator
+        lambda: LayerAccumulator(eps, ratio, top_k, quantity), _kept_indices, _remap_accumulator
     )
 
 
@@ -235,9 +237,9 @@ def layer_result(
     order: str,
     dtype: str,
     raw_dim: int | None,
-    quantity: Quantity = "q",
 ) -> LayerResult:
-    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
+    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``;
+    ``quantity`` is the accumulator's)."""
     eps = acc.eps
     qs = acc.worst_q.tolist()
     has_finite = acc.count > acc.nonfinite
@@ -276,7 +278,7 @@ def layer_result(
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
-        quantity=quantity,
+        quantity=acc.quantity,
         min_pos_q=min_pos,
         safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
     )
@@ -399,9 +401,9 @@ def _analyze_layer(
     q_shape, order, dim, chunks = iter_q_chunks(
         src, raw, how.chunk_bytes, steps.threads, decisions, quantity
     )
-    acc = LayerAccumulator(layer_eps, ratio, top_k)
+    acc = LayerAccumulator(layer_eps, ratio, top_k, quantity)
     pos_src = None if raw else src.companion("position")
-    split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
+    split = ratio_position_split(acc.eps, ratio, top_k, quantity) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
     fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
 
@@ -413,7 +415,6 @@ def _analyze_layer(
             order=order,
             dtype=src.dtype_name,
             raw_dim=raw_dim,
-            quantity=quantity,
         )
 
     result = freeze(acc, src.name, dim)
