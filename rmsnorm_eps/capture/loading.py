@@ -82,6 +82,8 @@ class LoadedModel:
     device: str = "cpu"
     #: Wall seconds of the load (config, tokenizer and weights), for ``--debug`` timing.
     load_seconds: float = 0.0
+    #: Weights the checkpoint did not hold, left at random (only with ``allow_random_weights``).
+    random_weights: tuple[str, ...] = ()
 
 
 def model_family(config: Any) -> str:
@@ -240,9 +242,21 @@ def load_model(
     gguf: str | None = None,
     dtype: str = "float32",
     device: str = "cpu",
+    *,
+    allow_random_weights: bool = False,
 ) -> LoadedModel:
     """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline,
-    in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`)."""
+    in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`).
+
+    The config is checked first (:func:`~rmsnorm_eps.capture.model_config.check_model_config`);
+    an error raised while transformers builds the model from it is one line
+    (:func:`~rmsnorm_eps.capture.model_config.model_build_error`); a checkpoint that lacks
+    some of the model's weights, or holds tensors the model has no place for, is refused
+    (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
+    when the names left random are in :attr:`LoadedModel.random_weights`."""
+    from rmsnorm_eps.capture.checkpoint import check_weights
+    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+
     for package in ("torch", "transformers", "accelerate"):
         _require(package)
     if gguf is not None:
@@ -260,6 +274,7 @@ def load_model(
         raise InputFileError(
             d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
         )
+    check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -281,12 +296,18 @@ def load_model(
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
-            model = cls.from_pretrained(str(d), config=config, **where_to, **kw)
+            model, info = cls.from_pretrained(
+                str(d), config=config, output_loading_info=True, **where_to, **kw
+            )
     except (OSError, ValueError, KeyError) as exc:
-        where = d / gguf if gguf else d
         raise InputFileError(
-            where, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
+            d / gguf if gguf else d, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
         ) from None
+    except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
+        raise model_build_error(d, exc) from None
+    random = check_weights(
+        d / gguf if gguf else d, info, model, family, allow_random=allow_random_weights
+    )
     model.eval()
     if tokenizer.pad_token is None:
         # Padding positions are masked out and never captured, so any id serves as filler.
@@ -305,6 +326,7 @@ def load_model(
         family,
         str(where_to.get("device_map", "cpu")),
         time.perf_counter() - started,
+        random,
     )
 
 
