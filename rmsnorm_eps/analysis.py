@@ -220,10 +220,12 @@ def _remap_accumulator(acc: LayerAccumulator, where: Mapping[int, int]) -> Layer
     )
 
 
-def ratio_position_split(eps: float, ratio: float, top_k: int) -> PositionSplit[LayerAccumulator]:
+def ratio_position_split(
+    eps: float, ratio: float, top_k: int, quantity: Quantity = "q"
+) -> PositionSplit[LayerAccumulator]:
     """A :class:`PositionSplit` of :class:`LayerAccumulator` (the ``ratio`` figures)."""
     return PositionSplit(
-        lambda: LayerAccumulator(eps, ratio, top_k), _kept_indices, _remap_accumulator
+        lambda: LayerAccumulator(eps, ratio, top_k, quantity), _kept_indices, _remap_accumulator
     )
 
 
@@ -235,9 +237,9 @@ def layer_result(
     order: str,
     dtype: str,
     raw_dim: int | None,
-    quantity: Quantity = "q",
 ) -> LayerResult:
-    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
+    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``;
+    ``quantity`` is the accumulator's)."""
     eps = acc.eps
     qs = acc.worst_q.tolist()
     has_finite = acc.count > acc.nonfinite
@@ -276,7 +278,7 @@ def layer_result(
         worst=tuple(worst),
         nonfinite_examples=nonfinite,
         decades=tuple(sorted(acc.decades.items())),
-        quantity=quantity,
+        quantity=acc.quantity,
         min_pos_q=min_pos,
         safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
     )
@@ -298,6 +300,7 @@ def _eps_from_config(
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     eps_sources: Mapping[str, str] | None,
     allow_unmatched: bool = False,
+    skipped: tuple[str, ...] = (),
 ) -> tuple[dict[str, float], Mapping[str, str]]:
     """eps per layer from ``config`` (``eps``, a number, is the fallback for unmatched layers)."""
     from rmsnorm_eps.config import eps_for_layers
@@ -306,7 +309,11 @@ def _eps_from_config(
         raise InvalidParameterError("with a config, eps is one fallback value (or None)")
     fallback = None if eps is None else float(eps)
     assigned = eps_for_layers(
-        config, [src.name for src in sources], fallback=fallback, allow_unmatched=allow_unmatched
+        config,
+        [src.name for src in sources],
+        fallback=fallback,
+        allow_unmatched=allow_unmatched,
+        skipped=skipped,
     )
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
@@ -347,11 +354,13 @@ def analyze_dump(
     n_threads = default_threads() if how.threads is None else how.threads
     d_value, ratio = resolve_bound(delta, min_ratio)
 
-    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], LayerResult]:
+    def prepare(
+        sources: list[ArraySource], skipped: tuple[str, ...]
+    ) -> Callable[[ArraySource, Quantity], LayerResult]:
         layer_eps, provenance = eps, eps_sources
         if how.config is not None:
             layer_eps, provenance = _eps_from_config(
-                how.config, sources, eps, eps_sources, how.allow_unmatched
+                how.config, sources, eps, eps_sources, how.allow_unmatched, skipped
             )
         if layer_eps is None:
             raise InvalidParameterError("give eps (or a config)")
@@ -399,9 +408,9 @@ def _analyze_layer(
     q_shape, order, dim, chunks = iter_q_chunks(
         src, raw, how.chunk_bytes, steps.threads, decisions, quantity
     )
-    acc = LayerAccumulator(layer_eps, ratio, top_k)
+    acc = LayerAccumulator(layer_eps, ratio, top_k, quantity)
     pos_src = None if raw else src.companion("position")
-    split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
+    split = ratio_position_split(acc.eps, ratio, top_k, quantity) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
     fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
 
@@ -413,7 +422,6 @@ def _analyze_layer(
             order=order,
             dtype=src.dtype_name,
             raw_dim=raw_dim,
-            quantity=quantity,
         )
 
     result = freeze(acc, src.name, dim)

@@ -1,5 +1,6 @@
 """What a capture checks in a model's ``config.json`` before transformers builds the model: the
-sizes it divides by or allocates with must be positive integers. (transformers would otherwise
+sizes it divides by or allocates with must be positive integers (``intermediate_size`` may be a
+per-layer list of them, as Gemma 3n's is). (transformers would otherwise
 fail deep inside the model's constructor, e.g. with ``ZeroDivisionError`` for
 ``num_attention_heads: 0``.)
 """
@@ -13,7 +14,7 @@ from typing import Any
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["SIZE_KEYS", "check_model_config", "model_build_error"]
+__all__ = ["PER_LAYER_KEYS", "SIZE_KEYS", "check_model_config", "model_build_error"]
 
 #: Keys of a transformers config (at its top level or in a nested ``text_config``,
 #: ``vision_config``, ``encoder``/``decoder``...) that must be integers >= 1 when present.
@@ -38,6 +39,9 @@ SIZE_KEYS = frozenset(
         "decoder_layers",
     }
 )
+#: Size keys that may also be a per-layer list, each entry an integer >= 1 (Gemma 3n's
+#: ``intermediate_size``: one MLP width per layer).
+PER_LAYER_KEYS = frozenset({"intermediate_size"})
 #: Largest config.json read (a real one is a few KB).
 _MAX_BYTES = 1 << 20
 _MAX_DEPTH = 4
@@ -78,12 +82,22 @@ def _check(path: Path, obj: Any, where: str, depth: int) -> None:
     for key, value in obj.items():
         name = f"{where}{key}"
         if key in SIZE_KEYS and value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputFileError(
-                    path, f"{str(value)[:40]!r} is not a size: expected an integer >= 1", key=name
-                )
+            per_layer = key in PER_LAYER_KEYS and isinstance(value, list)
+            for i, item in enumerate(value if per_layer else [value]):
+                if not _is_size(item):
+                    raise InputFileError(
+                        path,
+                        f"{str(item)[:40]!r} is not a size: expected an integer >= 1",
+                        key=f"{name}[{i}]" if per_layer else name,
+                    )
+            if per_layer and not value:
+                raise InputFileError(path, "an empty per-layer list is not a size", key=name)
         elif isinstance(value, dict):
             _check(path, value, f"{name}.", depth + 1)
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def model_build_error(directory: Path, exc: BaseException) -> CaptureError:

@@ -69,6 +69,7 @@ class KernelOpt(str, Enum):
         "  rmsnorm-eps ratio q.npz --eps 1e-5 --format github --report json=r.json "
         "--report sarif=r.sarif --summary --plot ratio.png\n\n"
         "  rmsnorm-eps ratio q.npz --config configs/qwen3-8b.yaml  # eps per layer\n\n"
+        "  rmsnorm-eps ratio q.npz --config config.json --fallback-eps 1e-6  # eps missing\n\n"
         "  rmsnorm-eps ratio rank0.npy --eps 1e-5 --raw --save-summary s0.json\n\n"
         "  rmsnorm-eps ratio x_bf16.npy --eps 1e-5 --raw --dtype bf16\n\n"
         "  rmsnorm-eps ratio x.npz --eps 1e-5 --raw --norm layer  # LayerNorm: v/eps\n\n"
@@ -85,8 +86,16 @@ def ratio(
         float | None,
         typer.Option(
             "--eps",
-            help="Epsilon used by the model (every layer); with --config, the explicit "
-            "fallback for layers the config does not cover or whose eps is missing.",
+            help="Epsilon used by the model (every layer). Not with --config (the config gives "
+            "each layer its eps; set a layer's eps in a YAML config's layers: entry).",
+        ),
+    ] = None,
+    fallback_eps: Annotated[
+        float | None,
+        typer.Option(
+            "--fallback-eps",
+            help="With --config: the eps of the layers the config does not cover or whose eps "
+            "is missing (each such layer's eps source says so).",
         ),
     ] = None,
     config: Annotated[
@@ -189,6 +198,7 @@ def ratio(
         inputs=[("the dump", q_path), ("--config", config)],
         extra_outputs=[("--save-summary", save_summary)],
     )
+    layer_eps = _eps_option(eps, config, fallback_eps)
     if eps is None and config is None:
         raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
@@ -213,7 +223,7 @@ def ratio(
         with kernel_choice.using(chosen):
             report = analyze_dump(
                 q_path,
-                eps,
+                layer_eps,
                 delta=delta,
                 min_ratio=min_ratio,
                 reading=reading,
@@ -245,6 +255,25 @@ def ratio(
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs{budget}",
     )
+
+
+def _eps_option(eps: float | None, config: Path | None, fallback: float | None) -> float | None:
+    """The one eps given to the analysis: ``--eps``, or ``--fallback-eps`` with ``--config``.
+
+    ``--eps`` with ``--config`` is refused: the config gives each layer its eps, so a single
+    ``--eps`` would either be silently unused (every layer covered) or apply to some layers only.
+    """
+    if config is None:
+        if fallback is not None:
+            raise usage_error("--fallback-eps needs --config (without one, give --eps)")
+        return eps
+    if eps is not None:
+        raise usage_error(
+            "--eps and --config are exclusive: the config gives each layer its eps; to change a "
+            'layer\'s eps, set it in a YAML config (layers: {"*.q_norm": {eps: 1e-6}}), or give '
+            "--fallback-eps for the layers the config leaves without one"
+        )
+    return fallback
 
 
 def _draw(report: RatioReport, plot_fmt: str, layers: int) -> bytes:

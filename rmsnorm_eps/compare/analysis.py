@@ -432,10 +432,12 @@ def _side(
     option: str,
     how: DumpReading,
     sources: list[ArraySource],
+    skipped: tuple[str, ...] = (),
 ) -> EpsSpec | LayerSpecs:
     """One side of the comparison: a resolved spec, a SPEC text, or ``"config"`` (per-layer
     settings from ``how.config`` for the dump's layers; a YAML pattern that matches none of
-    them is an error unless ``how.allow_unmatched``)."""
+    them is an error unless ``how.allow_unmatched``; the unreadable layers ``skipped`` count as
+    matched)."""
     config = how.config
     if not isinstance(spec, str):
         return spec
@@ -444,7 +446,11 @@ def _side(
     if config is None:
         raise InvalidParameterError(f"{option} config needs a model config")
     return specs_from_config(
-        config, [src.name for src in sources], option, allow_unmatched=how.allow_unmatched
+        config,
+        [src.name for src in sources],
+        option,
+        allow_unmatched=how.allow_unmatched,
+        skipped=skipped,
     )
 
 
@@ -484,9 +490,11 @@ def compare_dump(
     how = replace(reading or DumpReading(), **fields)
     sides: list[EpsSpec | LayerSpecs] = []
 
-    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], CompareLayer]:
-        a = _side(spec_from, "--from", how, sources)
-        b = _side(spec_to, "--to", how, sources)
+    def prepare(
+        sources: list[ArraySource], skipped: tuple[str, ...]
+    ) -> Callable[[ArraySource, Quantity], CompareLayer]:
+        a = _side(spec_from, "--from", how, sources, skipped)
+        b = _side(spec_to, "--to", how, sources, skipped)
         sides.extend((a, b))
         return reuse_shared(
             lambda src, quantity: _compare_layer(

@@ -252,9 +252,11 @@ def specs_from_config(
     option: str = "--from",
     *,
     allow_unmatched: bool = False,
+    skipped: Iterable[str] = (),
 ) -> LayerSpecs:
     """Per-layer settings for the dump layers ``names`` from ``config``, matched as ``ratio
-    --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`).
+    --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`; ``skipped``:
+    the unreadable layers' names, which count as matched).
 
     Each layer gets the eps, placement and (for placement sum) dim of the config entries its
     name matches, and ``q + eps`` is formed in the config's reduction_dtype when that is
@@ -266,7 +268,9 @@ def specs_from_config(
     """
     names = list(names)
     remedy = f"fix the config or give an explicit SPEC to {option}"
-    assigned = eps_for_layers(config, names, remedy=remedy, allow_unmatched=allow_unmatched)
+    assigned = eps_for_layers(
+        config, names, remedy=remedy, allow_unmatched=allow_unmatched, skipped=skipped
+    )
     problems: dict[str, list[str]] = {}
     out: list[tuple[str, EpsSpec]] = []
     for name in names:

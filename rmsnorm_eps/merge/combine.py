@@ -134,6 +134,7 @@ class _Fold:
         self.eps = layer.eps
         self.dtype = layer.dtype
         self.raw_dim = layer.raw_dim
+        self.quantity = layer.quantity
         self.zero_d = not layer.shape
         shape = (1,) if not layer.shape else layer.shape
         self.rest = shape[1:]
@@ -173,6 +174,13 @@ class _Fold:
                 f"eps {ly.eps!r} differs from {self.eps!r} in {self.first_path}",
                 key=self.name,
             )
+        if ly.quantity != self.quantity:
+            raise InputFileError(
+                s.path,
+                f"quantity {ly.quantity} differs from {self.quantity} in {self.first_path} "
+                "(q = mean(x^2) against a LayerNorm's v)",
+                key=self.name,
+            )
         if ly.raw_dim != self.raw_dim or ly.dtype != self.dtype:
             raise InputFileError(
                 s.path,
@@ -210,7 +218,7 @@ class _Fold:
                 "list nor its decade histogram determines the count below the new bound; rerun "
                 "`rmsnorm-eps ratio --save-summary` on that shard with the new bound"
             )
-        acc = LayerAccumulator(self.eps, ratio, k)
+        acc = LayerAccumulator(self.eps, ratio, k, self.quantity)
         acc.count = ly.count
         acc.nan_count = ly.nan
         acc.inf_count = ly.inf

@@ -23,12 +23,14 @@ JSON costs up to about 35 bytes per byte of text on hostile inputs (small contai
 measured); a real summary holds a few KB per layer at the default ``--top 5`` (a 160-layer
 capture summary with positions: about 0.4 MB).
 
-Version 2 (this one): zero vectors (q = 0 exactly) are counted in ``zero`` only: ``below_bound``
-counts the positive finite q below the bound, ``worst`` lists the smallest positive q, and
-``min_pos_q`` is the smallest positive finite q (``min_q`` stays the true minimum). Version 1
-counted zeros in ``below_bound`` and listed them in ``worst``; its worst list cannot be turned
-into version 2's (the positive inputs it crowded out are lost), so a version 1 file is refused
-with one line saying to write it again.
+Version 3 (this one): each layer says what its figures are of, ``"quantity": "q"`` (mean(x^2))
+or ``"v"`` (a LayerNorm's variance); version 2 did not, so ``merge`` reported a LayerNorm's v as
+q, and a version 2 file is refused with one line saying to write it again. Since version 2, zero
+vectors (q = 0 exactly) are counted in ``zero`` only: ``below_bound`` counts the positive finite
+q below the bound, ``worst`` lists the smallest positive q, and ``min_pos_q`` is the smallest
+positive finite q (``min_q`` stays the true minimum). Version 1 counted zeros in
+``below_bound`` and listed them in ``worst``; its worst list cannot be turned into a later
+version's (the positive inputs it crowded out are lost), so it is refused the same way.
 
 Why one module of ~660 lines: the writer and the validator describe the same format and must
 change together (a field added to :func:`summary_document` is a row added to a table here).
@@ -48,7 +50,7 @@ from rmsnorm_eps._version import __version__
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.jsonvalues import jnum
 from rmsnorm_eps.numerics import q_threshold
-from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, decade_edge
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, Quantity, decade_edge
 
 if TYPE_CHECKING:
     from rmsnorm_eps.analysis import LayerResult, RatioReport
@@ -70,7 +72,7 @@ __all__ = [
 ]
 
 SUMMARY_SCHEMA = "rmsnorm-eps-summary"
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 #: Larger summary files are refused before they are read (see the module docstring).
 MAX_SUMMARY_BYTES = 4 << 20
 #: Counts, sizes and indices must fit in int64 (numpy's index arithmetic).
@@ -125,6 +127,7 @@ def _layer_document(layer: LayerResult) -> dict[str, Any]:
         "shape": list(layer.shape),
         "dtype": layer.dtype,
         "raw_dim": layer.raw_dim,
+        "quantity": layer.quantity,
         **_figures(layer),
     }
     if layer.first_token is not None and layer.other_tokens is not None:
@@ -158,6 +161,7 @@ class ShardLayer:
     shape: tuple[int, ...]
     dtype: str
     raw_dim: int | None
+    quantity: Quantity
     count: int
     nan: int
     inf: int
@@ -289,6 +293,13 @@ def _raw_dim(r: _Reader, v: Any, key: str) -> int | None:
     return v
 
 
+def _quantity(r: _Reader, v: Any, key: str) -> Quantity:
+    """``"q"`` (mean(x^2), RMSNorm) or ``"v"`` (the variance of a LayerNorm)."""
+    if v not in ("q", "v"):
+        raise r.fail(key, f'expected "q" or "v", got {_shown(v)}')
+    return "q" if v == "q" else "v"
+
+
 def _index(r: _Reader, v: Any, key: str) -> tuple[int, ...]:
     """An index into the current layer's shape: one integer ``0 <= i < n`` per axis."""
     shape = r.shape
@@ -352,6 +363,7 @@ LAYER_FIELDS: Table = (
     ("raw_dim", _raw_dim),
     ("dtype", _string),
     ("eps", _bounded(_number, lambda x: x > 0.0, "eps must be a finite number > 0")),
+    ("quantity", _quantity),
 )
 #: The figures of a layer, or of its first_token / other_tokens part (keys as written; the
 #: three lists are checked to be lists first).
@@ -567,6 +579,13 @@ def _check_schema(r: _Reader, doc: Any) -> None:
     if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA:
         raise r.fail("schema", f"not an rmsnorm-eps summary (expected {SUMMARY_SCHEMA!r})")
     version = doc.get("schema_version")
+    if version == 2:
+        raise r.fail(
+            "schema_version",
+            "summary version 2 does not say whether a layer holds q or a LayerNorm's v (merge "
+            "reported v as q); write it again with this rmsnorm-eps (it reads version "
+            f"{SUMMARY_VERSION})",
+        )
     if version == 1:
         raise r.fail(
             "schema_version",

@@ -62,7 +62,10 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("path", "value", "key", "message"),
     [
-        (["schema_version"], 3, "schema_version", "unsupported summary version 3"),
+        (["schema_version"], 4, "schema_version", "unsupported summary version 4"),
+        (["schema_version"], 2, "schema_version", "summary version 2 does not say whether"),
+        (["layers", 0, "quantity"], "x", "layers[0].quantity", 'expected "q" or "v", got'),
+        (["layers", 0, "quantity"], KeyError, "layers[0].quantity", "missing"),
         (["schema_version"], 1, "schema_version", "summary version 1 counts q = 0 as below"),
         (["raw"], "yes", "raw", "expected true or false, got 'yes'"),
         (["source"], KeyError, "source", "missing"),
