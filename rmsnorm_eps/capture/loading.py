@@ -6,13 +6,17 @@ Nothing is ever downloaded: HF_HUB_OFFLINE=1 is set before transformers is impor
 The model class follows the config (:func:`model_family`): an encoder-decoder config
 (``is_encoder_decoder``, T5-like) loads with ``AutoModelForSeq2SeqLM`` and runs each text through
 the encoder and, shifted right by one token behind the decoder start token, through the decoder
-(teacher forcing); ``architectures`` ending in ``ForCausalLM``, ``LMHeadModel`` or
-``ForConditionalGeneration`` load with ``AutoModelForCausalLM``; encoder-only heads
-(``ForMaskedLM``, ``ForSequenceClassification``, ... or a bare ``Model``) load their base model
-with ``AutoModel``. When that Auto class does not map the config (Chameleon's
-``ChameleonForConditionalGeneration`` is no ``AutoModelForCausalLM``), the class the config's
-``architectures`` names is loaded, as transformers' module for the model type defines it
-(:func:`model_class`). Any other architecture is refused with its name.
+(teacher forcing). Otherwise the class names in ``architectures`` are looked up in transformers'
+own auto mappings (``transformers.models.auto.modeling_auto``): a class its causal-LM mapping
+lists (``ReformerModelWithLMHead``, ``BertGenerationDecoder``, any ``*ForCausalLM``) loads with
+``AutoModelForCausalLM``; one of its base-model or encoder-head mappings
+(``BertGenerationEncoder``, ``*ForMaskedLM``, ...) loads the base model with ``AutoModel``. A
+name no mapping lists is read by its ending, as before: ``ForCausalLM``, ``LMHeadModel``,
+``ForConditionalGeneration`` (causal), ``Model``, ``ForMaskedLM``, ... (encoder). When that Auto
+class does not map the config (Chameleon's ``ChameleonForConditionalGeneration`` is no
+``AutoModelForCausalLM``; ``SiglipTextConfig`` is in no model mapping), the class the config's
+``architectures`` names is loaded, as transformers defines it, when that class is built from
+this config class (:func:`model_class`). Any other architecture is refused with its name.
 
 A GGUF file is parsed once per load (:func:`gguf_parsed_once`), not four times as transformers'
 loader would (about 70% of a small model's capture).
@@ -93,6 +97,9 @@ def model_family(config: Any) -> str:
         return "encoder-decoder"
     archs = _architectures(config)
     for arch in archs:
+        if (mapped := _mapped_family(str(arch))) is not None:
+            return mapped
+    for arch in archs:
         text = str(arch)
         if text.endswith(_CAUSAL):
             return "causal"
@@ -102,6 +109,37 @@ def model_family(config: Any) -> str:
         return "causal"
     shown = ", ".join(repr(str(a)[:60]) for a in archs[:3])
     raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
+
+
+#: transformers' auto mappings (modeling_auto) whose classes each family loads, in this order
+_FAMILY_MAPPINGS = (
+    ("causal", ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",)),
+    (
+        "encoder",
+        (
+            "MODEL_MAPPING_NAMES",
+            "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",
+            "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+            "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+            "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+            "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
+            "MODEL_FOR_NEXT_SENTENCE_PREDICTION_MAPPING_NAMES",
+        ),
+    ),
+)
+
+
+def _mapped_family(arch: str) -> str | None:
+    """The family whose auto mapping lists the class named ``arch`` (any model type), or None."""
+    from transformers.models.auto import modeling_auto
+
+    for family, tables in _FAMILY_MAPPINGS:
+        for table in tables:
+            for names in getattr(modeling_auto, table, {}).values():
+                if arch == names or (isinstance(names, tuple) and arch in names):
+                    return family
+    return None
 
 
 def _architectures(config: Any) -> list[Any]:
@@ -128,9 +166,10 @@ def _own_class(config: Any, arch: str) -> Any:
             found = None
     if found is None:
         found = getattr(transformers, arch, None)
-    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
-        return found
-    return None
+    if not (isinstance(found, type) and issubclass(found, transformers.PreTrainedModel)):
+        return None
+    own = getattr(found, "config_class", None)  # built from this config class, not another
+    return found if isinstance(own, type) and isinstance(config, own) else None
 
 
 def model_class(config: Any, family: str | None = None) -> Any:
@@ -150,10 +189,8 @@ def model_class(config: Any, family: str | None = None) -> Any:
     if type(config) in auto._model_mapping:
         return auto
     archs = _architectures(config)
-    suffixes = _CAUSAL if family == "causal" else ("",)
-    for arch in archs if family != "encoder" else ():  # encoder: the base model, as AutoModel
-        text = str(arch)
-        if text.endswith(suffixes) and (cls := _own_class(config, text)) is not None:
+    for arch in archs:
+        if (cls := _own_class(config, str(arch))) is not None:
             return cls
     named = ", ".join(repr(str(a)[:60]) for a in archs[:3]) or "(no architectures entry)"
     raise CaptureError(
