@@ -144,6 +144,7 @@ def _eps_from_config(
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     eps_sources: Mapping[str, str] | None,
     allow_unmatched: bool = False,
+    skipped: tuple[str, ...] = (),
 ) -> tuple[dict[str, float], Mapping[str, str]]:
     """eps per layer from ``config`` (``eps``, a number, is the fallback for unmatched layers)."""
     from rmsnorm_eps.config import eps_for_layers
@@ -152,7 +153,11 @@ def _eps_from_config(
         raise InvalidParameterError("with a config, eps is one fallback value (or None)")
     fallback = None if eps is None else float(eps)
     assigned = eps_for_layers(
-        config, [src.name for src in sources], fallback=fallback, allow_unmatched=allow_unmatched
+        config,
+        [src.name for src in sources],
+        fallback=fallback,
+        allow_unmatched=allow_unmatched,
+        skipped=skipped,
     )
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
@@ -193,11 +198,13 @@ def analyze_dump(
     n_threads = default_threads() if how.threads is None else how.threads
     d_value, ratio = resolve_bound(delta, min_ratio)
 
-    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], LayerResult]:
+    def prepare(
+        sources: list[ArraySource], skipped: tuple[str, ...]
+    ) -> Callable[[ArraySource, Quantity], LayerResult]:
         layer_eps, provenance = eps, eps_sources
         if how.config is not None:
             layer_eps, provenance = _eps_from_config(
-                how.config, sources, eps, eps_sources, how.allow_unmatched
+                how.config, sources, eps, eps_sources, how.allow_unmatched, skipped
             )
         if layer_eps is None:
             raise InvalidParameterError("give eps (or a config)")

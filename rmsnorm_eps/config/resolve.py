@@ -115,6 +115,7 @@ def eps_for_layers(
     *,
     remedy: str | None = None,
     allow_unmatched: bool = False,
+    skipped: Iterable[str] = (),
 ) -> EpsAssignment:
     """eps for each layer name from the config's globs.
 
@@ -124,6 +125,8 @@ def eps_for_layers(
     wrote (a YAML ``layers:`` entry) that matches none of ``names`` is an error too, unless
     ``allow_unmatched``: a typo (``*.input_layernrom``) would otherwise leave every layer on
     the defaults while the user believes the override applied (:func:`unused_patterns`).
+    ``skipped``: the names of the dump's layers that could not be read (``--skip-unreadable``):
+    they need no eps, but a pattern that matches one of them is used, not a typo.
     """
     names = list(names)
     unmatched = config.unmatched(names)
@@ -134,7 +137,7 @@ def eps_for_layers(
             + (remedy or "fix the config or give --fallback-eps")
         )
     if not allow_unmatched:
-        unused = unused_patterns(config, names)
+        unused = unused_patterns(config, [*names, *skipped])
         if unused:
             raise ConfigError(
                 f"{config.path}: {len(unused)} layer pattern(s) match no layer of the dump: "
