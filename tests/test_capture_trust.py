@@ -84,3 +84,33 @@ def test_sensitivity_refuses_the_same_checkpoint(
     r = cli("sensitivity", "--model", str(d), "--text", "the quick fox", "--eps", "1e-3")
     assert r.exit_code == 2, r
     assert "9 missing" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ('"1e-5"', "the eps is str '1e-5': expected a number > 0"),
+        ("NaN", "the eps is nan: expected a finite number > 0"),
+        ("Infinity", "the eps is inf: expected a finite number > 0"),
+        ("0", "the eps is 0: expected a finite number > 0"),
+        ("-1e-6", "the eps is -1e-06: expected a finite number > 0"),
+        ("null", "the eps is null: expected a number > 0"),
+    ],
+)
+def test_a_bad_config_eps_is_one_line_naming_file_and_key(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path, value: str, problem: str
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    text = (d / "config.json").read_text()
+    doc = json.loads(text)
+    doc["rms_norm_eps"] = "@@"
+    (d / "config.json").write_text(json.dumps(doc).replace('"@@"', value))
+    for command in ("capture", "sensitivity"):
+        extra = (
+            ["--save-data", str(tmp_path / "q.npz")] if command == "capture" else ["--eps", "1e-3"]
+        )
+        r = cli(command, "--model", str(d), "--text", "the quick fox", *extra)
+        assert r.exit_code == 2, r
+        assert r.stderr.strip() == (
+            f"rmsnorm-eps: error: {d / 'config.json'} [rms_norm_eps]: {problem}"
+        ), r.stderr

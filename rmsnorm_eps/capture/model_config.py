@@ -1,20 +1,24 @@
 """What a capture checks in a model's ``config.json`` before transformers builds the model: the
 sizes it divides by or allocates with must be positive integers (``intermediate_size`` may be a
-per-layer list of them, as Gemma 3n's is). (transformers would otherwise
+per-layer list of them, as Gemma 3n's is; transformers would otherwise
 fail deep inside the model's constructor, e.g. with ``ZeroDivisionError`` for
-``num_attention_heads: 0``.)
+``num_attention_heads: 0``), and every norm eps (:data:`EPS_KEYS`) a finite number > 0 (a JSON
+string ``"1e-5"`` fails inside the forward pass as ``TypeError``; NaN makes every q/eps NaN, so
+that no token is ever recorded; ``null`` is ``eps=None``, which transformers' norms add to
+the variance).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["PER_LAYER_KEYS", "SIZE_KEYS", "check_model_config", "model_build_error"]
+__all__ = ["EPS_KEYS", "PER_LAYER_KEYS", "SIZE_KEYS", "check_model_config", "model_build_error"]
 
 #: Keys of a transformers config (at its top level or in a nested ``text_config``,
 #: ``vision_config``, ``encoder``/``decoder``...) that must be integers >= 1 when present.
@@ -39,6 +43,21 @@ SIZE_KEYS = frozenset(
         "decoder_layers",
     }
 )
+#: Keys of a transformers config (at any depth up to 4) that hold a norm's eps.
+EPS_KEYS = frozenset(
+    {
+        "rms_norm_eps",
+        "layer_norm_eps",
+        "layer_norm_epsilon",
+        "layernorm_epsilon",
+        "layernorm_eps",
+        "norm_epsilon",
+        "norm_eps",
+        "rms_norm_epsilon",
+        "ln_eps",
+        "eps",
+    }
+)
 #: Size keys that may also be a per-layer list, each entry an integer >= 1 (Gemma 3n's
 #: ``intermediate_size``: one MLP width per layer).
 PER_LAYER_KEYS = frozenset({"intermediate_size"})
@@ -57,8 +76,10 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def check_model_config(directory: Path) -> None:
-    """Refuse, with one line naming the key, a ``config.json`` in ``directory`` whose sizes
-    (:data:`SIZE_KEYS`, at any depth up to 4) are not integers >= 1, or that repeats a key.
+    """Refuse, with one line naming the file and key, a ``config.json`` in ``directory`` whose
+    sizes (:data:`SIZE_KEYS`, at any depth up to 4) are not integers >= 1 (a per-layer list:
+    each one), whose eps values (:data:`EPS_KEYS`) are not finite numbers > 0, or that repeats
+    a key.
     A directory without config.json (a GGUF model) is left to the loader."""
     path = directory / "config.json"
     if not path.is_file():
@@ -68,6 +89,7 @@ def check_model_config(directory: Path) -> None:
             data = fh.read(_MAX_BYTES + 1)
         if len(data) > _MAX_BYTES:
             raise InputFileError(path, f"over {_MAX_BYTES >> 20} MiB: not a model config")
+        # NaN/Infinity are read as numbers (transformers reads them so), then refused by key
         doc = json.loads(data.decode("utf-8"), object_pairs_hook=_unique)
     except InputFileError:
         raise
@@ -92,12 +114,23 @@ def _check(path: Path, obj: Any, where: str, depth: int) -> None:
                     )
             if per_layer and not value:
                 raise InputFileError(path, "an empty per-layer list is not a size", key=name)
+        elif key in EPS_KEYS:
+            _check_eps(path, value, name)
         elif isinstance(value, dict):
             _check(path, value, f"{name}.", depth + 1)
 
 
 def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_eps(path: Path, value: Any, key: str) -> None:
+    """An eps must be a JSON number, finite and > 0."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        shown = "null" if value is None else f"{type(value).__name__} {str(value)[:40]!r}"
+        raise InputFileError(path, f"the eps is {shown}: expected a number > 0", key=key)
+    if not math.isfinite(value) or value <= 0:
+        raise InputFileError(path, f"the eps is {value!r}: expected a finite number > 0", key=key)
 
 
 def model_build_error(directory: Path, exc: BaseException) -> CaptureError:
