@@ -1,4 +1,5 @@
-"""Nothing destroyed: an output may never be an input, nor another output of the same run.
+"""Nothing destroyed: an output may never be an input, nor another output of the same run, nor
+lie inside a model folder that is read as input (:func:`check_outside_model`).
 
 Files are compared by identity, not spelling: an existing regular file by ``(st_dev, st_ino)``
 (so ``./q.npz``, ``q.npz``, a symlink or a hard link to it are all the same file); an output
@@ -14,7 +15,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["Named", "check_outputs"]
+__all__ = ["Named", "check_outputs", "check_outside_model"]
 
 #: ``(label, path)``: how the user named the file (``-o/--output``, ``the dump``) and its path.
 Named = tuple[str, Path | None]
@@ -69,3 +70,26 @@ def check_outputs(inputs: Sequence[Named], outputs: Sequence[Named]) -> None:
                 f"overwrite {what} (give the output its own path)"
             )
         seen[ident] = f"output {_show(label, Path(path))}"
+
+
+def check_outside_model(label: str, folder: Path | None, outputs: Sequence[Named]) -> None:
+    """Exit 2 with one line, before anything is written, when an output resolves (symlinks
+    followed: ``os.path.realpath``) into the model folder ``folder`` given as ``label``
+    (``--model``), at any depth. Every file there may be read as the model (config.json, the
+    tokenizer files, the weights, a chat template...), also one that does not exist yet: a
+    new ``tokenizer.json`` beside a ``tokenizer.model`` changes the next load. ``None`` paths
+    (options not given) are ignored."""
+    from rmsnorm_eps.cli._app import fail
+
+    if folder is None or not Path(folder).is_dir():
+        return
+    root = os.path.join(os.path.realpath(folder), "")
+    for name, path in outputs:
+        if path is None:
+            continue
+        if os.path.join(os.path.realpath(path), "").startswith(root):
+            fail(
+                f"{_show(name, Path(path))} lies inside the model folder {label} {folder}: "
+                "refusing to write among the files a model is loaded from (give the output "
+                "a path outside it)"
+            )
