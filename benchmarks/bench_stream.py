@@ -85,7 +85,7 @@ from rmsnorm_eps import kernel_choice
 from rmsnorm_eps.analysis import analyze_dump
 kind = (sys.argv[4:] or ["numpy"])[0]
 with kernel_choice.using(kind):
-    kernel_choice.sixteen_bit_sums()  # numba imported and its kernels loaded before the clock
+    kernel_choice.sixteen_bit_sums(False)  # numba imported and its kernels loaded before the clock
     dtype = None if (sys.argv[3:] or ["-"])[0] == "-" else sys.argv[3]
     t = time.perf_counter()
     analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw", dtype=dtype)
