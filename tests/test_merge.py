@@ -202,7 +202,7 @@ def _summary(
         ({"layer_count": 7}, "does not match shape"),
         ({"layer_eps": "x"}, "expected a finite number"),
         ({"layer_worst": [{"index": [9, 9], "q": 1.0}]}, "index of 1 non-negative"),
-        ({"layer_decades": [[1, -1]]}, "expected [decade, count]"),
+        ({"layer_decades": [{"decade": 1, "count": -1}]}, "[layers[0].decades[0].count]"),
         ({"layers": []}, "non-empty list"),
     ],
 )
@@ -369,7 +369,8 @@ def test_worst_list_and_histogram_must_agree(tmp_path: Path) -> None:
     doc["layers"][0]["worst"].append({"index": [2], "q": 2.0})  # longer than top_k
     _refused(tmp_path, doc, r"3 worst inputs listed; top_k 2 and 3 finite positive values give 2")
     doc = _doc(tmp_path, [1.0, 2.0, 3.0])
-    doc["layers"][0]["decades"] = [[k + 1, c] for k, c in doc["layers"][0]["decades"]]
+    for d in doc["layers"][0]["decades"]:
+        d["decade"] += 1
     _refused(tmp_path, doc, "the decade histogram contradicts the layer's min_q or max_q")
 
 
