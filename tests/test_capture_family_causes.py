@@ -117,3 +117,77 @@ def test_a_norm_named_wrapper_that_holds_a_norm_is_not_hooked_twice() -> None:
 
     model = torch.nn.Sequential(PreNorm())
     assert [s.name for s in find_norm_modules(model)] == ["0.norm"]
+
+
+QWEN4_EXP = {
+    "layer_types": ["linear_attention", "indexed_attention"],
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "hc_count": 2,
+    "hc_lowrank": 4,
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 8,
+    "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
+    "ngram_vocab_size_base": 256,
+    "split_ngram_parts": 4,
+    "make_ngram_vocab_size_divisible_by": 8,
+}
+
+
+def test_qwen4_exp_grouped_rms_norm_matches_per_group() -> None:
+    """Qwen4-Exp's hyper-connection hc_norm normalizes its hc_count * hidden_size input in
+    groups of hidden_size with gain 1 + w: one q per group, mean(x**2) over the group."""
+    from transformers import AutoModelForCausalLM
+
+    model = build("qwen4_exp_text", AutoModelForCausalLM, **QWEN4_EXP)
+    ids, mask = padded_batch()
+    name = "model.layers.0.attn_hyper_connection.hc_norm"
+    with QCapture(model) as cap:
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    mods = {m.name: m for m in cap.result().modules}
+    hc = [m for n, m in mods.items() if n.endswith("hc_norm")]
+    assert len(hc) == 5 and all(m.norm == "rms" and m.count for m in hc)
+    m = mods[name]
+    assert (m.gain, m.group_size, m.dim, m.eps) == ("1+w", 32, 32, 1e-6)
+    x = seen[0].reshape(*seen[0].shape[:-1], 2, 32)  # [B, T, groups, hidden]
+    want = (x * x).mean(-1)[mask.bool()].reshape(-1).numpy()
+    assert m.q is not None and m.head is not None and m.heads == 2
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
+    assert list(m.head[:4]) == [0, 1, 0, 1]
+
+
+def test_muse_spark_input_scaled_norm_q_is_of_the_scaled_input_as_rounded() -> None:
+    """MuseSpark's InputScaledRMSNorm scales by (1 + w) BEFORE normalizing and rounds the scaled
+    input to the input's dtype (bfloat16 here) first: q = mean(bf16((1 + w) * x)**2)."""
+    from transformers import AutoModel
+
+    model = build(
+        "muse_spark_text",
+        AutoModel,
+        moe_intermediate_size=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        moe_hidden_size=32,
+        sliding_window=8,
+    ).to(torch.bfloat16)
+    ids, mask = padded_batch()
+    name = "layers.0.post_feedforward_layernorm"
+    module = dict(model.named_modules())[name]
+    with QCapture(model) as cap, torch.no_grad():
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    m = {r.name: r for r in cap.result().modules}[name]
+    assert (m.norm, m.gain, m.input_scale, m.eps) == ("rms", "none", "1+w", 1e-8)
+    x = seen[0].to(torch.bfloat16)
+    a = (x.float() * (1.0 + module.weight.detach()).float()).to(torch.bfloat16).double()
+    want = (a * a).mean(-1)[mask.bool()].numpy()
+    unscaled = (x.double() ** 2).mean(-1)[mask.bool()].numpy()
+    assert m.q is not None and not np.allclose(want, unscaled, rtol=0.1)
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
