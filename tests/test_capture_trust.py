@@ -114,3 +114,63 @@ def test_a_bad_config_eps_is_one_line_naming_file_and_key(
         assert r.stderr.strip() == (
             f"rmsnorm-eps: error: {d / 'config.json'} [rms_norm_eps]: {problem}"
         ), r.stderr
+
+
+def test_a_billion_layers_with_one_layer_of_weights_is_refused_before_building(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    import resource
+    import time
+
+    d = _copy(model_dir, tmp_path)
+    _edit_weights(d, drop=".layers.1.")
+    _edit_config(d, num_hidden_layers=10**9)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    for command in ("capture", "sensitivity"):
+        extra = ["--save-data", str(tmp_path / "q.npz")] if command == "capture" else ["--eps", "1"]
+        r = cli(command, "--model", str(d), "--text", "the quick fox", *extra)
+        assert r.exit_code == 2, r
+        assert r.stderr.strip() == (
+            f"rmsnorm-eps: error: {d / 'config.json'} [num_hidden_layers]: 1000000000 layers, "
+            "but the checkpoint holds 12 tensor(s): a model this deep cannot come from these "
+            "weights"
+        )
+    assert time.perf_counter() - start < 30
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 200 << 10  # the constructor would take gigabytes
+
+
+def test_a_width_far_beyond_every_tensor_is_refused(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_config(d, hidden_size=1 << 30)
+    r = _run(cli, d, tmp_path)
+    assert r.exit_code == 2, r
+    assert "[hidden_size]: 1073741824 is too large a size for these weights; " in r.stderr
+    assert "the widest tensor of the checkpoint has 64" in r.stderr
+
+
+def test_one_text_of_a_million_characters_is_refused_in_tokens_quickly(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from rmsnorm_eps.capture.inputs import MAX_TEXT_CHARS, MAX_TEXT_TOKENS
+
+    text = tmp_path / "t.txt"
+    text.write_text(("the quick fox " * (MAX_TEXT_CHARS // 14))[: MAX_TEXT_CHARS - 1] + "\n")
+    start = time.perf_counter()
+    r = cli(
+        "capture", "--model", str(model_dir), "--text-file", str(text), "--save-data",
+        str(tmp_path / "q.npz"),
+    )  # fmt: skip
+    assert r.exit_code == 2, r
+    assert time.perf_counter() - start < 60
+    assert f"over the {MAX_TEXT_TOKENS} a capture runs per text: give --max-tokens N" in r.stderr
+    r = cli(
+        "capture", "--model", str(model_dir), "--text-file", str(text), "--max-tokens", "16",
+        "--save-data", str(tmp_path / "q.npz"),
+    )  # fmt: skip
+    assert r.exit_code == 0, r  # truncated to 16 tokens: within the cap

@@ -20,14 +20,24 @@ The sources of the figures are transformers' ``from_pretrained(..., output_loadi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
-from rmsnorm_eps.errors import brief
+from rmsnorm_eps.errors import InputFileError, brief
 
-__all__ = ["SHOWN", "check_weights", "random_weights_line", "unmatched_weights"]
+__all__ = [
+    "MAX_SHARDS",
+    "SHOWN",
+    "WeightsPresent",
+    "check_weights",
+    "random_weights_line",
+    "unmatched_weights",
+    "weights_present",
+]
 
 #: How many tensor names a message lists before "and N more".
 SHOWN = 4
@@ -88,3 +98,59 @@ def random_weights_line(names: tuple[str, ...]) -> str:
         f"initialized at random ({_listed(names)}): the norms see a model with random "
         "weights there"
     )
+
+
+@dataclass(frozen=True)
+class WeightsPresent:
+    """What a model directory's ``.safetensors`` headers hold: the number of tensors, their
+    largest dimension, and the files read. Read before anything is built: only the headers."""
+
+    tensors: int
+    largest_dim: int
+    files: tuple[str, ...]
+
+
+#: Most weight files (shards) read for :func:`weights_present`.
+MAX_SHARDS = 4096
+
+
+def _shard_names(directory: Path) -> list[str]:
+    """The ``.safetensors`` files of the checkpoint: those ``model.safetensors.index.json``
+    maps the weights to (plain names inside ``directory``), else ``model.safetensors``."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            with open(index, "rb") as fh:
+                doc = json.loads(fh.read(64 << 20).decode("utf-8"))
+            files = sorted({str(v) for v in dict(doc["weight_map"]).values()})
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise InputFileError(index, f"not a safetensors index ({exc})") from None
+        bad = [f for f in files if Path(f).name != f or not f.endswith(".safetensors")]
+        if bad:
+            raise InputFileError(index, f"weight_map names {brief(bad[0])}, not a file beside it")
+        if len(files) > MAX_SHARDS:
+            raise InputFileError(index, f"{len(files)} weight files, over {MAX_SHARDS}")
+        return files
+    return ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
+
+
+def weights_present(directory: Path) -> WeightsPresent | None:
+    """The tensors of ``directory``'s safetensors checkpoint, from the file headers alone;
+    None when there is none (``.bin`` weights, GGUF): nothing to cap sizes against."""
+    from rmsnorm_eps.sources.safetensors import read_safetensors_header
+
+    files = _shard_names(directory)
+    if not files:
+        return None
+    tensors = largest = 0
+    for name in files:
+        path = directory / name
+        if not path.is_file():
+            raise InputFileError(path, "no such weight file (the safetensors index names it)")
+        for entry in read_safetensors_header(path).values():
+            tensors += 1
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            if isinstance(shape, list):
+                dims = [d for d in shape if isinstance(d, int) and not isinstance(d, bool)]
+                largest = max([largest, *dims])
+    return WeightsPresent(tensors, largest, tuple(files))

@@ -213,7 +213,12 @@ def safe_eps_parts(
             row = [row[0], str(layer.zero_count), _g(layer.min_pos_q), *row[1:], yes]
         table.add_row(*row)
     model = report.safe_eps
-    if model is not None:
+    if model is not None and report.safe_eps_margin is None:  # compare: --to eps stored as 0
+        line = (
+            f"Safe eps (model): {_g(model, 6)}; no margin: the configured {eps_name} is 0 as "
+            "its dtype stores it"
+        )
+    elif model is not None:
         line = (
             f"Safe eps (model): {_g(model, 6)}; margin {_margin(report.safe_eps_margin)} "
             f"decade(s) from the configured {eps_name} (negative: it already fails)"
