@@ -6,8 +6,9 @@ of the exact one, and every q that decides anything or is shown is recomputed ex
 (:class:`rmsnorm_eps.kernels.Refiner`). They differ in speed: the compiled kernels read
 float16 and bfloat16 at about float32's bytes/s, numpy's at a fraction of it, but importing
 numba and loading its cached kernels costs about 0.5 s per process. So ``auto`` uses them
-only for a dump of at least :data:`AUTO_MIN_BYTES`, and numba is imported only when a 16-bit
-chunk reaches the fast path: never for ``--help``, ``bound``, q dumps, float32 or float64 data.
+only for a dump of at least :data:`AUTO_MIN_BYTES` (per dtype), and numba is imported only
+when a 16-bit chunk reaches the fast path: never for ``--help``, ``bound``, q dumps, float32
+or float64 data.
 
 The choice is one setting of the process (:func:`using`), read by
 :func:`rmsnorm_eps.kernels.mean_square_rows_fast`; the default is numpy.
@@ -32,26 +33,30 @@ __all__ = [
     "AUTO_MIN_BYTES",
     "KERNELS",
     "Kernel",
-    "choose",
+    "check",
     "dump_bytes",
     "installed",
     "sixteen_bit_sums",
     "using",
+    "wants_numba",
 ]
 
-#: ``--kernel`` values: ``auto`` (numba for a dump of at least AUTO_MIN_BYTES when installed),
-#: ``numpy``, ``numba`` (required: an error without the extra).
+#: ``--kernel`` values: ``auto`` (numba for a dump of at least AUTO_MIN_BYTES of its dtype
+#: when installed), ``numpy``, ``numba`` (required: an error without the extra).
 Kernel = Literal["auto", "numpy", "numba"]
 KERNELS: tuple[Kernel, ...] = ("auto", "numpy", "numba")
 
-#: Dumps from this size (bytes on disk) use the compiled kernels under ``auto``: where the
-#: time saved on 16-bit data exceeds numba's start-up (docs/performance.md gives the figures).
-AUTO_MIN_BYTES = 1 << 30
+#: Dumps from this size (bytes on disk) use the compiled kernels under ``auto``, per 16-bit
+#: dtype: where the time they save exceeds numba's start-up. Measured on the 2-CPU development
+#: machine (docs/performance.md): the numpy kernels take about 0.26 s (float16) and 0.15 s
+#: (bfloat16) more per GiB than the compiled ones; numba's start-up is about 0.54 s.
+AUTO_MIN_BYTES = {"float16": 2 << 30, "bfloat16": 4 << 30}
 
 SumsKernel = Callable[["np.ndarray", bool], "np.ndarray"]
 
 _lock = threading.Lock()
-_active: Literal["numpy", "numba"] = "numpy"
+_active: Kernel = "numpy"  # the process's setting (:func:`using`); numpy unless set
+_size = 0  # the size of the dump being read, for ``auto``
 _loaded: SumsKernel | None = None
 _failed = False
 
@@ -77,37 +82,44 @@ def dump_bytes(path: Path) -> int:
         return 0
 
 
-def choose(kernel: Kernel, size: int) -> Literal["numpy", "numba"]:
-    """The kernel for a dump of ``size`` bytes: ``numba`` when asked for (MissingExtraError
-    without the extra), or under ``auto`` for a dump of at least AUTO_MIN_BYTES with numba
-    installed; else ``numpy``."""
+def check(kernel: Kernel) -> None:
+    """Refuse ``numba`` without the extra (:class:`MissingExtraError`, naming it)."""
+    if kernel == "numba" and not installed():
+        raise MissingExtraError("numba", "fast", "--kernel numba")
+
+
+def wants_numba(kernel: Kernel, size: int, bf16: bool) -> bool:
+    """Whether ``kernel`` on a dump of ``size`` bytes sums 16-bit rows (bfloat16 with
+    ``bf16``, else float16) with the compiled kernels: ``numba``, or ``auto`` from
+    :data:`AUTO_MIN_BYTES` of that dtype with numba installed."""
     if kernel == "numba":
-        if not installed():
-            raise MissingExtraError("numba", "fast", "--kernel numba")
-        return "numba"
-    if kernel == "auto" and size >= AUTO_MIN_BYTES and installed():
-        return "numba"
-    return "numpy"
+        return True
+    return (
+        kernel == "auto"
+        and size >= AUTO_MIN_BYTES["bfloat16" if bf16 else "float16"]
+        and installed()
+    )
 
 
 @contextmanager
-def using(kind: Literal["numpy", "numba"]) -> Iterator[None]:
-    """Run the block with ``kind`` summing 16-bit rows (restored afterwards)."""
-    global _active
-    before = _active
-    _active = kind
+def using(kernel: Kernel, size: int = 0) -> Iterator[None]:
+    """Run the block with ``kernel`` choosing what sums 16-bit rows of a dump of ``size``
+    bytes (the previous setting is restored afterwards)."""
+    global _active, _size
+    before = _active, _size
+    _active, _size = kernel, size
     try:
         yield
     finally:
-        _active = before
+        _active, _size = before
 
 
-def sixteen_bit_sums() -> SumsKernel | None:
-    """The compiled kernel (``kernels_numba.float32_sums``) when numba is the active choice,
-    imported on first use; None otherwise, or when numba cannot be loaded (the numpy kernels
-    then serve: same results)."""
+def sixteen_bit_sums(bf16: bool) -> SumsKernel | None:
+    """The compiled kernel (``kernels_numba.float32_sums``) when the setting wants it for
+    this dtype (:func:`wants_numba`), imported on first use; None otherwise, or when numba
+    cannot be loaded (the numpy kernels then serve: same results)."""
     global _loaded, _failed
-    if _active != "numba" or _failed:
+    if _failed or not wants_numba(_active, _size, bf16):
         return None
     if _loaded is None:
         with _lock:

@@ -240,7 +240,7 @@ def mean_square_rows_fast(x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray
     rel = fast_error_bound(d)
     if rel is None or x.dtype == np.float64:
         return None
-    compiled = sixteen_bit_sums() if bf16 or x.dtype == np.float16 else None
+    compiled = sixteen_bit_sums(bf16) if bf16 or x.dtype == np.float16 else None
     if compiled is not None and x.flags.c_contiguous:
         compiled_sums = compiled(x.view(np.uint16), bf16)
         compiled_sums /= d

@@ -137,7 +137,7 @@ def _save(path: Path, bits: np.ndarray, kind: str) -> Path:
 def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the compiled kernel's calls (loading it first)."""
     with kernel_choice.using("numba"):
-        real = kernel_choice.sixteen_bit_sums()
+        real = kernel_choice.sixteen_bit_sums(False)
     assert real is not None
     calls: list[int] = []
 
@@ -190,22 +190,29 @@ def test_numpy_kernel_makes_no_call_and_auto_follows_the_size(
     cli(*args, "--kernel", "numpy")
     cli(*args)  # auto, a small dump: numpy
     assert calls == []
-    monkeypatch.setattr(kernel_choice, "AUTO_MIN_BYTES", path.stat().st_size)
+    size = path.stat().st_size
+    monkeypatch.setattr(kernel_choice, "AUTO_MIN_BYTES", {"float16": size, "bfloat16": 1 << 40})
     cli(*args)  # auto, a dump of the size: compiled
     assert calls != []
 
 
-def test_choose_follows_the_option_and_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    big = kernel_choice.AUTO_MIN_BYTES
-    assert kernel_choice.choose("numpy", 10 * big) == "numpy"
-    assert kernel_choice.choose("auto", big - 1) == "numpy"
+def test_the_choice_follows_the_option_the_size_and_the_dtype(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    f16, bf16 = kernel_choice.AUTO_MIN_BYTES["float16"], kernel_choice.AUTO_MIN_BYTES["bfloat16"]
+    assert f16 < bf16  # bfloat16's numpy kernels are the faster: numba pays later
     monkeypatch.setattr(kernel_choice, "installed", lambda: True)
-    assert kernel_choice.choose("auto", big) == "numba"
-    assert kernel_choice.choose("numba", 1) == "numba"
+    want = kernel_choice.wants_numba
+    assert not want("numpy", 10 * bf16, False) and not want("numpy", 10 * bf16, True)
+    assert not want("auto", f16 - 1, False) and want("auto", f16, False)
+    assert not want("auto", bf16 - 1, True) and want("auto", bf16, True)
+    assert want("numba", 1, False) and want("numba", 1, True)
+    kernel_choice.check("numba")
     monkeypatch.setattr(kernel_choice, "installed", lambda: False)
-    assert kernel_choice.choose("auto", 10 * big) == "numpy"
+    assert not want("auto", 10 * bf16, False) and not want("auto", 10 * bf16, True)
+    kernel_choice.check("auto")
     with pytest.raises(MissingExtraError, match=r"\[fast\]"):
-        kernel_choice.choose("numba", 1)
+        kernel_choice.check("numba")
 
 
 def test_kernel_numba_without_the_extra_is_one_line_naming_it(

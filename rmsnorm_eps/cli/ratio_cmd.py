@@ -169,8 +169,9 @@ def ratio(
         typer.Option(
             "--kernel",
             help="What sums float16/bfloat16 --raw rows: numpy, or numba (the [fast] extra: "
-            "compiled, about float32's speed, ~0.5 s start-up); auto = numba for dumps of "
-            "1 GiB or more when it is installed. Reports are identical.",
+            "compiled, about float32's speed, ~0.5 s start-up); auto = numba for float16 "
+            "dumps from 2 GiB and bfloat16 ones from 4 GiB when it is installed. Reports "
+            "are identical.",
         ),
     ] = KernelOpt.AUTO,
 ) -> None:
@@ -218,9 +219,9 @@ def ratio(
     )
     from rmsnorm_eps import kernel_choice
 
-    chosen = kernel_choice.choose(kernel.value, kernel_choice.dump_bytes(q_path))
+    kernel_choice.check(kernel.value)
     try:
-        with kernel_choice.using(chosen):
+        with kernel_choice.using(kernel.value, kernel_choice.dump_bytes(q_path)):
             report = analyze_dump(
                 q_path,
                 layer_eps,
