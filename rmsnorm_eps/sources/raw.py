@@ -14,9 +14,9 @@ ends the process with nothing on stderr (Python cannot catch it). A read that co
 is the one-line error "file changed while being read" instead. The copy out of the page cache
 costs a warm read about 0.024 s per 512 MiB: ``analyze_dump`` of a 512 MiB float32 file
 with ``raw=True`` on one thread took 0.063 s against 0.039 s mapped, of a 400 MB q dump 0.197 s
-against 0.177 s (medians of 5 interleaved runs on a shared 2-CPU machine). A file shorter than its header says before
-the read starts is read the buffered way, which reports where it ends. Other sources
-(compressed members) are read with ``readinto`` into one reused buffer.
+against 0.177 s (medians of 5 interleaved runs on a shared 2-CPU machine). A file shorter
+than its header says before the read starts is read the buffered way, which reports where it
+ends. Other sources (compressed members) are read with ``readinto`` into one reused buffer.
 
 Why one module: the sequential, positioned-parallel and ranged readers share one buffer and
 CRC discipline; split, each would re-state the same invariants.
@@ -343,9 +343,7 @@ class RawArraySource:
             return None
         return self._positioned(stream, fd, per)
 
-    def _positioned(
-        self, stream: IO[bytes], fd: int, per: int
-    ) -> Iterator[tuple[int, np.ndarray]]:
+    def _positioned(self, stream: IO[bytes], fd: int, per: int) -> Iterator[tuple[int, np.ndarray]]:
         """The chunks of :meth:`_in_place` (``stream``, whose descriptor is ``fd``, is closed at
         the end); the CRC-32 of a stored member is checked before its last chunk is used, as
         zipfile checks it."""
