@@ -174,3 +174,41 @@ def test_one_text_of_a_million_characters_is_refused_in_tokens_quickly(
         "--save-data", str(tmp_path / "q.npz"),
     )  # fmt: skip
     assert r.exit_code == 0, r  # truncated to 16 tokens: within the cap
+
+
+@pytest.mark.parametrize(
+    ("option", "name"),
+    [
+        ("--save-data", "tokenizer.json"),  # absent here: the next load would read it
+        ("--save-data", "sub/s.json"),
+        ("--config-out", "chat_template.jinja"),
+        ("-o", "adapter_model.safetensors"),
+    ],
+)
+def test_an_output_inside_the_model_folder_is_refused(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path, option: str, name: str
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    (d / "tokenizer.json").unlink(missing_ok=True)
+    (d / "sub").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    before = sorted(p.name for p in d.rglob("*"))
+    args = ["--save-data", str(tmp_path / "q.npz")] if option != "--save-data" else []
+    args += ["--summary-only"] if name.endswith(".json") else []
+    r = cli(
+        "capture", "--model", str(d), "--text", "the quick fox", *args, option,
+        str(link / name),
+    )  # fmt: skip
+    assert r.exit_code == 2, r
+    assert f"lies inside the model folder --model {d}: refusing to write a file" in r.stderr
+    assert sorted(p.name for p in d.rglob("*")) == before
+
+
+def test_a_dump_beside_the_model_files_is_written(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    r = cli("capture", "--model", str(d), "--text", "the fox", "--save-data", str(d / "q.npz"))
+    assert r.exit_code == 0, r  # .npz: never a model file
+    assert (d / "q.npz").is_file()

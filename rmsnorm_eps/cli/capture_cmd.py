@@ -188,7 +188,7 @@ def capture(
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._app import _debug_enabled
-    from rmsnorm_eps.cli._paths import check_outputs
+    from rmsnorm_eps.cli._paths import check_outputs, check_outside_model
 
     out = data_output(save_data, out, "the dump or summary to write")
     inputs: list[tuple[str, Path | None]] = [
@@ -199,14 +199,13 @@ def capture(
     if model.is_dir():  # its config.json, tokenizer and weights are inputs too
         inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
     world_size = job_from_env()[1]  # every rank's {rank} file is checked, before anything runs
-    check_outputs(
-        inputs,
-        [
-            *rank_outputs("--save-data", out, world_size),
-            ("--config-out", config_out),
-            ("-o/--output", output),
-        ],
-    )
+    outputs = [
+        *rank_outputs("--save-data", out, world_size),
+        ("--config-out", config_out),
+        ("-o/--output", output),
+    ]
+    check_outputs(inputs, outputs)
+    check_outside_model("--model", model, outputs)
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
     texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
