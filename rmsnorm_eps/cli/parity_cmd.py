@@ -160,6 +160,14 @@ def parity(
             dir_okay=False,
         ),
     ] = None,
+    allow_skipped: Annotated[
+        bool,
+        typer.Option(
+            "--allow-skipped",
+            help="With --onnx: a norm that cannot be measured (listed with the reason) does "
+            "not fail the run; 0 norms measured still fails.",
+        ),
+    ] = False,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -180,8 +188,8 @@ def parity(
     else:
         if probes_path is None or actual is None:
             raise usage_error("give --probes and --actual (or --onnx MODEL)")
-        if config is not None or optimized_out is not None:
-            raise usage_error("--config and --optimized-out go with --onnx")
+        if config is not None or optimized_out is not None or allow_skipped:
+            raise usage_error("--config, --optimized-out and --allow-skipped go with --onnx")
         inputs = [("--probes", probes_path), ("--actual", actual)]
         extra = [("--record", record)]
     options = tail_options(
@@ -195,7 +203,7 @@ def parity(
         extra_outputs=extra,
     )
     if onnx_path is not None:
-        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, options)
+        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, allow_skipped, options)
     assert probes_path is not None and actual is not None  # checked above, for mypy
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
@@ -243,9 +251,16 @@ def parity(
 
 
 def _parity_onnx(
-    path: Path, config: Path | None, rel_tol: float, optimized_out: Path | None, options: object
+    path: Path,
+    config: Path | None,
+    rel_tol: float,
+    optimized_out: Path | None,
+    allow_skipped: bool,
+    options: object,
 ) -> None:
     """``parity --onnx``: measure each norm of the graph (see rmsnorm_eps.parity.onnx_runtime)."""
+    from dataclasses import replace
+
     from rmsnorm_eps.cli._gate import TailOptions, finish
     from rmsnorm_eps.config import load_config
     from rmsnorm_eps.parity.onnx_runtime import measure_onnx
@@ -254,9 +269,18 @@ def _parity_onnx(
         raise usage_error(f"--eps-rtol must be in (0, 1), got {rel_tol!r}")
     assert isinstance(options, TailOptions)
     cfg = load_config(config) if config is not None else None
-    result = measure_onnx(path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out)
+    result = measure_onnx(
+        path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out, allow_skipped=allow_skipped
+    )
     message = (
         f"{len(result.norms)} norm(s) measured, {result.findings} differ, "
         f"{len(result.skipped)} skipped"
     )
+    if result.skipped:
+        names = ", ".join(s.name for s in result.skipped[:5])
+        more = " ..." if len(result.skipped) > 5 else ""
+        allowed = " (allowed)" if allow_skipped else " (--allow-skipped accepts them)"
+        message += f": {names}{more}{allowed}"
+    if not result.norms or (result.skipped and not allow_skipped):
+        options = replace(options, exit_zero=False)  # unmeasured norms: never exit 0
     finish(result, None, options, passed=result.passed, message=message)
