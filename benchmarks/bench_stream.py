@@ -5,6 +5,7 @@ Run from the repository root::
     python benchmarks/bench_stream.py                  # 1 GiB per dtype in a temporary dir
     python benchmarks/bench_stream.py --size-mib 2048  # larger files
     python benchmarks/bench_stream.py --quick          # 64 MiB, 1e7 q values
+    python benchmarks/bench_stream.py --also-4gib      # and the 16-bit kernels at 4 GiB
 
 Data are generated under ``--data`` (default: a new directory under /tmp, deleted at the end;
 bench-data/ is git-ignored if you keep them there) and read once before timing, so every
@@ -21,16 +22,21 @@ installed package has it), whatever PYTHONDONTWRITEBYTECODE says here. Printed:
   also with ``--threads 1`` and ``--threads 2``, and start-up excluded (``analyze_dump`` vs
   the loop, each timing itself in its own process);
 * float16 and bfloat16 (uint16 + ``--dtype bfloat16``) files of the same size: bytes/s as a
-  fraction of float32's in the same rounds (target >= 0.8);
+  fraction of float32's in the same rounds (target >= 0.8), with ``--kernel numpy`` (no extra)
+  and ``--kernel numba`` (the ``[fast]`` extra, when numba is installed), whole processes and
+  start-up excluded; with ``--also-4gib`` the same comparison again on 4 GiB files;
 * a q dump of 1e8 float32 values (1e7 with --quick) through the whole analysis;
 * start-up: ``python -c 'import numpy'`` vs ``rmsnorm-eps --help`` vs ``bound --delta 0.01``,
-  whole processes, interleaved (target: both below import numpy), and ``ratio --raw`` on a
-  16-row file: the fixed cost every ``ratio`` process pays before it reads.
+  whole processes, interleaved (target: both below import numpy), ``ratio --raw`` on a
+  16-row file: the fixed cost every ``ratio`` process pays before it reads, and (with the
+  extra) the same with ``--kernel numba`` on a 16-row float16 file: numba's import and its
+  cached kernels' load.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -75,10 +81,15 @@ print(q.min())
 
 IN_PROCESS = """
 import sys, time
+from rmsnorm_eps import kernel_choice
 from rmsnorm_eps.analysis import analyze_dump
-t = time.perf_counter()
-analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw", dtype=(sys.argv[3:] or [None])[0])
-print(time.perf_counter() - t)
+kind = (sys.argv[4:] or ["numpy"])[0]
+with kernel_choice.using(kind):
+    kernel_choice.sixteen_bit_sums(False)  # numba imported and its kernels loaded before the clock
+    dtype = None if (sys.argv[3:] or ["-"])[0] == "-" else sys.argv[3]
+    t = time.perf_counter()
+    analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw", dtype=dtype)
+    print(time.perf_counter() - t)
 """
 
 BASELINE_IN_PROCESS = "import time\nt = time.perf_counter()\n" + BASELINE.replace(
@@ -220,12 +231,66 @@ def med(ts: list[float]) -> float:
     return statistics.median(ts)
 
 
+#: Whether the ``[fast]`` extra is installed here (looked up, not imported).
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+NUMBA = ("--kernel", "numba")
+
+
+def sixteen_bit(paths: dict[str, Path], r: int, size_mib: int) -> None:
+    """float16 and bfloat16 bytes/s over float32's, same rounds, with the numpy kernels
+    (``--kernel numpy``: no extra) and the compiled ones (``--kernel numba``), whole
+    processes and start-up excluded."""
+    kernels = ["numpy", "numba"] if HAVE_NUMBA else ["numpy"]
+    dtype = {"float16": (), "bfloat16": ("--dtype", "bfloat16")}
+    whole = {"float32": ratio_cmd(paths["float32"], "--raw")}
+    inner = {"float32": [sys.executable, "-c", IN_PROCESS, str(paths["float32"]), "raw"]}
+    for kind in ("float16", "bfloat16"):
+        for k in kernels:
+            name = f"{kind} --kernel {k}"
+            whole[name] = ratio_cmd(paths[kind], "--raw", *dtype[kind], "--kernel", k)
+            inner[name] = [
+                *(sys.executable, "-c", IN_PROCESS, str(paths[kind]), "raw"),
+                *((dtype[kind][1],) if dtype[kind] else ("-",)),
+                k,
+            ]
+    if HAVE_NUMBA:  # compile once (or load), so that the rounds time a warm cache
+        run_with_rusage(whole["float16 --kernel numba"])
+        run_with_rusage(whole["bfloat16 --kernel numba"])
+    nbytes = paths["float32"].stat().st_size
+    extra = "" if HAVE_NUMBA else " (numba not installed: the [fast] extra is not measured)"
+    print(f"## float16 and bfloat16 against float32, {size_mib} MiB each, same rounds{extra}")
+    for label, cmds, inner_time in (
+        ("whole processes", whole, False),
+        ("start-up excluded", inner, True),
+    ):
+        walls = rounds(cmds, r, inner_time)["walls"]
+        f32 = walls["float32"]
+        print(
+            f"  {label}: float32 {med(f32):.3f} s ({min(f32):.3f}) "
+            f"{nbytes / med(f32) / 1e9:.2f} GB/s"
+        )
+        for name, ts in walls.items():
+            if name == "float32":
+                continue
+            frac = med(f32) / med(ts)  # same bytes: the ratio of times is the ratio of bytes/s
+            print(
+                f"    {name:26s} {med(ts):7.3f} s ({min(ts):.3f})  bytes/s / float32's "
+                f"{frac:.2f} ({min(f32) / min(ts):.2f}); target >= 0.8: "
+                f"{'yes' if frac >= 0.8 else 'NO'}"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="64 MiB files, 1e7 q values")
     ap.add_argument("--size-mib", type=int, default=1024, help="size of each activation file")
     ap.add_argument("--repeats", type=int, default=3, help="rounds (interleaved)")
     ap.add_argument("--data", type=Path, default=None, help="keep the data here")
+    ap.add_argument(
+        "--also-4gib",
+        action="store_true",
+        help="also compare float16/bfloat16 with float32 on 4 GiB files (12 GiB of disk)",
+    )
     args = ap.parse_args()
     if args.data is None:
         with tempfile.TemporaryDirectory(prefix="rmsnorm-eps-bench-", dir="/tmp") as tmp:
@@ -241,7 +306,7 @@ def run(args: argparse.Namespace, data: Path) -> None:
     r = args.repeats
     mib = 1 << 20
     free = shutil.disk_usage(data).free
-    if free < 3.5 * size + 8 * q_count:
+    if free < 3.5 * size + 8 * q_count + (12.5 * GIB if args.also_4gib else 0):
         raise SystemExit(f"{data}: {free >> 20} MiB free, the data need {3.5 * size / mib:.0f}")
     print(
         f"# rmsnorm-eps streaming benchmark; {os.cpu_count()} CPUs, load average "
@@ -261,8 +326,6 @@ def run(args: argparse.Namespace, data: Path) -> None:
         "  --threads 1": ratio_cmd(paths["float32"], "--raw", "--threads", "1"),
         "  --threads 2": ratio_cmd(paths["float32"], "--raw", "--threads", "2"),
         "numpy readinto+vecdot": base,
-        "float16 --raw": ratio_cmd(paths["float16"], "--raw"),
-        "bfloat16 --raw": ratio_cmd(paths["bfloat16"], "--raw", "--dtype", "bfloat16"),
     }
     got = rounds(cmds, r)
     walls, rss = got["walls"], got["rss"]
@@ -280,32 +343,28 @@ def run(args: argparse.Namespace, data: Path) -> None:
         f"  throughput ratio CLI / numpy loop: {ratio:.2f} (medians), "
         f"{min(plain) / min(ours):.2f} (bests); target >= 0.9: {'yes' if ratio >= 0.9 else 'NO'}"
     )
-    f32 = med(ours)
-    for kind in ("float16", "bfloat16"):
-        ts = walls[f"{kind} --raw"]
-        frac = f32 / med(ts)  # same bytes: the ratio of times is the ratio of bytes/s
-        print(
-            f"  {kind} bytes/s / float32's: {frac:.2f} (medians), {min(ours) / min(ts):.2f} "
-            f"(bests); target >= 0.8: {'yes' if frac >= 0.8 else 'NO'}"
-        )
     print()
     print("## start-up excluded (each process times its own loop)")
     inner_cmds = {
         "analyze_dump float32": [sys.executable, "-c", IN_PROCESS, str(paths["float32"]), "raw"],
         "numpy loop": [sys.executable, "-c", BASELINE_IN_PROCESS, str(paths["float32"]), str(D)],
-        "analyze_dump float16": [sys.executable, "-c", IN_PROCESS, str(paths["float16"]), "raw"],
-        "analyze_dump bfloat16": [
-            *(sys.executable, "-c", IN_PROCESS, str(paths["bfloat16"]), "raw", "bfloat16")
-        ],
     }
     inner = rounds(inner_cmds, r, inner_time=True)["walls"]
     for name, ts in inner.items():
         print(f"  {name:24s} {med(ts):7.3f} s ({min(ts):.3f})  {nbytes / med(ts) / 1e9:6.2f} GB/s")
     a, b = inner["analyze_dump float32"], inner["numpy loop"]
     print(f"  ratio analyze_dump / numpy loop: {med(b) / med(a):.2f} ({min(b) / min(a):.2f})")
-    for kind in ("float16", "bfloat16"):
-        ts = inner[f"analyze_dump {kind}"]
-        print(f"  {kind} bytes/s / float32's: {med(a) / med(ts):.2f} ({min(a) / min(ts):.2f})")
+    print()
+    sixteen_bit(paths, r, size // mib)
+    if args.also_4gib:
+        big = {kind: data / f"{kind}_4096MiB.npy" for kind in ("float32", "float16", "bfloat16")}
+        for kind, path in big.items():
+            write_rows(path, 4 * GIB, kind)
+            warm(path)
+        sixteen_bit(big, r, 4096)
+        if args.data is None:
+            for path in big.values():
+                path.unlink()
     print()
     print(f"## q dump: {q_count:.0e} float32 q values through the whole analysis")
     qpath = data / f"q_{q_count:.0e}.npy"
@@ -319,6 +378,10 @@ def run(args: argparse.Namespace, data: Path) -> None:
     print("## start-up, whole processes, 11 interleaved rounds (target: below import numpy)")
     tiny = data / "tiny.npy"
     np.save(tiny, np.ones((16, D), np.float32))
+    tiny16 = data / "tiny16.npy"
+    np.save(tiny16, np.ones((16, D), np.float16))
+    if HAVE_NUMBA:  # compile once (or load), so that the rounds time a warm cache
+        run_with_rusage(ratio_cmd(tiny16, "--raw", *NUMBA))
     start = rounds(
         {
             "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
@@ -327,6 +390,11 @@ def run(args: argparse.Namespace, data: Path) -> None:
                 *(sys.executable, "-m", "rmsnorm_eps", "bound", "--delta", "0.01")
             ],
             "ratio --raw, 16 rows": ratio_cmd(tiny, "--raw"),
+            **(
+                {"  --kernel numba, float16": ratio_cmd(tiny16, "--raw", *NUMBA)}
+                if HAVE_NUMBA
+                else {}
+            ),
         },
         11,
     )["walls"]

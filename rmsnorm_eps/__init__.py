@@ -14,14 +14,19 @@ from __future__ import annotations
 
 from rmsnorm_eps._version import __version__
 
-__all__ = ["__version__", "check"]
+__all__ = ["InvalidInput", "__version__", "check"]
 
 
 def __getattr__(name: str) -> object:
-    """``rmsnorm_eps.check`` (:func:`rmsnorm_eps.api.check`), imported on first use so that
-    ``import rmsnorm_eps`` stays light."""
+    """``rmsnorm_eps.check`` (:func:`rmsnorm_eps.api.check`) and the one exception it raises
+    for bad arguments, ``rmsnorm_eps.InvalidInput`` (a ValueError naming the argument),
+    imported on first use so that ``import rmsnorm_eps`` stays light."""
     if name == "check":
         from rmsnorm_eps.api import check
 
         return check
+    if name == "InvalidInput":
+        from rmsnorm_eps.errors import InvalidInput
+
+        return InvalidInput
     raise AttributeError(f"module 'rmsnorm_eps' has no attribute {name!r}")

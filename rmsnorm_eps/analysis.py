@@ -37,12 +37,11 @@ from rmsnorm_eps.engine import (
     decisions_for,
     fold_chunks,
     iter_q_chunks,
-    unravel,
 )
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.gate import evaluate_gate
-from rmsnorm_eps.safe_eps import apply_zero_rule, margin_decades, safe_eps_note
-from rmsnorm_eps.safe_eps import safe_eps as compute_safe_eps
+from rmsnorm_eps.layer_record import LayerResult, layer_result
+from rmsnorm_eps.safe_eps import apply_zero_rule
 from rmsnorm_eps.sources.intent import InputWarning
 from rmsnorm_eps.sources.interface import ArraySource, Opened, Unreadable
 from rmsnorm_eps.sources.raw import default_threads
@@ -54,112 +53,12 @@ if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
 
 __all__ = [
-    "LayerResult",
     "RatioReport",
-    "WorstInput",
     "analyze_dump",
     "evaluate_gate",
-    "layer_result",
     "ratio_position_split",
     "resolve_bound",
 ]
-
-
-@dataclass(frozen=True)
-class WorstInput:
-    """One input: its index in the dump's q array, q, r = q/eps, A(r) and 1 - A(r).
-
-    In a merged report (``rmsnorm-eps merge``) ``index`` is the index in the concatenation of
-    the shards along axis 0, ``shard`` the shard's position among the merged summaries and
-    ``shard_index`` the index inside that shard.
-    """
-
-    index: tuple[int, ...]
-    q: float
-    ratio: float
-    attenuation: float
-    loss: float
-    shard: int | None = None
-    shard_index: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class NonfiniteInput:
-    """A NaN or +inf q value (always a violation); ``shard*`` as in :class:`WorstInput`."""
-
-    index: tuple[int, ...]
-    value: float
-    shard: int | None = None
-    shard_index: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class LayerResult:
-    """Per-layer figures. ``violations = below_bound + nonfinite`` (``+ zero_count`` when
-    ``zeros_violate``, i.e. ``--zero-is-violation``).
-
-    ``below_bound``: positive finite q below the bound; zero vectors (q = 0: output 0 under any
-    eps) are ``zero_count``, never in ``worst``. ``safe_eps``: :mod:`rmsnorm_eps.safe_eps`.
-    """
-
-    name: str
-    eps: float
-    shape: tuple[int, ...]  # shape of the q array (raw: the activations' shape minus the last axis)
-    dtype: str  # stored dtype
-    raw_dim: int | None  # d when q was computed from raw activations
-    count: int
-    nan_count: int
-    inf_count: int
-    zero_count: int
-    below_bound: int
-    min_q: float | None  # None when the layer has no finite q (0 with a zero vector)
-    max_q: float | None
-    min_ratio: float | None  # min_pos_q / eps: of the positive q (None: no positive finite q)
-    min_attenuation: float | None  # A(min_ratio)
-    worst: tuple[WorstInput, ...]
-    nonfinite_examples: tuple[NonfiniteInput, ...]
-    decades: tuple[tuple[int, int], ...]  # (k, count): 10**k <= q/eps < 10**(k+1)
-    # When the dump carries token positions (a "<layer>::position" companion): the same figures
-    # for the first token of each sequence (position 0) and for the other tokens. Their worst
-    # and nonfinite indices are indices of the whole layer's array.
-    first_token: LayerResult | None = None
-    other_tokens: LayerResult | None = None
-    # Where eps came from (ratio --config: config file, key and matching patterns), or None.
-    eps_source: str | None = None
-    # What the figures are of: "q" = mean(x^2) (RMSNorm), "v" = mean((x - mean x)^2)
-    # (LayerNorm: its norm is `layer` in the config, or --norm layer). Every field named q
-    # (min_q, worst q, ...) then holds v, and ratio is v/eps.
-    quantity: Quantity = "q"
-    min_pos_q: float | None = None  # None when the layer has no positive finite q
-    safe_eps: float | None = None
-    zeros_violate: bool = False  # --zero-is-violation: every zero vector is a violation
-
-    @property
-    def nonfinite(self) -> int:
-        return self.nan_count + self.inf_count
-
-    @property
-    def violations(self) -> int:
-        zeros = self.zero_count if self.zeros_violate else 0
-        return self.below_bound + self.nonfinite + zeros
-
-    @property
-    def safe_eps_margin(self) -> float | None:
-        """``log10(safe_eps / eps)`` in decades (negative: the configured eps fails)."""
-        return margin_decades(self.safe_eps, self.eps)
-
-    @property
-    def safe_eps_note(self) -> str:
-        """Why there is no safe eps (``""`` when there is one)."""
-        return safe_eps_note(
-            zeros_violate=self.zeros_violate,
-            zero_count=self.zero_count,
-            has_pos=self.min_pos_q is not None,
-        )
-
-    @property
-    def violation_fraction(self) -> float:
-        return self.violations / self.count if self.count else 0.0
 
 
 @dataclass(frozen=True)
@@ -220,65 +119,12 @@ def _remap_accumulator(acc: LayerAccumulator, where: Mapping[int, int]) -> Layer
     )
 
 
-def ratio_position_split(eps: float, ratio: float, top_k: int) -> PositionSplit[LayerAccumulator]:
+def ratio_position_split(
+    eps: float, ratio: float, top_k: int, quantity: Quantity = "q"
+) -> PositionSplit[LayerAccumulator]:
     """A :class:`PositionSplit` of :class:`LayerAccumulator` (the ``ratio`` figures)."""
     return PositionSplit(
-        lambda: LayerAccumulator(eps, ratio, top_k), _kept_indices, _remap_accumulator
-    )
-
-
-def layer_result(
-    acc: LayerAccumulator,
-    *,
-    name: str,
-    shape: tuple[int, ...],
-    order: str,
-    dtype: str,
-    raw_dim: int | None,
-    quantity: Quantity = "q",
-) -> LayerResult:
-    """Freeze an accumulator into a :class:`LayerResult` (indices unravelled over ``shape``)."""
-    eps = acc.eps
-    qs = acc.worst_q.tolist()
-    has_finite = acc.count > acc.nonfinite
-    min_pos = acc.min_pos_q if math.isfinite(acc.min_pos_q) else None
-    # the smallest ratio of the positive inputs (a zero vector's output is 0 under any eps)
-    min_r = min_pos / eps if min_pos is not None else None
-    # One vectorized call for every ratio of the layer (the same float64 operations, element by
-    # element, as one call per value: identical results; a dump of many tiny layers pays the
-    # call overhead once per layer, not once per value).
-    ratios = [q / eps for q in qs] + ([min_r] if min_r is not None else [])
-    att = np.asarray(numerics.attenuation(np.array(ratios, np.float64))).tolist()
-    loss = np.asarray(numerics.attenuation_loss(np.array(ratios[: len(qs)], np.float64))).tolist()
-    worst = [
-        WorstInput(index=unravel(flat, shape, order), q=q, ratio=r, attenuation=a, loss=lo)
-        for q, flat, r, a, lo in zip(qs, acc.worst_index.tolist(), ratios, att, loss, strict=False)
-    ]
-    nonfinite = tuple(
-        NonfiniteInput(unravel(i, shape, order), v)
-        for i, v in zip(acc.nonfinite_index, acc.nonfinite_value, strict=True)
-    )
-    return LayerResult(
-        name=name,
-        eps=eps,
-        shape=shape,
-        dtype=dtype,
-        raw_dim=raw_dim,
-        count=acc.count,
-        nan_count=acc.nan_count,
-        inf_count=acc.inf_count,
-        zero_count=acc.zero_count,
-        below_bound=acc.below,
-        min_q=acc.min_q if has_finite else None,
-        max_q=acc.max_q if has_finite else None,
-        min_ratio=min_r,
-        min_attenuation=att[-1] if min_r is not None else None,
-        worst=tuple(worst),
-        nonfinite_examples=nonfinite,
-        decades=tuple(sorted(acc.decades.items())),
-        quantity=quantity,
-        min_pos_q=min_pos,
-        safe_eps=compute_safe_eps(min_pos, acc.min_ratio),
+        lambda: LayerAccumulator(eps, ratio, top_k, quantity), _kept_indices, _remap_accumulator
     )
 
 
@@ -298,6 +144,7 @@ def _eps_from_config(
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
     eps_sources: Mapping[str, str] | None,
     allow_unmatched: bool = False,
+    skipped: tuple[str, ...] = (),
 ) -> tuple[dict[str, float], Mapping[str, str]]:
     """eps per layer from ``config`` (``eps``, a number, is the fallback for unmatched layers)."""
     from rmsnorm_eps.config import eps_for_layers
@@ -306,7 +153,11 @@ def _eps_from_config(
         raise InvalidParameterError("with a config, eps is one fallback value (or None)")
     fallback = None if eps is None else float(eps)
     assigned = eps_for_layers(
-        config, [src.name for src in sources], fallback=fallback, allow_unmatched=allow_unmatched
+        config,
+        [src.name for src in sources],
+        fallback=fallback,
+        allow_unmatched=allow_unmatched,
+        skipped=skipped,
     )
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
@@ -347,11 +198,13 @@ def analyze_dump(
     n_threads = default_threads() if how.threads is None else how.threads
     d_value, ratio = resolve_bound(delta, min_ratio)
 
-    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], LayerResult]:
+    def prepare(
+        sources: list[ArraySource], skipped: tuple[str, ...]
+    ) -> Callable[[ArraySource, Quantity], LayerResult]:
         layer_eps, provenance = eps, eps_sources
         if how.config is not None:
             layer_eps, provenance = _eps_from_config(
-                how.config, sources, eps, eps_sources, how.allow_unmatched
+                how.config, sources, eps, eps_sources, how.allow_unmatched, skipped
             )
         if layer_eps is None:
             raise InvalidParameterError("give eps (or a config)")
@@ -399,9 +252,9 @@ def _analyze_layer(
     q_shape, order, dim, chunks = iter_q_chunks(
         src, raw, how.chunk_bytes, steps.threads, decisions, quantity
     )
-    acc = LayerAccumulator(layer_eps, ratio, top_k)
+    acc = LayerAccumulator(layer_eps, ratio, top_k, quantity)
     pos_src = None if raw else src.companion("position")
-    split = ratio_position_split(acc.eps, ratio, top_k) if pos_src is not None else None
+    split = ratio_position_split(acc.eps, ratio, top_k, quantity) if pos_src is not None else None
     positions = SequentialReader(pos_src) if pos_src is not None else None
     fold_chunks(src, chunks, acc, split, positions, q_shape, order, quantity)
 
@@ -413,7 +266,6 @@ def _analyze_layer(
             order=order,
             dtype=src.dtype_name,
             raw_dim=raw_dim,
-            quantity=quantity,
         )
 
     result = freeze(acc, src.name, dim)

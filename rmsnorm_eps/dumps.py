@@ -116,11 +116,13 @@ class LayersRead(Generic[T]):
 def read_layers(
     path: str | os.PathLike[str] | Opened,
     reading: DumpReading,
-    prepare: Callable[[list[Any]], Callable[[Any, Quantity], T]],
+    prepare: Callable[[list[Any], tuple[str, ...]], Callable[[Any, Quantity], T]],
 ) -> LayersRead[T]:
     """The per-layer driver of ``ratio`` and ``compare``: open the dump as ``reading`` says
     (``path`` may also be sources already opened: arrays in memory, :func:`rmsnorm_eps.check`),
-    let ``prepare(sources)`` resolve what depends on the layer names (eps, settings) and return
+    let ``prepare(sources, skipped)`` resolve what depends on the layer names (eps, settings;
+    ``skipped``: the names of the members that could not be opened, which a config's pattern
+    may match: with ``skip_unreadable`` they are listed, not analysed) and return
     the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
     a LayerNorm). A layer whose data cannot be read (any :class:`InputFileError`) raises, or
     with ``skip_unreadable`` is listed in ``skipped`` with its problem: nothing is ever left out
@@ -139,7 +141,7 @@ def read_layers(
             max_layers=reading.max_layers,
         )
     sources, skipped = opened.sources, list(opened.unreadable)
-    analyse = prepare(sources)
+    analyse = prepare(sources, tuple(u.name for u in skipped))
     quantities = layer_quantities([src.name for src in sources], reading.norm, reading.config)
     layers: list[T] = []
     failed: set[str] = set()

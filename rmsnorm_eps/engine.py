@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from rmsnorm_eps.kernels import (
 from rmsnorm_eps.safe_eps import model_safe_eps
 from rmsnorm_eps.sources.interface import ArraySource
 from rmsnorm_eps.sources.raw import DEFAULT_CHUNK_BYTES
-from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, decade_edge
+from rmsnorm_eps.summary import DECADE_MAX, DECADE_MIN, NegativeValue, Quantity, decade_edge
 
 if TYPE_CHECKING:
     from rmsnorm_eps.config.model import NormConfig
@@ -56,10 +56,6 @@ __all__ = [
     "layer_quantities",
     "unravel",
 ]
-
-#: What a norm divides by: ``q = mean(x**2)`` (RMSNorm and its gated and L2 relatives) or
-#: ``v = mean((x - mean x)**2)`` (LayerNorm). eps acts on v exactly as on q.
-Quantity = Literal["q", "v"]
 
 
 #: The norm kinds of a config (``rmsnorm_eps.config.model.NORMS``): only ``layer`` divides by v.

@@ -34,6 +34,17 @@ class InvalidParameterError(RmsnormEpsError, ValueError):
     """A numeric parameter is outside its domain (eps <= 0, delta not in (0, 1), q < 0, ...)."""
 
 
+class InvalidInput(InvalidParameterError):
+    """What :func:`rmsnorm_eps.check` raises for any bad argument (``rmsnorm_eps.InvalidInput``,
+    a :class:`ValueError`): ``argument`` names it (``eps``, ``eps['layer']``, ``data``,
+    ``data['layer']``, ``delta``, ...) and ``problem`` says what is wrong with it."""
+
+    def __init__(self, argument: str, problem: str) -> None:
+        super().__init__(f"{argument}: {problem}")
+        self.argument = argument
+        self.problem = problem
+
+
 class InputFileError(RmsnormEpsError):
     """A file cannot be read, is malformed, or holds data of the wrong kind.
 

@@ -37,6 +37,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rmsnorm_eps.kernel_choice import sixteen_bit_sums
+
 __all__ = [
     "BLOCK_ELEMS",
     "RAW_ROW_MAX",
@@ -229,12 +231,20 @@ def mean_square_rows_fast(x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray
     path does not apply (float64, float16 holding inf/NaN, rows too long for a useful bound).
 
     16-bit rows of even length (the usual case) are widened two elements at a time
-    (:func:`_pair_sums`), in blocks that stay in the L2 cache, without a uint16 -> uint32 cast.
+    (:func:`_pair_sums`), in blocks that stay in the L2 cache, without a uint16 -> uint32 cast;
+    or, where :mod:`rmsnorm_eps.kernel_choice` selects them (``ratio --kernel``), by the
+    compiled kernels of the ``[fast]`` extra (:mod:`rmsnorm_eps.kernels_numba`: same bound;
+    float16 rows holding inf/NaN then give inf/NaN sums, which the refiner recomputes).
     """
     n, d = x.shape
     rel = fast_error_bound(d)
     if rel is None or x.dtype == np.float64:
         return None
+    compiled = sixteen_bit_sums(bf16) if bf16 or x.dtype == np.float16 else None
+    if compiled is not None and x.flags.c_contiguous:
+        compiled_sums = compiled(x.view(np.uint16), bf16)
+        compiled_sums /= d
+        return compiled_sums, rel
     if (bf16 or x.dtype == np.float16) and d % 2 == 0 and x.flags.c_contiguous:
         sums = _pair_sums(x.view(np.uint16), bf16)
         if sums is None:

@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rmsnorm_eps.analysis import LayerResult, RatioReport
+from rmsnorm_eps.analysis import RatioReport
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 from rmsnorm_eps.escape import plot_label
+from rmsnorm_eps.layer_record import LayerResult
 
 if TYPE_CHECKING:
     from rmsnorm_eps.compare.analysis import CompareLayer, CompareReport

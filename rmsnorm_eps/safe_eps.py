@@ -106,7 +106,8 @@ def model_safe_eps(layers: Sequence[Any]) -> tuple[float | None, float | None, s
     if not bounded:
         return None, None, "any: no positive finite q"
     margins = [ly.safe_eps_margin for ly in bounded]
-    return min(ly.safe_eps for ly in bounded), min(m for m in margins if m is not None), ""
+    margin = min((m for m in margins if m is not None), default=None)  # None: an eps stored as 0
+    return min(ly.safe_eps for ly in bounded), margin, ""
 
 
 def apply_zero_rule(layer: L, zero_is_violation: bool) -> L:

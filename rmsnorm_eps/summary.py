@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from rmsnorm_eps.numerics import q_threshold
 
-__all__ = ["DECADE_MAX", "DECADE_MIN", "LayerAccumulator", "NegativeValue"]
+__all__ = ["DECADE_MAX", "DECADE_MIN", "LayerAccumulator", "NegativeValue", "Quantity"]
+
+#: What a norm divides by: ``q = mean(x**2)`` (RMSNorm and its gated and L2 relatives) or
+#: ``v = mean((x - mean x)**2)`` (LayerNorm). eps acts on v exactly as on q.
+Quantity = Literal["q", "v"]
 
 DECADE_MIN = -330
 DECADE_MAX = 308
@@ -93,11 +97,15 @@ def decade_edge(k: int) -> float:
 
 @dataclass
 class LayerAccumulator:
-    """Mutable accumulator for one layer; see the module docstring for the rules."""
+    """Mutable accumulator for one layer; see the module docstring for the rules.
+
+    ``quantity`` says what the folded values are (q, or v for a LayerNorm): the figures are
+    the same, and every result frozen from the accumulator carries it."""
 
     eps: float
     min_ratio: float
     top_k: int = 5
+    quantity: Quantity = "q"
     count: int = 0
     nan_count: int = 0
     inf_count: int = 0
@@ -306,6 +314,8 @@ class LayerAccumulator:
         """
         if other.eps != self.eps or other.min_ratio != self.min_ratio:
             raise ValueError("cannot merge summaries with different eps or min_ratio")
+        if other.quantity != self.quantity:
+            raise ValueError("cannot merge a summary of q with one of v (LayerNorm)")
         self.top_k = min(self.top_k, other.top_k)
         self.count += other.count
         self.nan_count += other.nan_count

@@ -109,3 +109,71 @@ def test_chameleon_loads_through_its_own_class_and_is_captured(tmp_path: Path) -
     np.testing.assert_allclose(m.q, (x * x).mean(-1)[mask].numpy(), rtol=1e-12)
     qn = ran["model.layers.0.self_attn.q_norm"]
     assert (qn.norm, qn.heads, qn.dim, qn.count) == ("layer", 3, 8, 18)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "arch", "family", "loads"),
+    [
+        ("reformer", "ReformerModelWithLMHead", "causal", "AutoModelForCausalLM"),
+        ("bert-generation", "BertGenerationDecoder", "causal", "AutoModelForCausalLM"),
+        ("bert-generation", "BertGenerationEncoder", "encoder", "AutoModel"),
+        ("siglip_text_model", "SiglipTextModel", "encoder", "SiglipTextModel"),
+    ],
+)
+def test_class_names_resolve_through_the_auto_mappings(
+    model_type: str, arch: str, family: str, loads: str
+) -> None:
+    """Names no suffix rule knows (ReformerModelWithLMHead, BertGenerationDecoder/Encoder) are
+    listed by transformers' auto mappings; SiglipTextConfig is in no model mapping, so its own
+    class (built from that config class) is loaded."""
+    from transformers import AutoConfig
+
+    from rmsnorm_eps.capture.loading import model_family
+
+    cfg = AutoConfig.for_model(model_type, architectures=[arch])
+    assert model_family(cfg) == family
+    assert model_class(cfg).__name__ == loads
+
+
+def test_a_class_of_another_config_is_not_loaded() -> None:
+    """An architectures entry naming a real class built from another config class is refused
+    (the SigLIP vision tower is no model of a text config)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model("siglip_text_model", architectures=["SiglipVisionModel"])
+    with pytest.raises(CaptureError, match=r"'SiglipVisionModel'.*no such model class"):
+        model_class(cfg)
+
+
+@pytest.mark.slow
+def test_siglip_text_model_loads_through_its_own_class_and_is_captured(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, SiglipTextConfig, SiglipTextModel
+
+    torch.manual_seed(0)
+    cfg = SiglipTextConfig(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=8,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        architectures=["SiglipTextModel"],
+    )
+    SiglipTextModel(cfg).save_pretrained(tmp_path)
+    vocab = ["[PAD]", "[UNK]", "[EOS]", *WORDS]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]"
+    ).save_pretrained(tmp_path)
+    loaded = load_model(tmp_path)
+    assert type(loaded.model) is SiglipTextModel and loaded.family == "encoder"
+    with QCapture(loaded.model) as cap:
+        assert run_texts(loaded, ["a b c", "d e"], batch_size=2) == 5
+    mods = {m.name: m for m in cap.result().modules}
+    assert mods["final_layer_norm"].count == 5
+    assert {(m.norm, m.eps) for m in mods.values()} == {("layer", 1e-6)}

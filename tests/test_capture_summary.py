@@ -283,3 +283,24 @@ def test_write_reduced_summary_without_a_process_group_writes_this_process(
     again = load_summary(out)
     assert [ly.count for ly in again.layers] == [ly.count for ly in report.layers]
     assert [ly.min_q for ly in again.layers] == [ly.min_q for ly in report.layers]
+
+
+def test_summary_only_keeps_a_layernorm_v_through_merge(tmp_path: Path, cli: object) -> None:
+    """A LayerNorm module's summary holds v (its variance), and merge reports v, not q
+    (summary version 2 had no quantity: merge called a LayerNorm's v q)."""
+    model = tiny_llama()
+    model.model.norm = torch.nn.LayerNorm(32, eps=3e-5)  # type: ignore[attr-defined]
+    rep = summary_report(_capture(model, _batches(), True), 0.01, "s")
+    kinds = {layer.name: layer.quantity for layer in rep.layers}
+    assert kinds["model.norm"] == "v" and kinds["model.layers.0.input_layernorm"] == "q"
+    ln = next(layer for layer in rep.layers if layer.name == "model.norm")
+    assert ln.first_token is not None and ln.first_token.quantity == "v"
+    path = tmp_path / "s.json"
+    write_summary(rep, path)
+    saved = {ly["name"]: ly["quantity"] for ly in json.loads(path.read_text())["layers"]}
+    assert saved["model.norm"] == "v" and saved["model.layers.1.input_layernorm"] == "q"
+    r = cli("merge", str(path), "--format", "json")  # type: ignore[operator]
+    merged = {ly["name"]: ly for ly in json.loads(r.stdout)["layers"]}
+    assert merged["model.norm"]["quantity"] == "v"
+    assert merged["model.norm"]["first_token"]["quantity"] == "v"
+    assert merged["model.layers.0.input_layernorm"]["quantity"] == "q"

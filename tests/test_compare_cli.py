@@ -131,6 +131,28 @@ def test_nonfinite_and_zero_eps(cli, tmp_path: Path) -> None:  # type: ignore[no
     assert "1 nonfinite q (1 NaN, 0 inf) and 1 nonfinite factor(s)" in r.stdout
 
 
+def test_an_eps_stored_as_0_is_said_and_zero_rows_are_counted_once(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path
+) -> None:
+    """1e-8 is 0 in float16: the text and JSON say so, and the two zero rows (output 0/0 =
+    NaN) are nonfinite violations, no longer also 'zero vector(s) ... not counted'."""
+    path = tmp_path / "q.npy"
+    np.save(path, np.array([0.0, 0.0, 1e-3, 1.0]))
+    args = ("compare", str(path), "--from", "eps=1e-5", "--to", "eps=1e-8,dtype=float16")
+    r = cli(*args)
+    assert r.exit_code == 1
+    assert "to:   eps=1e-08 (0 in float16) inside float16" in r.stdout
+    assert "to note: eps=1e-08 is 0 in float16" in r.stdout
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("rmsnorm-eps: FAIL: 2 violation(s) (0 moved by more than 0.01, 2 nonf")
+    assert "not counted" not in line and "zero vector" not in line
+    doc = json.loads(cli(*args, "-f", "json").stdout)
+    assert doc["to"]["note"].startswith("eps=1e-08 is 0 in float16")
+    s = doc["summary"]
+    assert (s["zero"], s["nonfinite"], s["violations"]) == (0, 2, 2)
+    assert s["within_safe_eps"] is True and s["safe_eps_margin_decades"] is None
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -1,8 +1,11 @@
 """The package stays readable: no function of cyclomatic complexity above 20 (radon's rank D or
-worse: ``radon cc -n D rmsnorm_eps`` prints nothing), no function outside the CLI layer with
+worse: ``radon cc -n D rmsnorm_eps`` prints nothing) and no function outside the CLI layer with
 more than 8 parameters (options travel as one frozen object, or as its fields in a typed
-``**fields``), and no module above 450 lines unless its docstring says why it stays one
-piece."""
+``**fields``).
+
+There is no module-length or maintainability-index gate: the projects we learn from (nox,
+Polygraphy) keep cohesive modules of 1,000-2,000 lines, and those gates had led to modules split
+by size, joined again only by private names imported across them."""
 
 from __future__ import annotations
 
@@ -13,8 +16,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rmsnorm_eps"
 MAX_COMPLEXITY = 20
-MAX_LINES = 450
-MIN_MAINTAINABILITY = 20  # radon's maintainability index (``radon mi -s rmsnorm_eps``)
 MAX_PARAMETERS = 8  # self/cls not counted; *args and **kwargs count one each
 
 
@@ -30,28 +31,6 @@ def test_no_function_is_rated_d_or_worse() -> None:
             if block.complexity > MAX_COMPLEXITY:
                 worst.append(f"{path.relative_to(PACKAGE)}:{block.lineno} {block.name}")
     assert worst == []
-
-
-def test_no_module_below_maintainability_20() -> None:
-    metrics = pytest.importorskip("radon.metrics")
-    low = []
-    for path in _modules():
-        index = metrics.mi_visit(path.read_text(encoding="utf-8"), multi=True)
-        if index < MIN_MAINTAINABILITY:
-            low.append(f"{path.relative_to(PACKAGE)} ({index:.1f})")
-    assert low == []
-
-
-def test_long_modules_say_why() -> None:
-    silent = []
-    for path in _modules():
-        text = path.read_text(encoding="utf-8")
-        if text.count("\n") <= MAX_LINES:
-            continue
-        doc = ast.get_docstring(ast.parse(text)) or ""
-        if not any(w in doc for w in ("Why one module", "Why ~", "one piece")):
-            silent.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
-    assert silent == []
 
 
 def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

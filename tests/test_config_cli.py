@@ -183,7 +183,7 @@ def test_ratio_config_unmatched_layers_error(cli: Cli, tmp_path: Path, qwen_dump
         str(CONFIGS / "llama-3-8b.yaml"),
         "--q-file",
         str(qwen_dump),
-        "--eps",
+        "--fallback-eps",
         "1e-6",
         "--allow-unmatched",  # the Llama config's other patterns match no layer of this dump
         "--format",
@@ -199,9 +199,23 @@ def test_ratio_config_missing_eps(cli: Cli, tmp_path: Path, qwen_dump: Path) -> 
     hf = write(tmp_path, "config.json", {"model_type": "qwen3", "head_dim": 128})
     res = cli("ratio", "--config", str(hf), "--q-file", str(qwen_dump))
     assert res.exit_code == 2
-    assert "eps is missing" in res.stderr and "give --eps explicitly" in res.stderr
-    res = cli("ratio", "--config", str(hf), "--q-file", str(qwen_dump), "--eps", "1e-6")
+    assert "eps is missing" in res.stderr and "give --fallback-eps" in res.stderr
+    res = cli("ratio", "--config", str(hf), "--q-file", str(qwen_dump), "--fallback-eps", "1e-6")
     assert res.exit_code == 0
+
+
+def test_ratio_refuses_eps_with_config(cli: Cli) -> None:
+    """--eps 1e-3 with a config that covers every layer used to run at the config's 1e-5 and
+    say PASS with no word about --eps (at 1e-3 layer 0 fails)."""
+    dump = str(EXAMPLES / "q_layers.npz")
+    cfg = str(EXAMPLES / "per-layer.yaml")
+    res = cli("ratio", dump, "--config", cfg, "--eps", "1e-3")
+    assert res.exit_code == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--eps and --config are exclusive" in lines[0]
+    assert "layers:" in lines[0] and "--fallback-eps" in lines[0]
+    res = cli("ratio", dump, "--fallback-eps", "1e-3")
+    assert res.exit_code == 2 and "--fallback-eps needs --config" in res.stderr
 
 
 def test_ratio_needs_eps_or_config(cli: Cli, qwen_dump: Path) -> None:
@@ -281,7 +295,7 @@ def test_ratio_config_shows_eps_provenance(cli: Cli) -> None:
         "ratio",
         "--config",
         llama,
-        "--eps",
+        "--fallback-eps",
         "1e-6",
         "-q",
         dump,
@@ -296,7 +310,7 @@ def test_ratio_config_shows_eps_provenance(cli: Cli) -> None:
         "model.layers.0.input_layernorm": (
             f"{llama}: defaults.eps (layer matches *.input_layernorm)"
         ),
-        "model.layers.0.self_attn.q_norm": "--eps (explicit fallback)",
+        "model.layers.0.self_attn.q_norm": "--fallback-eps",
     }
     cfg = str(EXAMPLES / "per-layer.yaml")
     text = cli("ratio", "--config", cfg, "-q", dump, "--histogram", "none").stdout

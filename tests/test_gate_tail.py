@@ -218,3 +218,29 @@ def test_finish_without_verdict_for_recording_commands(
         finish(report, None, options, passed=True, message="x", skipped=skipped, verdict=False)
     assert exit_info.value.exit_code == 1
     assert capsys.readouterr().err.startswith("rmsnorm-eps: INCOMPLETE: x; skipped 1")
+
+
+def test_a_skipped_member_still_matches_its_pattern(cli: Cli, tmp_path: Path) -> None:
+    """A YAML pattern naming only the unreadable member b used to be 'match no layer of the
+    dump: b' (exit 2) with --skip-unreadable, in ratio --config and compare --from config."""
+    config = tmp_path / "ab.yaml"
+    config.write_text(
+        "schema_version: 1\nmodel: ab\ndefaults:\n  eps: 1e-5\n  placement: inside\n"
+        'layers:\n  "a": {}\n  "b": {eps: 1e-6}\n',
+        encoding="utf-8",
+    )
+    dump = tmp_path / "broken.npz"
+    with zipfile.ZipFile(dump, "w") as zf:
+        zf.writestr("a.npy", _npy(np.array([1.0, 2.0])))
+        zf.writestr("b.npy", b"not an array at all")
+    common = (str(dump), "--config", str(config), "--skip-unreadable")
+    for args in (("ratio", *common), ("compare", *common, "--from", "config", "--to", "eps=1e-5")):
+        res = cli(*args)
+        assert res.exit_code == 1, res  # type: ignore[attr-defined]
+        err = res.stderr  # type: ignore[attr-defined]
+        assert "match no layer" not in err and "INCOMPLETE" in err and "layer(s): b" in err
+    # without b in the dump at all, the pattern is still a typo
+    with zipfile.ZipFile(dump, "w") as zf:
+        zf.writestr("a.npy", _npy(np.array([1.0, 2.0])))
+    res = cli("ratio", *common)
+    assert res.exit_code == 2 and "1 layer pattern(s) match no layer of the dump: b" in res.stderr  # type: ignore[attr-defined]

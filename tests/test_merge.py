@@ -149,7 +149,7 @@ def test_cli_save_summary_and_merge(tmp_path: Path, cli: Callable[..., Any]) -> 
         )
         assert res.exit_code == 0
     doc = json.loads((tmp_path / "a.json").read_text())
-    assert doc["schema"] == "rmsnorm-eps-summary" and doc["schema_version"] == 2
+    assert doc["schema"] == "rmsnorm-eps-summary" and doc["schema_version"] == 3
     merged = cli("merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-f", "json")
     whole = cli("ratio", "--eps", "1e-5", "-q", str(tmp_path / "all.npy"), "--raw", "-f", "json")
     assert merged.exit_code == whole.exit_code == 1
@@ -202,7 +202,7 @@ def _summary(
         ({"layer_count": 7}, "does not match shape"),
         ({"layer_eps": "x"}, "expected a finite number"),
         ({"layer_worst": [{"index": [9, 9], "q": 1.0}]}, "index of 1 non-negative"),
-        ({"layer_decades": [[1, -1]]}, "expected [decade, count]"),
+        ({"layer_decades": [{"decade": 1, "count": -1}]}, "[layers[0].decades[0].count]"),
         ({"layers": []}, "non-empty list"),
     ],
 )
@@ -369,7 +369,8 @@ def test_worst_list_and_histogram_must_agree(tmp_path: Path) -> None:
     doc["layers"][0]["worst"].append({"index": [2], "q": 2.0})  # longer than top_k
     _refused(tmp_path, doc, r"3 worst inputs listed; top_k 2 and 3 finite positive values give 2")
     doc = _doc(tmp_path, [1.0, 2.0, 3.0])
-    doc["layers"][0]["decades"] = [[k + 1, c] for k, c in doc["layers"][0]["decades"]]
+    for d in doc["layers"][0]["decades"]:
+        d["decade"] += 1
     _refused(tmp_path, doc, "the decade histogram contradicts the layer's min_q or max_q")
 
 
@@ -440,3 +441,50 @@ def test_shards_are_folded_one_at_a_time(tmp_path: Path, monkeypatch: pytest.Mon
     (layer,) = merged.layers
     assert layer.count == 18 and layer.below_bound == 6
     assert [w.shard for w in layer.worst] == [0, 1, 2, 3, 4]
+
+
+def test_layernorm_v_survives_save_summary_and_merge(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """``ratio --raw --norm layer --save-summary`` then ``merge``: the merged report says v
+    (the summary of version 2 had no quantity, and merge reported the same numbers as q)."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 5, 16)) * 0.01 + 1.0).astype(np.float32)
+    np.savez(tmp_path / "ln.npz", ln=x)
+    res = cli(
+        "ratio",
+        str(tmp_path / "ln.npz"),
+        "--eps",
+        "1e-5",
+        "--raw",
+        "--norm",
+        "layer",
+        "--save-summary",
+        str(tmp_path / "s0.json"),
+        "-f",
+        "json",
+        "--exit-zero",
+    )
+    assert res.exit_code == 0, res.stderr
+    ratio_layer = json.loads(res.stdout)["layers"][0]
+    assert ratio_layer["quantity"] == "v"
+    assert json.loads((tmp_path / "s0.json").read_text())["layers"][0]["quantity"] == "v"
+    merged = cli("merge", str(tmp_path / "s0.json"), "-f", "json", "--exit-zero")
+    assert merged.exit_code == 0, merged.stderr
+    layer = json.loads(merged.stdout)["layers"][0]
+    assert layer["quantity"] == "v" and layer["min_q"] == ratio_layer["min_q"]
+    text = cli("merge", str(tmp_path / "s0.json"), "--exit-zero")
+    assert "r = v/eps" in text.stdout
+    # a q summary and a v summary of the same layer do not merge
+    cli(
+        "ratio",
+        str(tmp_path / "ln.npz"),
+        "--eps",
+        "1e-5",
+        "--raw",
+        "--save-summary",
+        str(tmp_path / "q0.json"),
+        "--exit-zero",
+    )
+    mixed = cli("merge", str(tmp_path / "s0.json"), str(tmp_path / "q0.json"))
+    assert mixed.exit_code == 2 and "quantity q differs from v" in mixed.stderr

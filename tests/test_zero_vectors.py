@@ -125,7 +125,7 @@ def test_merge_equals_the_whole_and_keeps_zeros_apart(
     q = _padded()
     paths = _summaries(tmp_path, q)
     doc = json.loads(paths[0].read_text())
-    assert doc["schema_version"] == 2 and doc["layers"][0]["worst"] == []  # shard 0: zeros only
+    assert doc["schema_version"] == 3 and doc["layers"][0]["worst"] == []  # shard 0: zeros only
     assert doc["layers"][0]["min_pos_q"] is None and doc["layers"][0]["zero"] == 24
     merged = merge_summaries(list(paths))
     whole = analyze_dump(write_npy(q), EPS, top_k=5)

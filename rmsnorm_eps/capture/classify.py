@@ -11,8 +11,12 @@ G the gain (w, 1 + w or 1), beta the bias (or 0), s = 1/sqrt(q + eps) per vector
 * ``layer``: y = G * (x - mean(x)) * s + beta,   q = v = mean((x - mean(x))**2)
 * ``l2``:    y = G * x * s,          q = sum(x**2)
 * ``gated-rms``, gate before: y = G * a * s with a = x * silu(g), q = mean(a**2) per group;
-  gate after: y = G * x * s * silu(g), q = mean(x**2) per group (every divisor of the width is
-  tried as the group size).
+  gate after: y = G * x * s * silu(g), q = mean(x**2) per group.
+
+Each formula may hold per group of consecutive elements rather than over the whole width
+(Qwen4-Exp's hyper-connection ``hc_norm``: an RMSNorm over groups of ``hidden_size``); the
+whole width is tried first, then every other divisor of it, largest first (at least 2
+elements per group for the plain norms).
 
 Besides: the gate may go through silu, sigmoid, gelu (erf or tanh), relu or tanh (``gate_fn``);
 an RMSNorm may scale its input by the gain before normalizing, y = a * s with a = G * x and
@@ -39,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from rmsnorm_eps.capture.formulas import Fit, match
+from rmsnorm_eps.capture.formulas import Fit, group_sizes, match
 
 __all__ = ["EPS_ATTRS", "NormKind", "classify_module", "eps_attribute"]
 
@@ -162,7 +166,7 @@ def classify_module(
     x, g, y = probe.host(px), probe.host(pg), probe.host(outs[0])
     w = _param(dup, "weight", width)
     b = _param(dup, "bias", width)
-    sizes = [width] + ([int(inner[-1])] if len(inner) > 1 and inner[-1] > 1 else [])
+    sizes = group_sizes(width)
     found, inputs = None, 1
     if gate_pos and len(outs) > 1 and tuple(getattr(outs[1], "shape", ())) == tuple(px.shape):
         # two tensors in, two out: q and k? probed again with a second input of the same scales

@@ -237,7 +237,7 @@ def _unsharded(report: RatioReport) -> RatioReport:
     indices of the whole concatenation)."""
     from dataclasses import replace
 
-    from rmsnorm_eps.analysis import LayerResult
+    from rmsnorm_eps.layer_record import LayerResult
 
     def bare(layer: LayerResult | None) -> LayerResult | None:
         if layer is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GATES", "Fit", "match", "solve"]
+__all__ = ["GATES", "Fit", "group_sizes", "match", "solve"]
 
 _FIT_TOL = 1e-3
 
@@ -100,6 +100,12 @@ def _gains(weight: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
 
 def _divisors(n: int) -> list[int]:
     return sorted((d for d in range(1, n + 1) if n % d == 0), reverse=True)
+
+
+def group_sizes(width: int) -> list[int]:
+    """The group sizes a plain norm of ``width`` elements is matched with: the whole width,
+    then every other divisor of it of at least 2, largest first."""
+    return [d for d in _divisors(width) if d >= 2] or [width]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from rmsnorm_eps.analysis import ratio_position_split
 from rmsnorm_eps.capture.hook_state import NormState, PendingQ
 from rmsnorm_eps.capture.modules import weight_stats
 from rmsnorm_eps.capture.records import ModuleRecord
-from rmsnorm_eps.summary import LayerAccumulator
+from rmsnorm_eps.summary import LayerAccumulator, Quantity
 
 __all__ = ["copy_to_host", "module_record", "store"]
 
@@ -84,8 +84,10 @@ def _fold(
     ``ratio`` on the dump; the first/other split is ``ratio``'s own."""
     assert st.eps is not None and min_ratio is not None
     if st.summary is None or st.split is None:
-        st.summary = LayerAccumulator(st.eps, min_ratio, top_k)
-        st.split = ratio_position_split(st.eps, min_ratio, top_k)
+        # a LayerNorm divides by its variance v: the summary says so (merge reports v)
+        quantity: Quantity = "v" if st.kind is not None and st.kind.norm == "layer" else "q"
+        st.summary = LayerAccumulator(st.eps, min_ratio, top_k, quantity)
+        st.split = ratio_position_split(st.eps, min_ratio, top_k, quantity)
     stored = q.astype(np.float32)
     start = st.summary.count
     st.summary.update(stored, start)

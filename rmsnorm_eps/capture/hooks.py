@@ -292,7 +292,6 @@ class QCapture:
     ) -> PendingQ:
         """What the module divides by, per vector, on x's device, arranged [B, T, H] (or
         waiting for a probe when its layout is ambiguous)."""
-        import torch
 
         k = st.inner_ndim
         if nk.channels_first:  # [B, C, T]: the normalized axis 1 goes last
@@ -301,7 +300,7 @@ class QCapture:
         st.dim = nk.group_size or math.prod(int(n) for n in x.shape[x.ndim - k :])
         scale = None
         if nk.input_scale is not None:
-            w = st.module.weight.detach().to(device=x.device, dtype=torch.float64)
+            w = st.module.weight.detach().to(device=x.device)  # 1 + w in w's dtype, as the module
             scale = (1.0 + w if nk.input_scale == "1+w" else w).reshape(x.shape[x.ndim - k :])
         q = reduce_rows(
             x,

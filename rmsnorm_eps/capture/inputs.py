@@ -32,6 +32,7 @@ __all__ = [
     "JSONL_SUFFIXES",
     "MAX_DATASET_BYTES",
     "MAX_TEXT_CHARS",
+    "MAX_TEXT_TOKENS",
     "MAX_TOTAL_CHARS",
     "Batch",
     "check_texts",
@@ -57,6 +58,10 @@ _DATASET_BUILDERS = {
 #: Longest text (characters) a capture runs: far beyond any model's context, and what the
 #: tokenizer holds of it stays well within the memory budget.
 MAX_TEXT_CHARS = 1 << 20
+#: Most tokens of one text a capture runs (after --max-tokens): a forward pass over one
+#: sequence costs memory and time that grow with its length squared (attention), and 8192 is
+#: beyond the context most models were trained for.
+MAX_TEXT_TOKENS = 8192
 #: Most text in all (characters over every sample; and bytes of a text file, read whole).
 MAX_TOTAL_CHARS = 32 << 20
 #: Most bytes of a dataset file (or directory of files) read through ``datasets``.
@@ -344,15 +349,22 @@ class Batch:
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_tokens: int | None) -> list[list[int]]:
     """Token ids of every text (the tokenizer's special tokens included), each truncated to
-    ``max_tokens``."""
+    ``max_tokens``; a text of more than :data:`MAX_TEXT_TOKENS` tokens after that is refused
+    (one line saying to give ``--max-tokens``)."""
     enc = tokenizer(
         list(texts), truncation=max_tokens is not None, max_length=max_tokens, padding=False
     )
-    ids = [list(map(int, row)) for row in enc["input_ids"]]
+    ids = enc["input_ids"]
     for i, row in enumerate(ids):
         if not row:
             raise CaptureError(f"text {i} produced no tokens")
-    return ids
+        if len(row) > MAX_TEXT_TOKENS:
+            raise CaptureError(
+                f"text {i} is {len(row)} tokens long, over the {MAX_TEXT_TOKENS} a capture runs "
+                f"per text: give --max-tokens N (N <= {MAX_TEXT_TOKENS}) to keep each text's "
+                "first N tokens, or split the text"
+            )
+    return [list(map(int, row)) for row in ids]
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int, sort: bool = True) -> tuple[Batch, ...]:

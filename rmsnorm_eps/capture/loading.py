@@ -6,13 +6,17 @@ Nothing is ever downloaded: HF_HUB_OFFLINE=1 is set before transformers is impor
 The model class follows the config (:func:`model_family`): an encoder-decoder config
 (``is_encoder_decoder``, T5-like) loads with ``AutoModelForSeq2SeqLM`` and runs each text through
 the encoder and, shifted right by one token behind the decoder start token, through the decoder
-(teacher forcing); ``architectures`` ending in ``ForCausalLM``, ``LMHeadModel`` or
-``ForConditionalGeneration`` load with ``AutoModelForCausalLM``; encoder-only heads
-(``ForMaskedLM``, ``ForSequenceClassification``, ... or a bare ``Model``) load their base model
-with ``AutoModel``. When that Auto class does not map the config (Chameleon's
-``ChameleonForConditionalGeneration`` is no ``AutoModelForCausalLM``), the class the config's
-``architectures`` names is loaded, as transformers' module for the model type defines it
-(:func:`model_class`). Any other architecture is refused with its name.
+(teacher forcing). Otherwise the class names in ``architectures`` are looked up in transformers'
+own auto mappings (``transformers.models.auto.modeling_auto``): a class its causal-LM mapping
+lists (``ReformerModelWithLMHead``, ``BertGenerationDecoder``, any ``*ForCausalLM``) loads with
+``AutoModelForCausalLM``; one of its base-model or encoder-head mappings
+(``BertGenerationEncoder``, ``*ForMaskedLM``, ...) loads the base model with ``AutoModel``. A
+name no mapping lists is read by its ending, as before: ``ForCausalLM``, ``LMHeadModel``,
+``ForConditionalGeneration`` (causal), ``Model``, ``ForMaskedLM``, ... (encoder). When that Auto
+class does not map the config (Chameleon's ``ChameleonForConditionalGeneration`` is no
+``AutoModelForCausalLM``; ``SiglipTextConfig`` is in no model mapping), the class the config's
+``architectures`` names is loaded, as transformers defines it, when that class is built from
+this config class (:func:`model_class`). Any other architecture is refused with its name.
 
 A GGUF file is parsed once per load (:func:`gguf_parsed_once`), not four times as transformers'
 loader would (about 70% of a small model's capture).
@@ -82,6 +86,8 @@ class LoadedModel:
     device: str = "cpu"
     #: Wall seconds of the load (config, tokenizer and weights), for ``--debug`` timing.
     load_seconds: float = 0.0
+    #: Weights the checkpoint did not hold, left at random (only with ``allow_random_weights``).
+    random_weights: tuple[str, ...] = ()
 
 
 def model_family(config: Any) -> str:
@@ -90,6 +96,9 @@ def model_family(config: Any) -> str:
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
     archs = _architectures(config)
+    for arch in archs:
+        if (mapped := _mapped_family(str(arch))) is not None:
+            return mapped
     for arch in archs:
         text = str(arch)
         if text.endswith(_CAUSAL):
@@ -100,6 +109,37 @@ def model_family(config: Any) -> str:
         return "causal"
     shown = ", ".join(repr(str(a)[:60]) for a in archs[:3])
     raise CaptureError(f"architecture {shown} is not supported: capture loads {_SUPPORTED}")
+
+
+#: transformers' auto mappings (modeling_auto) whose classes each family loads, in this order
+_FAMILY_MAPPINGS = (
+    ("causal", ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",)),
+    (
+        "encoder",
+        (
+            "MODEL_MAPPING_NAMES",
+            "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",
+            "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+            "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+            "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+            "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
+            "MODEL_FOR_NEXT_SENTENCE_PREDICTION_MAPPING_NAMES",
+        ),
+    ),
+)
+
+
+def _mapped_family(arch: str) -> str | None:
+    """The family whose auto mapping lists the class named ``arch`` (any model type), or None."""
+    from transformers.models.auto import modeling_auto
+
+    for family, tables in _FAMILY_MAPPINGS:
+        for table in tables:
+            for names in getattr(modeling_auto, table, {}).values():
+                if arch == names or (isinstance(names, tuple) and arch in names):
+                    return family
+    return None
 
 
 def _architectures(config: Any) -> list[Any]:
@@ -126,9 +166,10 @@ def _own_class(config: Any, arch: str) -> Any:
             found = None
     if found is None:
         found = getattr(transformers, arch, None)
-    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
-        return found
-    return None
+    if not (isinstance(found, type) and issubclass(found, transformers.PreTrainedModel)):
+        return None
+    own = getattr(found, "config_class", None)  # built from this config class, not another
+    return found if isinstance(own, type) and isinstance(config, own) else None
 
 
 def model_class(config: Any, family: str | None = None) -> Any:
@@ -148,10 +189,8 @@ def model_class(config: Any, family: str | None = None) -> Any:
     if type(config) in auto._model_mapping:
         return auto
     archs = _architectures(config)
-    suffixes = _CAUSAL if family == "causal" else ("",)
-    for arch in archs if family != "encoder" else ():  # encoder: the base model, as AutoModel
-        text = str(arch)
-        if text.endswith(suffixes) and (cls := _own_class(config, text)) is not None:
+    for arch in archs:
+        if (cls := _own_class(config, str(arch))) is not None:
             return cls
     named = ", ".join(repr(str(a)[:60]) for a in archs[:3]) or "(no architectures entry)"
     raise CaptureError(
@@ -240,9 +279,21 @@ def load_model(
     gguf: str | None = None,
     dtype: str = "float32",
     device: str = "cpu",
+    *,
+    allow_random_weights: bool = False,
 ) -> LoadedModel:
     """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline,
-    in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`)."""
+    in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`).
+
+    The config is checked first (:func:`~rmsnorm_eps.capture.model_config.check_model_config`);
+    an error raised while transformers builds the model from it is one line
+    (:func:`~rmsnorm_eps.capture.model_config.model_build_error`); a checkpoint that lacks
+    some of the model's weights, or holds tensors the model has no place for, is refused
+    (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
+    when the names left random are in :attr:`LoadedModel.random_weights`."""
+    from rmsnorm_eps.capture.checkpoint import check_weights
+    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+
     for package in ("torch", "transformers", "accelerate"):
         _require(package)
     if gguf is not None:
@@ -260,6 +311,7 @@ def load_model(
         raise InputFileError(
             d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
         )
+    check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -281,12 +333,18 @@ def load_model(
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
-            model = cls.from_pretrained(str(d), config=config, **where_to, **kw)
+            model, info = cls.from_pretrained(
+                str(d), config=config, output_loading_info=True, **where_to, **kw
+            )
     except (OSError, ValueError, KeyError) as exc:
-        where = d / gguf if gguf else d
         raise InputFileError(
-            where, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
+            d / gguf if gguf else d, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
         ) from None
+    except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
+        raise model_build_error(d, exc) from None
+    random = check_weights(
+        d / gguf if gguf else d, info, model, family, allow_random=allow_random_weights
+    )
     model.eval()
     if tokenizer.pad_token is None:
         # Padding positions are masked out and never captured, so any id serves as filler.
@@ -305,6 +363,7 @@ def load_model(
         family,
         str(where_to.get("device_map", "cpu")),
         time.perf_counter() - started,
+        random,
     )
 
 

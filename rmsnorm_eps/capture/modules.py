@@ -3,7 +3,10 @@
 A module is a candidate when it is a ``torch.nn.RMSNorm`` or ``torch.nn.LayerNorm``; or it has
 no child modules and its class name contains "Norm" (LlamaRMSNorm, Gemma3RMSNorm, T5LayerNorm,
 OlmoLayerNorm, Llama4TextL2Norm, MambaRMSNormGated, ...) or it has an ``eps``,
-``variance_epsilon`` or ``epsilon`` attribute; or the user named it. What each candidate
+``variance_epsilon`` or ``epsilon`` attribute; or it is a wrapper norm: its class name
+contains "Norm", it has an eps attribute, and no module inside it is a candidate (I-BERT's
+``IntLayerNorm`` holds a ``QuantAct`` child, yet it is the module that normalizes); or the
+user named it. What each candidate
 computes (RMSNorm, LayerNorm, gated RMSNorm, L2 norm or unknown) is then found by running it on
 a probe (:mod:`rmsnorm_eps.capture.classify`), not from its name.
 
@@ -73,8 +76,9 @@ def gain_convention(module: Any) -> str:
     return "1+w" if _ONE_PLUS_W.search(source) else "w"
 
 
-def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
-    """A candidate's selection reason (``kind``), or None when it is no candidate."""
+def _classify(name: str, module: Any, listed: bool, holds_norm: bool) -> NormModule | None:
+    """A candidate's selection reason (``kind``), or None when it is no candidate.
+    ``holds_norm``: a module inside this one is a candidate."""
     import torch
 
     cls = type(module).__name__
@@ -88,7 +92,7 @@ def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
         kind = "listed"
     elif isinstance(module, torch.nn.LayerNorm):
         kind = "torch.nn.LayerNorm"
-    elif not leaf:
+    elif not leaf and not _wrapper_norm(cls, module, holds_norm):
         return None
     elif "RMSNorm" in cls:
         kind = "RMSNorm-like"
@@ -103,6 +107,11 @@ def _classify(name: str, module: Any, listed: bool) -> NormModule | None:
     return NormModule(name, cls, kind, ndim, gain_convention(module))
 
 
+def _wrapper_norm(cls: str, module: Any, holds_norm: bool) -> bool:
+    """A module with children that is itself the norm (see the module docstring)."""
+    return "Norm" in cls and not holds_norm and any(hasattr(module, a) for a in EPS_ATTRS)
+
+
 def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]:
     """The candidate norm modules of ``model`` in ``named_modules()`` order.
 
@@ -115,14 +124,17 @@ def find_norm_modules(model: Any, names: Sequence[str] = ()) -> list[NormModule]
         if not hits:
             raise CaptureError(f"no module named {pattern!r} in the model")
         listed.update(hits)
-    found = []
-    for name, module in named:
+    found: dict[str, NormModule] = {}
+    holders: set[str] = set()  # modules with a candidate inside them
+    for name, module in reversed(named):  # children before their parents
         if not name:
             continue
-        spec = _classify(name, module, name in listed)
+        spec = _classify(name, module, name in listed, name in holders)
         if spec is not None:
-            found.append(spec)
-    return found
+            found[name] = spec
+            parts = name.split(".")
+            holders.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return [found[name] for name, _ in named if name in found]
 
 
 @cache

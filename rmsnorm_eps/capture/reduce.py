@@ -9,7 +9,9 @@ For a vector a of n elements (the normalized axes, or one group of them):
 
 where a = x, except for a gated norm that gates before normalizing: a = x * f(g) (f: the gate
 function, silu unless told), and for a norm that scales its input by its gain before
-normalizing: a = G * x (``scale`` = G).
+normalizing: a = G * x (``scale`` = G), multiplied in float32 (float64 for a float64 x) and
+rounded to x's dtype, as the module holds it before it normalizes (MuseSpark's
+``InputScaledRMSNorm``: ``(x.float() * (1 + w).float()).type_as(x)``).
 
 On the CPU the reduction runs in float64. On an accelerator it runs in float32 on rows scaled by
 m = max|a| (q = mean((a/m)**2) * m**2), so neither the squares overflow (|x| up to 1e19) nor
@@ -79,7 +81,9 @@ def reduce_rows(
     with torch.no_grad():
         a = x.detach().to(dtype)
         if scale is not None:
-            a = a * scale.detach().to(device=x.device, dtype=dtype)
+            wide = torch.promote_types(x.dtype, torch.float32)
+            g = scale.detach().to(device=x.device, dtype=wide)
+            a = (x.detach().to(wide) * g).to(x.dtype).to(dtype)
         a = a.reshape(*lead, width // size, size)
         if kind == "gated-rms" and gate is not None:
             g = gate.detach().reshape(*lead, width // size, size).to(dtype)

@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from rmsnorm_eps.analysis import RatioReport, layer_result
+from rmsnorm_eps.analysis import RatioReport
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.output import module_facts
 from rmsnorm_eps.capture.records import CaptureResult, ModuleRecord
+from rmsnorm_eps.layer_record import layer_result
 
 __all__ = ["CaptureReport", "capture_document", "not_analysed", "summary_report"]
 

@@ -128,6 +128,15 @@ def capture(
         ),
     ] = "cpu",
     dtype: ModelDtypeOpt = ModelDtype.float32,
+    allow_random_weights: Annotated[
+        bool,
+        typer.Option(
+            "--allow-random-weights",
+            help="Run even when the checkpoint lacks some of the model's weights (they stay at "
+            "their random initial values, and a warning names them) or holds tensors the "
+            "model has no place for (dropped). Without it such a checkpoint is refused.",
+        ),
+    ] = False,
     config_out: Annotated[
         Path | None,
         typer.Option(
@@ -174,12 +183,12 @@ def capture(
     reduced on the model's device; only the per-vector values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
+    from rmsnorm_eps.capture.checkpoint import random_weights_line
     from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
-    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
     from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._app import _debug_enabled
-    from rmsnorm_eps.cli._paths import check_outputs
+    from rmsnorm_eps.cli._paths import check_outputs, check_outside_model
 
     out = data_output(save_data, out, "the dump or summary to write")
     inputs: list[tuple[str, Path | None]] = [
@@ -190,14 +199,13 @@ def capture(
     if model.is_dir():  # its config.json, tokenizer and weights are inputs too
         inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
     world_size = job_from_env()[1]  # every rank's {rank} file is checked, before anything runs
-    check_outputs(
-        inputs,
-        [
-            *rank_outputs("--save-data", out, world_size),
-            ("--config-out", config_out),
-            ("-o/--output", output),
-        ],
-    )
+    outputs = [
+        *rank_outputs("--save-data", out, world_size),
+        ("--config-out", config_out),
+        ("-o/--output", output),
+    ]
+    check_outputs(inputs, outputs)
+    check_outside_model("--model", model, outputs)
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
     texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
@@ -207,11 +215,11 @@ def capture(
     if world > 1 and not summary_only and "{rank}" not in str(out):
         raise usage_error("under torchrun each rank writes its own dump: put {rank} in --save-data")
     try:
-        check_model_config(model)
-        try:
-            loaded = load_model(model, gguf, DTYPES[dtype.value], where)
-        except (ArithmeticError, TypeError, AttributeError, IndexError) as exc:
-            raise model_build_error(model, exc) from None
+        loaded = load_model(
+            model, gguf, DTYPES[dtype.value], where, allow_random_weights=allow_random_weights
+        )
+        if loaded.random_weights and rank == 0:
+            summary_line(random_weights_line(loaded.random_weights))
         job = _Job(rank, world, summary_only, ratio if summary_only else None)
         ran_at = time.perf_counter()
         result, order = _capture(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -48,6 +49,14 @@ if TYPE_CHECKING:
     from rmsnorm_eps.analysis import RatioReport
 
 
+class KernelOpt(str, Enum):
+    """``--kernel``: what sums 16-bit raw rows (``rmsnorm_eps.kernel_choice.KERNELS``)."""
+
+    AUTO = "auto"
+    NUMPY = "numpy"
+    NUMBA = "numba"
+
+
 @app.command(
     "ratio",
     short_help=short_help("ratio"),
@@ -60,9 +69,11 @@ if TYPE_CHECKING:
         "  rmsnorm-eps ratio q.npz --eps 1e-5 --format github --report json=r.json "
         "--report sarif=r.sarif --summary --plot ratio.png\n\n"
         "  rmsnorm-eps ratio q.npz --config configs/qwen3-8b.yaml  # eps per layer\n\n"
+        "  rmsnorm-eps ratio q.npz --config config.json --fallback-eps 1e-6  # eps missing\n\n"
         "  rmsnorm-eps ratio rank0.npy --eps 1e-5 --raw --save-summary s0.json\n\n"
         "  rmsnorm-eps ratio x_bf16.npy --eps 1e-5 --raw --dtype bf16\n\n"
         "  rmsnorm-eps ratio x.npz --eps 1e-5 --raw --norm layer  # LayerNorm: v/eps\n\n"
+        "  rmsnorm-eps ratio x_f16.npy --eps 1e-5 --raw --kernel numba  # the [fast] extra\n\n"
         "Plot: A against q/eps with the data's distribution, per layer.\n\n"
         "Exit codes: 0 no violation (or within budget), 1 violations or nonfinite values, "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
@@ -75,8 +86,16 @@ def ratio(
         float | None,
         typer.Option(
             "--eps",
-            help="Epsilon used by the model (every layer); with --config, the explicit "
-            "fallback for layers the config does not cover or whose eps is missing.",
+            help="Epsilon used by the model (every layer). Not with --config (the config gives "
+            "each layer its eps; set a layer's eps in a YAML config's layers: entry).",
+        ),
+    ] = None,
+    fallback_eps: Annotated[
+        float | None,
+        typer.Option(
+            "--fallback-eps",
+            help="With --config: the eps of the layers the config does not cover or whose eps "
+            "is missing (each such layer's eps source says so).",
         ),
     ] = None,
     config: Annotated[
@@ -145,6 +164,16 @@ def ratio(
     allow_unmatched: AllowUnmatchedOpt = False,
     strict: StrictOpt = False,
     zero_is_violation: ZeroIsViolationOpt = False,
+    kernel: Annotated[
+        KernelOpt,
+        typer.Option(
+            "--kernel",
+            help="What sums float16/bfloat16 --raw rows: numpy, or numba (the [fast] extra: "
+            "compiled, about float32's speed, ~0.5 s start-up); auto = numba for float16 "
+            "dumps from 2 GiB and bfloat16 ones from 4 GiB when it is installed. Reports "
+            "are identical.",
+        ),
+    ] = KernelOpt.AUTO,
 ) -> None:
     """Report, per layer, the inputs whose q/eps is below the bound for A >= 1 - delta.
 
@@ -170,6 +199,7 @@ def ratio(
         inputs=[("the dump", q_path), ("--config", config)],
         extra_outputs=[("--save-summary", save_summary)],
     )
+    layer_eps = _eps_option(eps, config, fallback_eps)
     if eps is None and config is None:
         raise usage_error("give --eps (the epsilon of the model's RMSNorm) or --config")
     if delta is not None and min_ratio is not None:
@@ -187,15 +217,19 @@ def ratio(
         max_layers=max_layers,
         allow_unmatched=allow_unmatched,
     )
+    from rmsnorm_eps import kernel_choice
+
+    kernel_choice.check(kernel.value)
     try:
-        report = analyze_dump(
-            q_path,
-            eps,
-            delta=delta,
-            min_ratio=min_ratio,
-            reading=reading,
-            zero_is_violation=zero_is_violation,
-        )
+        with kernel_choice.using(kernel.value, kernel_choice.dump_bytes(q_path)):
+            report = analyze_dump(
+                q_path,
+                layer_eps,
+                delta=delta,
+                min_ratio=min_ratio,
+                reading=reading,
+                zero_is_violation=zero_is_violation,
+            )
     except Exception as exc:
         raise with_raw_hint(exc, raw, dtype) from None
     report_warnings(report.warnings, strict)
@@ -222,6 +256,25 @@ def ratio(
         f"{len(report.layers_affected)} of {len(report.layers)} layer(s), "
         f"{report.count} inputs{budget}",
     )
+
+
+def _eps_option(eps: float | None, config: Path | None, fallback: float | None) -> float | None:
+    """The one eps given to the analysis: ``--eps``, or ``--fallback-eps`` with ``--config``.
+
+    ``--eps`` with ``--config`` is refused: the config gives each layer its eps, so a single
+    ``--eps`` would either be silently unused (every layer covered) or apply to some layers only.
+    """
+    if config is None:
+        if fallback is not None:
+            raise usage_error("--fallback-eps needs --config (without one, give --eps)")
+        return eps
+    if eps is not None:
+        raise usage_error(
+            "--eps and --config are exclusive: the config gives each layer its eps; to change a "
+            'layer\'s eps, set it in a YAML config (layers: {"*.q_norm": {eps: 1e-6}}), or give '
+            "--fallback-eps for the layers the config leaves without one"
+        )
+    return fallback
 
 
 def _draw(report: RatioReport, plot_fmt: str, layers: int) -> bytes:

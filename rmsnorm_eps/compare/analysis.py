@@ -145,8 +145,10 @@ class CompareLayer:
 
     @property
     def safe_eps_margin(self) -> float | None:
-        """``log10(safe_eps / eps_to)`` in decades (negative: the target eps fails)."""
-        return margin_decades(self.safe_eps, self.spec_to.eps)
+        """``log10(safe_eps / R(eps_to))`` in decades, of the ``--to`` eps as its dtype stores
+        it (negative: the target eps fails); None when that is 0 (no finite margin)."""
+        stored = self.spec_to.stored_eps
+        return None if stored == 0.0 else margin_decades(self.safe_eps, stored)
 
     @property
     def safe_eps_note(self) -> str:
@@ -162,7 +164,7 @@ class CompareLayer:
         tolerance outside (0, 1)). A layer without a positive finite q is within at any eps,
         one whose zero vectors are violations at none."""
         if self.safe_eps is not None:
-            return self.spec_to.eps <= self.safe_eps
+            return self.spec_to.stored_eps <= self.safe_eps
         note = self.safe_eps_note
         return None if not note else note.startswith("any")
 
@@ -298,12 +300,15 @@ class CompareAccumulator:
         if fin_pos.size == 0:
             return
         v = q[fin_pos]
-        self.zero_count += int(np.count_nonzero(v == 0.0))
         positive = v[v > 0.0]
         if positive.size:
             self.min_pos_q = min(self.min_pos_q, float(positive.min()))
         f = compute_factor(v, self.spec_from, self.spec_to, self.scale)
         ok = np.isfinite(f)
+        # A zero vector is one (output 0 under any eps) only where both outputs are 0: with an
+        # eps stored as 0 (1e-8 in float16) its output is 0/0 = NaN, a nonfinite factor,
+        # counted there and not also as a zero vector that is "not counted".
+        self.zero_count += int(np.count_nonzero((v == 0.0) & ok))
         bad_f = np.flatnonzero(~ok)
         self.nonfinite_factor += int(bad_f.size)
         for i in bad_f[: max(0, self.top_k - len(self.bad))]:
@@ -432,10 +437,12 @@ def _side(
     option: str,
     how: DumpReading,
     sources: list[ArraySource],
+    skipped: tuple[str, ...] = (),
 ) -> EpsSpec | LayerSpecs:
     """One side of the comparison: a resolved spec, a SPEC text, or ``"config"`` (per-layer
     settings from ``how.config`` for the dump's layers; a YAML pattern that matches none of
-    them is an error unless ``how.allow_unmatched``)."""
+    them is an error unless ``how.allow_unmatched``; the unreadable layers ``skipped`` count as
+    matched)."""
     config = how.config
     if not isinstance(spec, str):
         return spec
@@ -444,7 +451,11 @@ def _side(
     if config is None:
         raise InvalidParameterError(f"{option} config needs a model config")
     return specs_from_config(
-        config, [src.name for src in sources], option, allow_unmatched=how.allow_unmatched
+        config,
+        [src.name for src in sources],
+        option,
+        allow_unmatched=how.allow_unmatched,
+        skipped=skipped,
     )
 
 
@@ -484,9 +495,11 @@ def compare_dump(
     how = replace(reading or DumpReading(), **fields)
     sides: list[EpsSpec | LayerSpecs] = []
 
-    def prepare(sources: list[ArraySource]) -> Callable[[ArraySource, Quantity], CompareLayer]:
-        a = _side(spec_from, "--from", how, sources)
-        b = _side(spec_to, "--to", how, sources)
+    def prepare(
+        sources: list[ArraySource], skipped: tuple[str, ...]
+    ) -> Callable[[ArraySource, Quantity], CompareLayer]:
+        a = _side(spec_from, "--from", how, sources, skipped)
+        b = _side(spec_to, "--to", how, sources, skipped)
         sides.extend((a, b))
         return reuse_shared(
             lambda src, quantity: _compare_layer(

@@ -58,7 +58,7 @@ def _exact(q: FloatArray, spec: EpsSpec) -> FloatArray:
 
 def _rounded(q: FloatArray, spec: EpsSpec) -> FloatArray:
     t = spec.dtype
-    e = float(round_to(spec.eps, t))
+    e = spec.stored_eps
     if spec.placement == "sum":
         assert spec.dim is not None
         d = spec.dim

@@ -40,6 +40,8 @@ __all__ = [
     "is_config_spec",
     "parse_spec",
     "specs_from_config",
+    "stored_eps",
+    "stored_eps_note",
 ]
 
 PLACEMENTS = ("inside", "outside", "clamp", "sum")
@@ -60,6 +62,8 @@ class EpsSpec:
 
     ``dtype`` is the compute precision: ``float64`` means exact float64 arithmetic (no
     rounding modelled); float32/float16/bfloat16 round eps, q and each intermediate.
+    :attr:`stored_eps` is eps as that dtype stores it, the value the analysis uses (factor,
+    safe-eps verdict and margin); ``note`` says so when the dtype stores it as 0 or inf.
     """
 
     text: str
@@ -71,13 +75,22 @@ class EpsSpec:
     input_dtype: str | None = None
     note: str | None = None
 
+    @property
+    def stored_eps(self) -> float:
+        """``R(eps)``: eps rounded to ``dtype`` (ties to even; float64: eps itself)."""
+        return stored_eps(self.eps, self.dtype)
+
     def for_layer(self, name: str) -> EpsSpec:
         """The setting of layer ``name``: this one for every layer."""
         return self
 
     def describe(self) -> str:
-        """A short human-readable form: ``eps=1e-06 inside float64``."""
-        parts = [f"eps={self.eps:.8g}", self.placement]
+        """A short human-readable form: ``eps=1e-06 inside float64`` (``eps=1e-08 (0 in
+        float16)`` when the dtype stores eps as 0 or inf)."""
+        stored = self.stored_eps
+        vanished = stored == 0.0 or math.isinf(stored)
+        shown = f" ({stored:g} in {self.dtype})" if vanished else ""
+        parts = [f"eps={self.eps:.8g}{shown}", self.placement]
         if self.dim is not None:
             parts.append(f"d={self.dim}")
         parts.append(self.dtype)
@@ -85,6 +98,36 @@ class EpsSpec:
             inp = f" {self.input_dtype} input" if self.input_dtype else ""
             parts.append(f"({self.framework} default{inp})")
         return " ".join(parts)
+
+
+def stored_eps(eps: float, dtype: str) -> float:
+    """eps as ``dtype`` stores it: rounded to nearest, ties to even (float64: unchanged)."""
+    from rmsnorm_eps.compare.rounding import round_to
+
+    return eps if dtype == "float64" else float(round_to(eps, dtype))
+
+
+def stored_eps_note(eps: float, dtype: str) -> str | None:
+    """The finding when ``dtype`` stores ``eps`` as 0 (below half its smallest subnormal) or
+    as inf (above its largest finite value); None when the stored eps is finite and > 0."""
+    from rmsnorm_eps.compare.rounding import get_format
+
+    stored = stored_eps(eps, dtype)
+    if stored == 0.0:
+        tiny = get_format(dtype).smallest_subnormal
+        return (
+            f"eps={eps:.8g} is 0 in {dtype} (its smallest subnormal is {tiny:.6g}): q + eps is "
+            "formed with eps 0, so a zero vector's output is 0/0 = NaN"
+        )
+    if math.isinf(stored):
+        big = get_format(dtype).max
+        return f"eps={eps:.8g} is inf in {dtype} (its largest finite value is {big:.6g})"
+    return None
+
+
+def _joined(*notes: str | None) -> str | None:
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
 
 
 def _pairs(text: str, option: str) -> dict[str, str]:
@@ -167,15 +210,16 @@ def _framework_spec(
             "give eps= to model another placement"
         )
     fd = framework_eps(kv["framework"], dtype)
+    compute = fd.compute_dtype or "float64"
     return EpsSpec(
         text=text,
         eps=fd.eps,
         placement="inside",
         dim=None,
-        dtype=fd.compute_dtype or "float64",
+        dtype=compute,
         framework=fd.row.name,
         input_dtype=dtype,
-        note=f"{fd.row.api}: {fd.explanation}",
+        note=_joined(f"{fd.row.api}: {fd.explanation}", stored_eps_note(fd.eps, compute)),
     )
 
 
@@ -205,12 +249,14 @@ def parse_spec(text: str, option: str = "SPEC") -> EpsSpec:
     dtype = _dtype(kv, where)
     if "framework" in kv:
         return _framework_spec(text, kv, placement, dtype, where)
+    eps = _eps(kv, where)
     return EpsSpec(
         text=text,
-        eps=_eps(kv, where),
+        eps=eps,
         placement=placement,
         dim=dim,
         dtype=dtype or "float64",
+        note=stored_eps_note(eps, dtype or "float64"),
     )
 
 
@@ -252,9 +298,11 @@ def specs_from_config(
     option: str = "--from",
     *,
     allow_unmatched: bool = False,
+    skipped: Iterable[str] = (),
 ) -> LayerSpecs:
     """Per-layer settings for the dump layers ``names`` from ``config``, matched as ``ratio
-    --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`).
+    --config`` matches them (:func:`rmsnorm_eps.config.resolve.eps_for_layers`; ``skipped``:
+    the unreadable layers' names, which count as matched).
 
     Each layer gets the eps, placement and (for placement sum) dim of the config entries its
     name matches, and ``q + eps`` is formed in the config's reduction_dtype when that is
@@ -266,7 +314,9 @@ def specs_from_config(
     """
     names = list(names)
     remedy = f"fix the config or give an explicit SPEC to {option}"
-    assigned = eps_for_layers(config, names, remedy=remedy, allow_unmatched=allow_unmatched)
+    assigned = eps_for_layers(
+        config, names, remedy=remedy, allow_unmatched=allow_unmatched, skipped=skipped
+    )
     problems: dict[str, list[str]] = {}
     out: list[tuple[str, EpsSpec]] = []
     for name in names:
@@ -307,7 +357,7 @@ def specs_from_config(
                     placement=placement.value,
                     dim=dim,
                     dtype=dtype,
-                    note="; ".join(parts),
+                    note=_joined(*parts, stored_eps_note(assigned.eps[name], dtype)),
                 ),
             )
         )

@@ -19,7 +19,7 @@ from rmsnorm_eps.config.fields import parse_eps
 from rmsnorm_eps.config.hf_families import HF_FAMILIES, TRANSFORMERS, Family
 from rmsnorm_eps.config.hf_families import layer_family as _layer
 from rmsnorm_eps.config.hf_families import rms_family as _rms
-from rmsnorm_eps.config.json_file import load_json, refuse_non_finite
+from rmsnorm_eps.config.json_file import NULL_EPS, load_json, refuse_non_finite
 from rmsnorm_eps.config.model import (
     ConfigEntry,
     NormConfig,
@@ -47,8 +47,11 @@ Scopes = list[tuple[str, dict[str, Any]]]
 
 
 def _eps_value(raw: Any, path: Path, key: str) -> float:
-    """parse_eps, but a JSON string is not a number (YAML's "1e-6" is)."""
+    """parse_eps, but a JSON string is not a number (YAML's "1e-6" is), and null is refused
+    (:data:`~rmsnorm_eps.config.json_file.NULL_EPS`)."""
     refuse_non_finite(raw, path, key)
+    if raw is None:
+        raise InputFileError(path, NULL_EPS, key=key)
     if isinstance(raw, str):
         raise InputFileError(path, f"expected a number, got {brief(raw)}", key=key)
     return parse_eps(raw, str(path), key)
@@ -82,7 +85,7 @@ def _resolve_eps(
         (prefix + key, _eps_value(scope[key], path, prefix + key))
         for prefix, scope in scopes
         for key in EPS_KEYS
-        if key in scope and scope[key] is not None
+        if key in scope  # a null value is refused by _eps_value, never taken as missing
     ]
     if not found:
         note = "no eps key (" + ", ".join(EPS_KEYS) + ")"

@@ -15,7 +15,14 @@ from typing import Any
 from rmsnorm_eps.config.fields import shorten
 from rmsnorm_eps.errors import InputFileError
 
-__all__ = ["MAX_JSON_BYTES", "NonFinite", "load_json", "read_capped_text", "refuse_non_finite"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "NULL_EPS",
+    "NonFinite",
+    "load_json",
+    "read_capped_text",
+    "refuse_non_finite",
+]
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,11 @@ class NonFinite:
 def refuse_non_finite(raw: Any, path: Path, key: str) -> None:
     if isinstance(raw, NonFinite):
         raise InputFileError(path, f"invalid JSON: {raw.text} is not valid JSON", key=key)
+
+
+#: The error for an eps key that holds JSON ``null``: refused, never read as a missing key
+#: (a missing key may get a runtime's documented default; a null one says nothing).
+NULL_EPS = "null is not an eps: give a number, or remove the key"
 
 
 #: Largest config.json read. Real ones are a few KiB (a classifier's id2label a few hundred

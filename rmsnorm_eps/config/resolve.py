@@ -96,7 +96,7 @@ def load_config(path: str | os.PathLike[str]) -> NormConfig:
 @dataclass(frozen=True)
 class EpsAssignment:
     """eps per dump layer and where each came from: ``file: key (layer matches PATTERNS)`` for a
-    config value, ``--eps (explicit fallback)`` for the user's fallback."""
+    config value, ``--fallback-eps`` for the user's fallback."""
 
     eps: dict[str, float]
     provenance: dict[str, str]
@@ -115,15 +115,18 @@ def eps_for_layers(
     *,
     remedy: str | None = None,
     allow_unmatched: bool = False,
+    skipped: Iterable[str] = (),
 ) -> EpsAssignment:
     """eps for each layer name from the config's globs.
 
     A name that matches no entry, or whose eps is missing (or in conflict), is an error unless
-    ``fallback`` (the user's explicit --eps) is given; then it gets the fallback. ``remedy``
-    ends the error messages (default: the ``--eps`` fallback of ``ratio``). A pattern the user
+    ``fallback`` (ratio's ``--fallback-eps``) is given; then it gets the fallback. ``remedy``
+    ends the error messages (default: ``--fallback-eps`` of ``ratio``). A pattern the user
     wrote (a YAML ``layers:`` entry) that matches none of ``names`` is an error too, unless
     ``allow_unmatched``: a typo (``*.input_layernrom``) would otherwise leave every layer on
     the defaults while the user believes the override applied (:func:`unused_patterns`).
+    ``skipped``: the names of the dump's layers that could not be read (``--skip-unreadable``):
+    they need no eps, but a pattern that matches one of them is used, not a typo.
     """
     names = list(names)
     unmatched = config.unmatched(names)
@@ -131,10 +134,10 @@ def eps_for_layers(
         raise ConfigError(
             f"{config.path}: {len(unmatched)} dump layer(s) match no layer pattern of the config "
             f"({_listed(e.pattern for e in config.entries)}): {_listed(unmatched)}; "
-            + (remedy or "fix the config or give --eps as an explicit fallback")
+            + (remedy or "fix the config or give --fallback-eps")
         )
     if not allow_unmatched:
-        unused = unused_patterns(config, names)
+        unused = unused_patterns(config, [*names, *skipped])
         if unused:
             raise ConfigError(
                 f"{config.path}: {len(unused)} layer pattern(s) match no layer of the dump: "
@@ -151,7 +154,7 @@ def eps_for_layers(
                 no_eps.append((name, value))
             if fallback is not None:
                 eps[name] = fallback
-                prov[name] = "--eps (explicit fallback)"
+                prov[name] = "--fallback-eps"
             continue
         assert isinstance(value.value, float)
         eps[name] = value.value
@@ -161,7 +164,7 @@ def eps_for_layers(
         why = no_eps[0][1].provenance.describe()
         raise ConfigError(
             f"{config.path}: eps is {why} for {len(no_eps)} layer(s): "
-            f"{_listed(n for n, _ in no_eps)}; " + (remedy or "give --eps explicitly")
+            f"{_listed(n for n, _ in no_eps)}; " + (remedy or "give --fallback-eps")
         )
     return EpsAssignment(eps=eps, provenance=prov)
 

@@ -102,7 +102,7 @@ def _eps(path: Path, data: dict[str, Any], key: str, runtime: str, notes: list[s
     in :data:`_SOURCES`), said so in ``notes``."""
     from rmsnorm_eps.config.hf import _eps_value
 
-    if data.get(key) is not None:
+    if key in data:  # null is refused (NULL_EPS), never the documented default
         return Resolved(_eps_value(data[key], path, key), Provenance("file", str(path), key))
     source = _SOURCES[runtime]
     notes.append(f"{key} missing: {runtime}'s default 1e-5 shown ({source})")

@@ -48,20 +48,17 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import numpy as np
-
-from rmsnorm_eps.analysis import (
+from rmsnorm_eps.analysis import RatioReport, resolve_bound
+from rmsnorm_eps.errors import InputFileError, InvalidParameterError
+from rmsnorm_eps.layer_record import (
+    MAX_INT,
     LayerResult,
     NonfiniteInput,
-    RatioReport,
     WorstInput,
+    accumulator_of,
     layer_result,
-    resolve_bound,
 )
-from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.merge.summary_format import (
-    MAX_INT,
-    ShardLayer,
     ShardSummary,
     load_summary,
     parse_summary_json,
@@ -78,15 +75,15 @@ __all__ = ["merge_reports", "merge_summaries"]
 _Listed = TypeVar("_Listed", WorstInput, NonfiniteInput)
 
 
-def _below_for(layer: ShardLayer, shard: ShardSummary, ratio: float) -> int | None:
+def _below_for(layer: LayerResult, shard: ShardSummary, ratio: float) -> int | None:
     """Exact count of positive finite q with q/eps < ratio in one shard layer (zeros apart),
     or None if unknown."""
     if ratio == shard.min_ratio:
         return layer.below_bound
     t = q_threshold(layer.eps, ratio)
-    positive = layer.count - layer.nan - layer.inf - layer.zero
-    if len(layer.worst) == positive or (layer.worst and layer.worst[-1][1] >= t):
-        return sum(1 for _, q in layer.worst if q < t)
+    positive = layer.count - layer.nonfinite - layer.zero_count
+    if len(layer.worst) == positive or (layer.worst and layer.worst[-1].q >= t):
+        return sum(1 for w in layer.worst if w.q < t)
     decades = dict(layer.decades)
     below_zero = 0  # zero vectors are counted apart
     k0 = math.floor(math.log10(ratio))  # the decade of ``ratio``, give or take one
@@ -128,12 +125,13 @@ class _Fold:
     its position split, the shards' row offsets along axis 0, and what the shards must agree
     on (eps, dtype, raw dimension, every axis but the first)."""
 
-    def __init__(self, name: str, first: ShardSummary, layer: ShardLayer) -> None:
+    def __init__(self, name: str, first: ShardSummary, layer: LayerResult) -> None:
         self.name = name
         self.first_path = first.path
         self.eps = layer.eps
         self.dtype = layer.dtype
         self.raw_dim = layer.raw_dim
+        self.quantity = layer.quantity
         self.zero_d = not layer.shape
         shape = (1,) if not layer.shape else layer.shape
         self.rest = shape[1:]
@@ -143,7 +141,7 @@ class _Fold:
         self.parts: list[LayerAccumulator | None] = [None, None, None]  # whole, first, other
         self.split = True
 
-    def add(self, s: ShardSummary, ly: ShardLayer, ratio: float, k: int) -> None:
+    def add(self, s: ShardSummary, ly: LayerResult, ratio: float, k: int) -> None:
         self._agree(s, ly)
         shape = (1,) if not ly.shape else ly.shape
         if (self.rows + shape[0]) * self.stride > MAX_INT:
@@ -166,11 +164,18 @@ class _Fold:
             else:
                 total.merge(acc)
 
-    def _agree(self, s: ShardSummary, ly: ShardLayer) -> None:
+    def _agree(self, s: ShardSummary, ly: LayerResult) -> None:
         if ly.eps != self.eps:
             raise InputFileError(
                 s.path,
                 f"eps {ly.eps!r} differs from {self.eps!r} in {self.first_path}",
+                key=self.name,
+            )
+        if ly.quantity != self.quantity:
+            raise InputFileError(
+                s.path,
+                f"quantity {ly.quantity} differs from {self.quantity} in {self.first_path} "
+                "(q = mean(x^2) against a LayerNorm's v)",
                 key=self.name,
             )
         if ly.raw_dim != self.raw_dim or ly.dtype != self.dtype:
@@ -200,7 +205,7 @@ class _Fold:
         return flat
 
     def _accumulator(
-        self, s: ShardSummary, ly: ShardLayer, off: int, ratio: float, k: int
+        self, s: ShardSummary, ly: LayerResult, off: int, ratio: float, k: int
     ) -> LayerAccumulator:
         below = _below_for(ly, s, ratio)
         if below is None:
@@ -210,27 +215,11 @@ class _Fold:
                 "list nor its decade histogram determines the count below the new bound; rerun "
                 "`rmsnorm-eps ratio --save-summary` on that shard with the new bound"
             )
-        acc = LayerAccumulator(self.eps, ratio, k)
-        acc.count = ly.count
-        acc.nan_count = ly.nan
-        acc.inf_count = ly.inf
-        acc.zero_count = ly.zero
+        acc = accumulator_of(ly, ratio, k, lambda i: self._flat(i, off))
         acc.below = below
         if ly.min_q is not None:
-            acc.min_q = ly.min_q
-            first_is_min = bool(ly.worst) and not ly.zero  # a zero minimum is not listed
-            acc.min_index = self._flat(ly.worst[0][0], off) if first_is_min else off
-        if ly.max_q is not None:
-            acc.max_q = ly.max_q
-        if ly.min_pos_q is not None:
-            acc.min_pos_q = ly.min_pos_q
-        worst = ly.worst[:k]
-        acc.worst_q = np.array([q for _, q in worst], np.float64)
-        acc.worst_index = np.array([self._flat(i, off) for i, _ in worst], np.int64)
-        nonf = ly.nonfinite[:k]
-        acc.nonfinite_index = [self._flat(i, off) for i, _ in nonf]
-        acc.nonfinite_value = [v for _, v in nonf]
-        acc.decades = dict(ly.decades)
+            first_is_min = bool(ly.worst) and not ly.zero_count  # a zero minimum is not listed
+            acc.min_index = self._flat(ly.worst[0].index, off) if first_is_min else off
         return acc
 
     def result(self, k: int) -> LayerResult:

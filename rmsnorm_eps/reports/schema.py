@@ -1,7 +1,10 @@
 """The JSON Schemas of the ``--format json`` documents, shipped in ``rmsnorm_eps/data``.
 
 One file per command, ``<command>.schema.json`` (JSON Schema draft 2020-12; ``config diff``
-is ``config-diff.schema.json``). They describe
+is ``config-diff.schema.json``). A schema may refer to another by its ``$id``
+(``urn:rmsnorm-eps:schema:<command>:<version>``: ``merge`` refers to ``ratio``'s layer);
+:func:`load_schema` embeds each schema referred to under ``$defs``, so one dict validates. They
+describe
 ``schema_version`` 1 exactly (``additionalProperties: false``), so a test fails whenever a
 document gains a key the schema does not name. See docs/json-schema.md.
 """
@@ -9,6 +12,7 @@ document gains a key the schema does not name. See docs/json-schema.md.
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -37,7 +41,15 @@ def schema_text(command: str) -> str:
     )
 
 
+#: A reference to another command's schema by its ``$id``.
+_REFERENCE = re.compile(r'"\$ref": "urn:rmsnorm-eps:schema:([a-z-]+):')
+
+
 def load_schema(command: str) -> dict[str, Any]:
-    """The schema for ``command`` as a dict."""
-    doc: dict[str, Any] = json.loads(schema_text(command))
+    """The schema for ``command`` as a dict, the schemas it refers to embedded (a JSON Schema
+    "compound document": each keeps its ``$id``, so the references resolve without a lookup)."""
+    text = schema_text(command)
+    doc: dict[str, Any] = json.loads(text)
+    for other in sorted(set(_REFERENCE.findall(text)) - {command.replace(" ", "-")}):
+        doc.setdefault("$defs", {})[other] = load_schema(other)
     return doc

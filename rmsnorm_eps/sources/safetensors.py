@@ -40,7 +40,7 @@ from rmsnorm_eps.sources.interface import Opened, Unreadable
 from rmsnorm_eps.sources.npz import COMPANION_SEP, with_companions
 from rmsnorm_eps.sources.raw import RawArraySource, check_float_dtype
 
-__all__ = ["DTYPES", "HEADER_MAX", "open_safetensors"]
+__all__ = ["DTYPES", "HEADER_MAX", "open_safetensors", "read_safetensors_header"]
 
 #: Largest JSON header read. A dump of thousands of layers takes well under 1 MiB (about 80 bytes
 #: per tensor); parsing 4 MiB of the worst JSON (``[[],[],...]``) stays within the memory budget.
@@ -147,6 +147,17 @@ def _read_header(path: Path, size: int) -> tuple[dict[str, Any], int]:
             path, "invalid safetensors header: __metadata__ must map strings to strings"
         )
     return doc, 8 + n
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The header of a ``.safetensors`` file, tensor name -> entry (``__metadata__`` left out),
+    checked as a whole as :func:`open_safetensors` checks it (length, UTF-8 JSON, one object);
+    the entries themselves are not checked."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    return _read_header(path, size)[0]
 
 
 def _is_count(value: object) -> bool:

@@ -95,7 +95,7 @@ def test_nonfinite_values_are_counted_not_dropped() -> None:
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        (np.array([1, 2, 3]), "floating point"),
+        (np.array([1, 2, 3]), "unsupported dtype int64: expected float16, float32 or float64"),
         ({}, "empty"),
         ({"": np.ones(2)}, "non-empty strings"),
     ],
@@ -103,6 +103,98 @@ def test_nonfinite_values_are_counted_not_dropped() -> None:
 def test_bad_input_is_one_clear_error(data: object, match: str) -> None:
     with pytest.raises(InvalidParameterError, match=match):
         rmsnorm_eps.check(data, eps=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "bool", "complex64", "complex128", "<U3"])
+def test_numpy_dtypes_the_cli_refuses_are_refused(dtype: str) -> None:
+    with pytest.raises(rmsnorm_eps.InvalidInput) as info:
+        rmsnorm_eps.check({"l": np.zeros(3, dtype)}, eps=1e-6)
+    assert info.value.argument == "data['l']" and "unsupported dtype" in info.value.problem
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "bool", "complex64", "float8_e4m3fn"])
+def test_torch_dtypes_the_cli_refuses_are_refused(dtype: str) -> None:
+    """They used to pass (converted to float64): the same numpy arrays are refused."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, dtype):
+        pytest.skip(f"torch has no {dtype}")
+    t = torch.zeros(3, 8, dtype=getattr(torch, dtype))
+    for raw in (False, True):
+        with pytest.raises(rmsnorm_eps.InvalidInput) as info:
+            rmsnorm_eps.check(t, eps=1e-6, raw=raw)
+        assert info.value.argument == "data" and f"unsupported dtype torch.{dtype}" in str(
+            info.value
+        )
+    assert rmsnorm_eps.check(torch.ones(2, dtype=torch.bfloat16), eps=1e-6).passed
+
+
+@pytest.mark.parametrize(
+    ("eps", "argument", "problem"),
+    [
+        (None, "eps", "expected one number > 0, got None"),
+        (np.array([1e-5]), "eps", "expected one number > 0, got ndarray"),
+        ("1e-5", "eps", "expected one number > 0, got str '1e-5'"),
+        (True, "eps", "expected one number > 0, got bool True"),
+        (0.0, "eps", "must be finite and > 0"),
+        (float("nan"), "eps", "must be finite and > 0"),
+        ({"l": None}, "eps['l']", "expected one number > 0, got None"),
+        ({"l": True}, "eps['l']", "expected one number > 0, got bool True"),
+        ({"m": 1e-5}, "eps", "no eps for layer(s): l"),
+    ],
+)
+def test_a_bad_eps_is_invalid_input_naming_it(eps: object, argument: str, problem: str) -> None:
+    """eps=None/array/str raised builtin errors that never said eps; True was taken as 1.0."""
+    with pytest.raises(rmsnorm_eps.InvalidInput) as info:
+        rmsnorm_eps.check({"l": np.array([1.0])}, eps=eps)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+    assert info.value.argument == argument and info.value.problem.startswith(problem)
+    assert str(info.value) == f"{argument}: {info.value.problem}"
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"delta": 2.0}, "delta"),
+        ({"delta": "0.01"}, "delta"),
+        ({"min_ratio": -1.0}, "min_ratio"),
+        ({"norm": "batch"}, "norm"),
+        ({"top_k": -1}, "top_k"),
+        ({"max_violations": -1}, "max_violations"),
+        ({"max_fraction": 1.5}, "max_fraction"),
+        ({"no_such_option": 1}, "options"),
+    ],
+)
+def test_bad_options_are_invalid_input_naming_them(
+    options: dict[str, object], argument: str
+) -> None:
+    with pytest.raises(rmsnorm_eps.InvalidInput) as info:
+        rmsnorm_eps.check(np.array([1.0]), eps=1e-6, **options)  # type: ignore[arg-type]
+    assert info.value.argument == argument
+
+
+def test_a_negative_q_is_invalid_input_naming_the_layer() -> None:
+    with pytest.raises(rmsnorm_eps.InvalidInput) as info:
+        rmsnorm_eps.check({"l": np.array([1.0, -2.0])}, eps=1e-6)
+    assert info.value.argument == "data['l']" and "negative" in info.value.problem
+
+
+def test_the_cli_shape_warnings_are_in_the_result() -> None:
+    # a q array shaped like activations (last axis 64), and raw on a 1-D array: ratio warns
+    result = rmsnorm_eps.check({"x2": np.ones((3, 64))}, eps=1e-6)
+    assert [w.key for w in result.warnings] == ["x2"]
+    assert "looks like x**2 per element" in result.warnings[0].message
+    assert result.warnings == result.report.warnings
+    one = rmsnorm_eps.check({"v": np.ones(64)}, eps=1e-6, raw=True)
+    assert len(one.warnings) == 1 and "1-D array" in one.warnings[0].problem
+    assert rmsnorm_eps.check({"q": np.ones(64)}, eps=1e-6).warnings == ()
+
+
+def test_torch_raw_warns_as_numpy_raw() -> None:
+    torch = pytest.importorskip("torch")
+    got = rmsnorm_eps.check({"v": torch.ones(64)}, eps=1e-6, raw=True).warnings
+    want = rmsnorm_eps.check({"v": np.ones(64)}, eps=1e-6, raw=True).warnings
+    assert got == want and len(got) == 1
+    assert rmsnorm_eps.check({"x": torch.ones(4, 64)}, eps=1e-6, raw=True).warnings == ()
 
 
 def test_render_is_what_the_cli_renders() -> None:

@@ -86,3 +86,17 @@ def test_model_build_error_is_one_bounded_line(tmp_path: Path) -> None:
     long = str(model_build_error(tmp_path, ValueError("x" * 500)))
     assert "x" * 200 in long and "x" * 201 not in long
     assert str(model_build_error(tmp_path, KeyError())).endswith("(KeyError: KeyError)")
+
+
+def test_a_per_layer_intermediate_size_list_is_a_size(tmp_path: Path) -> None:
+    """Gemma 3n's config.json stores one intermediate_size per layer; each entry is checked."""
+    check_model_config(
+        _write(tmp_path, json.dumps({"text_config": {"intermediate_size": [8, 16]}}))
+    )
+    with pytest.raises(InputFileError, match="is not a size") as info:
+        check_model_config(_write(tmp_path, json.dumps({"intermediate_size": [8, 0]})))
+    assert info.value.key == "intermediate_size[1]"
+    with pytest.raises(InputFileError, match="empty per-layer list") as info:
+        check_model_config(_write(tmp_path, json.dumps({"intermediate_size": []})))
+    with pytest.raises(InputFileError, match="is not a size"):  # only intermediate_size
+        check_model_config(_write(tmp_path, json.dumps({"num_hidden_layers": [2]})))

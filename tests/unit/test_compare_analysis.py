@@ -106,8 +106,32 @@ def test_a_vanished_eps_gives_a_nonfinite_factor_at_zero() -> None:
     acc = CompareAccumulator(EpsSpec("a", 1e-8, dtype="float16"), TO, 0.01)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc.update(np.array([0.0, 1.0]), 7)
-    assert acc.nonfinite_factor == 1 and acc.zero_count == 1
+    # the zero vector's output is NaN: a nonfinite factor, not also a zero vector "not counted"
+    assert acc.nonfinite_factor == 1 and acc.zero_count == 0
     assert acc.bad[0][0] == 7 and math.isnan(acc.bad[0][2])
+
+
+def test_the_safe_eps_verdict_uses_the_eps_as_its_dtype_stores_it() -> None:
+    """eps = 1.0001e-5 is stored as 1.0013580322265625e-05 in float16 (a subnormal there);
+    a safe eps between the two: the stored --to eps is beyond it (it used to say within)."""
+    from rmsnorm_eps.compare.spec import parse_spec
+
+    to = parse_spec("eps=1.0001e-5,dtype=float16", "--to")
+    assert to.stored_eps == 1.0013580322265625e-05 and to.note is None
+    bound = float(min_ratio(0.01))
+    q = bound * (to.eps + to.stored_eps) / 2  # safe eps = q / bound: between eps and R(eps)
+    acc = CompareAccumulator(FROM, to, 0.01)
+    acc.update(np.array([q]), 0)
+    layer = acc.result(name="n", shape=(1,), order="C", dtype="float64", raw_dim=None)
+    assert layer.safe_eps is not None and to.eps < layer.safe_eps < to.stored_eps
+    assert layer.within_safe_eps is False
+    assert layer.safe_eps_margin == pytest.approx(math.log10(layer.safe_eps / to.stored_eps))
+    # stored as 0: within at any safe eps, and no finite margin
+    zero = parse_spec("eps=1e-8,dtype=float16", "--to")
+    acc = CompareAccumulator(FROM, zero, 0.01)
+    acc.update(np.array([q]), 0)
+    layer = acc.result(name="n", shape=(1,), order="C", dtype="float64", raw_dim=None)
+    assert layer.within_safe_eps is True and layer.safe_eps_margin is None
 
 
 def test_a_negative_q_is_refused_with_its_index() -> None:

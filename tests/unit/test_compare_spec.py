@@ -30,3 +30,18 @@ def test_refusals_name_the_option(text: str) -> None:
 
 def test_config_spec() -> None:
     assert is_config_spec(CONFIG_SPEC) and not is_config_spec("eps=1e-6")
+
+
+def test_an_eps_its_dtype_stores_as_0_or_inf_is_a_finding() -> None:
+    s = parse_spec("eps=1e-8,dtype=float16", "--to")
+    assert s.eps == 1e-8 and s.stored_eps == 0.0
+    assert s.note is not None and s.note.startswith("eps=1e-08 is 0 in float16")
+    assert "0/0 = NaN" in s.note and s.describe() == "eps=1e-08 (0 in float16) inside float16"
+    big = parse_spec("eps=1e5,dtype=fp16", "--to")
+    assert big.stored_eps == float("inf") and big.note is not None
+    assert big.note.startswith("eps=100000 is inf in float16")
+    # representable (rounded, not vanished): no note, the stored value kept apart from eps
+    s = parse_spec("eps=1e-5,dtype=float16", "--to")
+    assert s.note is None and s.stored_eps == 1.0013580322265625e-05
+    assert parse_spec("eps=1e-8", "--to").stored_eps == 1e-8  # float64: exact
+    assert parse_spec("eps=1e-8,dtype=float32", "--to").note is None

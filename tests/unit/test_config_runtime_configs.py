@@ -89,6 +89,16 @@ def test_trtllm_default_eps_and_an_unknown_architecture(tmp_path: Path) -> None:
         ({**TRT, "hidden_size": 0}, "hidden_size", "expected a positive integer"),
         ({**ET, "norm_eps": 0.0}, "norm_eps", "eps must be a finite number > 0"),
         ({**ET, "dim": 4.5}, "dim", "expected a positive integer"),
+        # null is refused, never "missing" -> the runtime's default 1e-5
+        ({**TRT, "norm_epsilon": None}, "norm_epsilon", "null is not an eps"),
+        ({**ET, "norm_eps": None}, "norm_eps", "null is not an eps"),
+        ({**MLX, "rms_norm_eps": None}, "rms_norm_eps", "null is not an eps"),
+        ({"model_type": "llama", "rms_norm_eps": None}, "rms_norm_eps", "null is not an eps"),
+        (
+            {"model_type": "llama", "rms_norm_eps": 1e-6, "text_config": {"layer_norm_eps": None}},
+            "text_config.layer_norm_eps",
+            "null is not an eps",
+        ),
     ],
 )
 def test_bad_values_name_the_file_and_key(
@@ -146,3 +156,17 @@ def test_a_plain_hf_config_is_read_by_the_hf_reader(tmp_path: Path) -> None:
         _write(tmp_path, {"model_type": "llama", "rms_norm_eps": 1e-6, "hidden_size": 8})
     )
     assert cfg.kind == "hf" and cfg.defaults.eps.value == 1e-6
+
+
+def test_a_null_eps_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rmsnorm_eps.cli import app
+
+    path = _write(tmp_path, {**TRT, "norm_epsilon": None})
+    res = CliRunner().invoke(app, ["config", "show", str(path)])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == (
+        f"rmsnorm-eps: error: {path} [norm_epsilon]: null is not an eps: give a number, "
+        "or remove the key\n"
+    )

@@ -16,6 +16,7 @@ import pytest
 from rmsnorm_eps.analysis import analyze_dump
 from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.layer_record import ratio_layer
 from rmsnorm_eps.merge.summary_format import (
     MAX_SUMMARY_BYTES,
     load_summary,
@@ -40,9 +41,11 @@ def test_round_trip(tmp_path: Path) -> None:
     write_summary(report, tmp_path / "s.json")
     shard = load_summary(tmp_path / "s.json")
     (layer,) = shard.layers
-    assert (layer.name, layer.shape, layer.count, layer.nan) == ("q", (2, 3), 6, 1)
-    assert layer.worst == (((0, 0), 1e-9), ((1, 1), 3e-7))  # positive q only
-    assert (layer.zero, layer.min_q, layer.min_pos_q) == (1, 0.0, 1e-9)
+    assert (layer.name, layer.shape, layer.count, layer.nan_count) == ("q", (2, 3), 6, 1)
+    assert [(w.index, w.q) for w in layer.worst] == [((0, 0), 1e-9), ((1, 1), 3e-7)]  # q > 0
+    assert (layer.zero_count, layer.min_q, layer.min_pos_q) == (1, 0.0, 1e-9)
+    # read back into the LayerResult that was written (compared as JSON: NaN != NaN)
+    assert ratio_layer(layer) == ratio_layer(report.layers[0])
     assert layer.below_bound == report.below_bound
     assert shard.top_k == 2 and shard.min_ratio == doc["min_ratio"]
 
@@ -62,7 +65,10 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("path", "value", "key", "message"),
     [
-        (["schema_version"], 3, "schema_version", "unsupported summary version 3"),
+        (["schema_version"], 4, "schema_version", "unsupported summary version 4"),
+        (["schema_version"], 2, "schema_version", "summary version 2 does not say whether"),
+        (["layers", 0, "quantity"], "x", "layers[0].quantity", 'expected "q" or "v", got'),
+        (["layers", 0, "quantity"], KeyError, "layers[0].quantity", "missing"),
         (["schema_version"], 1, "schema_version", "summary version 1 counts q = 0 as below"),
         (["raw"], "yes", "raw", "expected true or false, got 'yes'"),
         (["source"], KeyError, "source", "missing"),
@@ -78,7 +84,13 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
             "within shape [2, 3]",
         ),
         (["layers", 0, "worst", 0, "q"], "nan", "layers[0].worst[0].q", "a finite number"),
-        (["layers", 0, "decades", 0], [10_000, 1], "layers[0].decades[0]", "[decade, count]"),
+        (
+            ["layers", 0, "decades", 0],
+            {"decade": 10_000, "count": 1},
+            "layers[0].decades[0].decade",
+            "expected a decade -330..308, got 10000",
+        ),
+        (["layers", 0, "decades", 0], [3, 1], "layers[0].decades[0].decade", "missing"),
         (["layers", 0, "nan"], True, "layers[0].nan", "expected an integer >= 0"),
         (["layers", 0, "count"], 7, "layers[0].count", "does not match shape"),
         (["layers", 0, "zero"], 0, "layers[0].decades", "zero + decade counts"),
@@ -117,6 +129,7 @@ def test_oversized_summary_refused_before_reading(tmp_path: Path) -> None:
 _RSS_CHILD = """
 import sys
 from rmsnorm_eps.errors import InputFileError
+from rmsnorm_eps.layer_record import ratio_layer
 from rmsnorm_eps.merge import load_summary
 try:
     load_summary(sys.argv[1])

@@ -29,8 +29,32 @@ def test_every_command_has_its_file_and_the_file_is_draft_2020_12() -> None:
         assert all(b["additionalProperties"] is False for b in branches), command
         jsonschema.Draft202012Validator.check_schema(schema)
         text = schema_text(command)
-        assert json.loads(text) == schema
+        embedded = {k: v for k, v in schema.get("$defs", {}).items() if k in SCHEMA_COMMANDS}
+        assert embedded == ({"ratio": load_schema("ratio")} if command == "merge" else {})
+        own = json.loads(text)
+        own.get("$defs", {}).update(embedded)
+        assert own == schema
         assert text == (DATA / f"{command}.schema.json").read_text("utf-8")
+
+
+def test_merge_schema_refers_to_ratios_layer_and_requires_the_shards() -> None:
+    """merge.schema.json holds the envelope only: its layer is ratio's (by $ref), whose listed
+    inputs must name their shard."""
+    text = schema_text("merge")
+    assert (
+        len(text.splitlines()) < 200
+        and '"$ref": "urn:rmsnorm-eps:schema:ratio:2#/$defs/layer"' in text
+    )
+    doc = json.loads((DATA.parents[1] / "tests" / "golden" / "merge.json").read_text("utf-8"))
+    validator = jsonschema.Draft202012Validator(load_schema("merge"))
+    validator.validate(doc)
+    del doc["layers"][0]["worst"][0]["shard"]
+    with pytest.raises(jsonschema.ValidationError, match="'shard' is a required property"):
+        validator.validate(doc)
+    doc["layers"][0]["worst"][0]["shard"] = 0
+    doc["layers"][0]["count"] = "many"  # checked by ratio's layer
+    with pytest.raises(jsonschema.ValidationError, match="'many' is not of type 'integer'"):
+        validator.validate(doc)
 
 
 def test_a_documents_command_name_finds_its_schema() -> None:

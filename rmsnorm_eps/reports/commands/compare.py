@@ -320,7 +320,8 @@ class CompareReporter(
                 lines += _per_layer_lines(side, result)
         for side, spec in (("from", result.spec_from), ("to", result.spec_to)):
             if isinstance(spec, EpsSpec) and spec.note:
-                lines.append(f"{side} default: {_e(spec.note)}")
+                label = "default" if spec.framework is not None else "note"
+                lines.append(f"{side} {label}: {_e(spec.note)}")
         lines.append(
             f"factor = y_to/y_from per input; moved when |factor - 1| > {result.tolerance:g}"
         )

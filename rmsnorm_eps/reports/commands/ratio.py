@@ -30,7 +30,8 @@ from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, Te
 from rmsnorm_eps.reports.options import HISTOGRAM_AUTO_LAYERS, RenderOptions
 
 if TYPE_CHECKING:  # analysis imports numpy
-    from rmsnorm_eps.analysis import LayerResult, RatioReport
+    from rmsnorm_eps.analysis import RatioReport
+    from rmsnorm_eps.layer_record import LayerResult
 
 __all__ = [
     "RATIO_RULES",
@@ -74,66 +75,6 @@ def safe_eps_document(item: Any) -> dict[str, Any]:
 
 
 HISTOGRAM_BAR = 40  # characters of the longest bar
-
-
-# ----------------------------------------------------------------------------- json
-def _shard(shard: int | None, index: tuple[int, ...] | None) -> dict[str, Any]:
-    """Merged reports only: which shard an input came from and its index there."""
-    if shard is None:
-        return {}
-    return {"shard": shard, "shard_index": list(index or ())}
-
-
-def _layer(layer: LayerResult) -> dict[str, Any]:
-    doc = _layer_figures(layer)
-    if layer.eps_source is not None:  # ratio --config: where this layer's eps came from
-        doc["eps_source"] = layer.eps_source
-    # Only for dumps with token positions: the same figures for position 0 and the rest.
-    if layer.first_token is not None and layer.other_tokens is not None:
-        doc["first_token"] = _layer_figures(layer.first_token)
-        doc["other_tokens"] = _layer_figures(layer.other_tokens)
-    return doc
-
-
-def _layer_figures(layer: LayerResult) -> dict[str, Any]:
-    return {
-        "name": layer.name,
-        "eps": layer.eps,
-        "shape": list(layer.shape),
-        "dtype": layer.dtype,
-        "raw_dim": layer.raw_dim,
-        "quantity": layer.quantity,
-        "count": layer.count,
-        "nonfinite": layer.nonfinite,
-        "nan": layer.nan_count,
-        "inf": layer.inf_count,
-        "zero": layer.zero_count,
-        "below_bound": layer.below_bound,
-        "violations": layer.violations,
-        "violation_fraction": layer.violation_fraction,
-        "min_q": jnum(layer.min_q),
-        "min_pos_q": jnum(layer.min_pos_q),
-        "max_q": jnum(layer.max_q),
-        "min_ratio": jnum(layer.min_ratio),
-        "min_attenuation": jnum(layer.min_attenuation),
-        "worst": [
-            {
-                "index": list(w.index),
-                "q": w.q,
-                "ratio": w.ratio,
-                "attenuation": w.attenuation,
-                "loss": w.loss,
-                **_shard(w.shard, w.shard_index),
-            }
-            for w in layer.worst
-        ],
-        "nonfinite_examples": [
-            {"index": list(n.index), "value": jnum(n.value), **_shard(n.shard, n.shard_index)}
-            for n in layer.nonfinite_examples
-        ],
-        "decades": [{"decade": k, "count": c} for k, c in layer.decades],
-        **safe_eps_document(layer),
-    }
 
 
 # ----------------------------------------------------------------------------- text
@@ -272,7 +213,12 @@ def safe_eps_parts(
             row = [row[0], str(layer.zero_count), _g(layer.min_pos_q), *row[1:], yes]
         table.add_row(*row)
     model = report.safe_eps
-    if model is not None:
+    if model is not None and report.safe_eps_margin is None:  # compare: --to eps stored as 0
+        line = (
+            f"Safe eps (model): {_g(model, 6)}; no margin: the configured {eps_name} is 0 as "
+            "its dtype stores it"
+        )
+    elif model is not None:
         line = (
             f"Safe eps (model): {_g(model, 6)}; margin {_margin(report.safe_eps_margin)} "
             f"decade(s) from the configured {eps_name} (negative: it already fails)"
@@ -500,6 +446,8 @@ class RatioReporter(
         return render_blocks(parts, self.options)
 
     def document(self, result: RatioReport) -> dict[str, object]:
+        from rmsnorm_eps.layer_record import ratio_layer  # imports numpy
+
         """The ratio document (``command`` is ``merge`` for a report of shards, with ``shards``)."""
         doc = head("merge" if result.shards else "ratio")
         doc["schema_version"] = DOCUMENT_VERSION
@@ -526,7 +474,7 @@ class RatioReporter(
                     **members_document(result),
                 },
                 "gate": gate_document(self.options.gate),
-                "layers": [_layer(layer) for layer in result.layers],
+                "layers": [ratio_layer(layer) for layer in result.layers],
             }
         )
         if result.shards:

@@ -1,0 +1,156 @@
+"""Whether a model's weights all came from its checkpoint.
+
+transformers builds the model from ``config.json`` and then fills it from the weight files;
+a parameter the files do not hold is left at its random initial value ("newly initialized"),
+and a tensor of the files the model has no place for is dropped. Either way the norms would
+see activations of some other model than the one on disk: :func:`check_weights` refuses both
+(naming the first few tensors and the count) unless random weights are allowed, when it
+returns the names left random so that the caller can say so.
+
+What is not counted, because it cannot change what any norm sees:
+
+* an encoder checkpoint saved with a task head (``BertForMaskedLM``'s ``cls.*``) loaded as
+  its base model (``AutoModel``): the head's tensors lie outside the model's module tree;
+* that base model's ``pooler.*``, which a head checkpoint may lack: it runs on the last hidden
+  state, after every norm.
+
+The sources of the figures are transformers' ``from_pretrained(..., output_loading_info=True)``
+(``missing_keys``, ``unexpected_keys``, ``mismatched_keys``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.errors import InputFileError, brief
+
+__all__ = [
+    "MAX_SHARDS",
+    "SHOWN",
+    "WeightsPresent",
+    "check_weights",
+    "random_weights_line",
+    "unmatched_weights",
+    "weights_present",
+]
+
+#: How many tensor names a message lists before "and N more".
+SHOWN = 4
+_AFTER_THE_NORMS = ("pooler.",)
+
+
+def _key(entry: Any) -> str:
+    """A tensor name from a loading-info entry (a name, or a tuple that starts with one)."""
+    return str(entry[0] if isinstance(entry, tuple | list) and entry else entry)
+
+
+def unmatched_weights(info: dict[str, Any], model: Any, family: str) -> dict[str, list[str]]:
+    """``{"missing": [...], "unexpected": [...], "mismatched": [...]}``, each sorted, from
+    transformers' loading info, without what cannot change a norm's input (see the module
+    docstring)."""
+    children = {name for name, _ in model.named_children()}
+    children |= {name.split(".")[0] for name, _ in model.named_parameters()}
+    missing = sorted({_key(k) for k in info.get("missing_keys") or ()})
+    unexpected = sorted({_key(k) for k in info.get("unexpected_keys") or ()})
+    mismatched = sorted({_key(k) for k in info.get("mismatched_keys") or ()})
+    if family == "encoder":
+        missing = [k for k in missing if not k.startswith(_AFTER_THE_NORMS)]
+        unexpected = [k for k in unexpected if k.split(".")[0] in children]
+    return {"missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+
+def _listed(names: Iterable[str]) -> str:
+    names = list(names)
+    shown = ", ".join(brief(n) for n in names[:SHOWN])
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return f"{shown}{more}"
+
+
+def check_weights(
+    where: Path, info: dict[str, Any], model: Any, family: str, *, allow_random: bool
+) -> tuple[str, ...]:
+    """The names of the model's weights left at their random initial values (empty when the
+    checkpoint filled every one). Raises :class:`CaptureError` naming the missing, unexpected
+    and mismatched tensors (first :data:`SHOWN` of each, and the counts) unless
+    ``allow_random`` (then unexpected tensors are dropped, as transformers drops them)."""
+    found = unmatched_weights(info, model, family)
+    if not any(found.values()):
+        return ()
+    parts = [f"{len(v)} {what} ({_listed(v)})" for what, v in found.items() if v]
+    if allow_random:
+        return tuple(found["missing"] + found["mismatched"])
+    raise CaptureError(
+        f"{where}: the checkpoint does not match the model its config.json builds: "
+        f"{'; '.join(parts)} weight(s); those would be random, not the model's "
+        "(give --allow-random-weights to run anyway)"
+    )
+
+
+def random_weights_line(names: tuple[str, ...]) -> str:
+    """The warning for a run on weights left random (``--allow-random-weights``)."""
+    return (
+        f"warning: {len(names)} weight(s) of the model are not in the checkpoint and were "
+        f"initialized at random ({_listed(names)}): the norms see a model with random "
+        "weights there"
+    )
+
+
+@dataclass(frozen=True)
+class WeightsPresent:
+    """What a model directory's ``.safetensors`` headers hold: the number of tensors, their
+    largest dimension, and the files read. Read before anything is built: only the headers."""
+
+    tensors: int
+    largest_dim: int
+    files: tuple[str, ...]
+
+
+#: Most weight files (shards) read for :func:`weights_present`.
+MAX_SHARDS = 4096
+
+
+def _shard_names(directory: Path) -> list[str]:
+    """The ``.safetensors`` files of the checkpoint: those ``model.safetensors.index.json``
+    maps the weights to (plain names inside ``directory``), else ``model.safetensors``."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            with open(index, "rb") as fh:
+                doc = json.loads(fh.read(64 << 20).decode("utf-8"))
+            files = sorted({str(v) for v in dict(doc["weight_map"]).values()})
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise InputFileError(index, f"not a safetensors index ({exc})") from None
+        bad = [f for f in files if Path(f).name != f or not f.endswith(".safetensors")]
+        if bad:
+            raise InputFileError(index, f"weight_map names {brief(bad[0])}, not a file beside it")
+        if len(files) > MAX_SHARDS:
+            raise InputFileError(index, f"{len(files)} weight files, over {MAX_SHARDS}")
+        return files
+    return ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
+
+
+def weights_present(directory: Path) -> WeightsPresent | None:
+    """The tensors of ``directory``'s safetensors checkpoint, from the file headers alone;
+    None when there is none (``.bin`` weights, GGUF): nothing to cap sizes against."""
+    from rmsnorm_eps.sources.safetensors import read_safetensors_header
+
+    files = _shard_names(directory)
+    if not files:
+        return None
+    tensors = largest = 0
+    for name in files:
+        path = directory / name
+        if not path.is_file():
+            raise InputFileError(path, "no such weight file (the safetensors index names it)")
+        for entry in read_safetensors_header(path).values():
+            tensors += 1
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            if isinstance(shape, list):
+                dims = [d for d in shape if isinstance(d, int) and not isinstance(d, bool)]
+                largest = max([largest, *dims])
+    return WeightsPresent(tensors, largest, tuple(files))

@@ -1,0 +1,193 @@
+"""Capture on families that once failed or answered about something else, each built here from
+its own config class (tiny, seeded random weights; no download), checked against the test's own
+float64 hook on the module that normalizes.
+
+Each test names the cause it guards: a wrapper norm that is no leaf (I-BERT), class names
+resolved through transformers' auto mappings, a per-layer ``intermediate_size`` list, grouped
+and (1 + w)-before-normalize RMSNorms, and layouts read from evidence (relative-position
+LayerNorms, internal padding, prompt vectors, window padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+BASE: dict[str, Any] = {
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def build(model_type: str, auto: Any, **extra: Any) -> Any:
+    """A tiny model of ``model_type`` from its config class, eager attention, float32."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(model_type, **{**BASE, **extra})
+    torch.manual_seed(0)
+    model = auto.from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():  # gains away from their 0/1 init, so that the gain convention shows
+        for name, p in model.named_parameters():
+            if "norm" in name.lower() and p.ndim >= 1:
+                p.add_(torch.rand(p.shape) * 0.5)
+    return model.float().eval()
+
+
+def padded_batch(lengths: tuple[int, ...] = (4, 3, 2), seed: int = 7) -> tuple[Any, Any]:
+    t = max(lengths)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, BASE["vocab_size"], (len(lengths), t), generator=gen)
+    mask = torch.tensor([[1] * n + [0] * (t - n) for n in lengths])
+    return ids * mask, mask
+
+
+def inputs_of(model: Any, name: str, run: Callable[[], None]) -> list[Any]:
+    """The first tensor argument of every call of module ``name`` during ``run()`` (float64)."""
+    seen: list[Any] = []
+    module = dict(model.named_modules())[name]
+
+    def hook(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen.append((args[0] if args else kwargs["hidden_states"]).detach().double())
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return seen
+
+
+def real_tokens(q_bt: Any, mask: Any) -> np.ndarray:
+    """q of shape [B, T] at the real tokens, in (batch, position) order."""
+    return q_bt[mask.bool()].numpy()
+
+
+def test_ibert_int_layer_norm_is_found_though_it_holds_a_quant_child() -> None:
+    """IntLayerNorm keeps a QuantAct child (it is no leaf): it is still the module that
+    normalizes, with the biased variance over the hidden axis and eps 1e-12."""
+    from transformers import AutoModel
+
+    model = build("ibert", AutoModel, layer_norm_eps=1e-12)
+    ids, mask = padded_batch()
+    name = "encoder.layer.0.output.LayerNorm"
+    with QCapture(model) as cap:
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    mods = {m.name: m for m in cap.result().modules}
+    assert {m.class_name for m in mods.values()} == {"IntLayerNorm"}
+    assert len(mods) == 1 + 2 * 2  # embeddings + two per layer
+    m = mods[name]
+    assert (m.norm, m.gain, m.bias, m.eps) == ("layer", "w", True, 1e-12)
+    want = real_tokens(seen[0].var(-1, unbiased=False), mask)
+    assert m.q is not None and m.count == int(mask.sum()) == want.size
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
+
+
+def test_a_norm_named_wrapper_that_holds_a_norm_is_not_hooked_twice() -> None:
+    """A *Norm* class with an eps attribute that holds a LayerNorm: only the inner one."""
+
+    class PreNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eps = 1e-5
+            self.norm = torch.nn.LayerNorm(8, eps=1e-5)
+
+        def forward(self, x: Any) -> Any:
+            return self.norm(x)
+
+    from rmsnorm_eps.capture.modules import find_norm_modules
+
+    model = torch.nn.Sequential(PreNorm())
+    assert [s.name for s in find_norm_modules(model)] == ["0.norm"]
+
+
+QWEN4_EXP = {
+    "layer_types": ["linear_attention", "indexed_attention"],
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "hc_count": 2,
+    "hc_lowrank": 4,
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 8,
+    "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
+    "ngram_vocab_size_base": 256,
+    "split_ngram_parts": 4,
+    "make_ngram_vocab_size_divisible_by": 8,
+}
+
+
+def test_qwen4_exp_grouped_rms_norm_matches_per_group() -> None:
+    """Qwen4-Exp's hyper-connection hc_norm normalizes its hc_count * hidden_size input in
+    groups of hidden_size with gain 1 + w: one q per group, mean(x**2) over the group."""
+    from transformers import AutoModelForCausalLM
+
+    model = build("qwen4_exp_text", AutoModelForCausalLM, **QWEN4_EXP)
+    ids, mask = padded_batch()
+    name = "model.layers.0.attn_hyper_connection.hc_norm"
+    with QCapture(model) as cap:
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    mods = {m.name: m for m in cap.result().modules}
+    hc = [m for n, m in mods.items() if n.endswith("hc_norm")]
+    assert len(hc) == 5 and all(m.norm == "rms" and m.count for m in hc)
+    m = mods[name]
+    assert (m.gain, m.group_size, m.dim, m.eps) == ("1+w", 32, 32, 1e-6)
+    x = seen[0].reshape(*seen[0].shape[:-1], 2, 32)  # [B, T, groups, hidden]
+    want = (x * x).mean(-1)[mask.bool()].reshape(-1).numpy()
+    assert m.q is not None and m.head is not None and m.heads == 2
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
+    assert list(m.head[:4]) == [0, 1, 0, 1]
+
+
+def test_muse_spark_input_scaled_norm_q_is_of_the_scaled_input_as_rounded() -> None:
+    """MuseSpark's InputScaledRMSNorm scales by (1 + w) BEFORE normalizing and rounds the scaled
+    input to the input's dtype (bfloat16 here) first: q = mean(bf16((1 + w) * x)**2)."""
+    from transformers import AutoModel
+
+    model = build(
+        "muse_spark_text",
+        AutoModel,
+        moe_intermediate_size=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        moe_hidden_size=32,
+        sliding_window=8,
+    ).to(torch.bfloat16)
+    ids, mask = padded_batch()
+    name = "layers.0.post_feedforward_layernorm"
+    module = dict(model.named_modules())[name]
+    with QCapture(model) as cap, torch.no_grad():
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    m = {r.name: r for r in cap.result().modules}[name]
+    assert (m.norm, m.gain, m.input_scale, m.eps) == ("rms", "none", "1+w", 1e-8)
+    x = seen[0].to(torch.bfloat16)
+    a = (x.float() * (1.0 + module.weight.detach()).float()).to(torch.bfloat16).double()
+    want = (a * a).mean(-1)[mask.bool()].numpy()
+    unscaled = (x.double() ** 2).mean(-1)[mask.bool()].numpy()
+    assert m.q is not None and not np.allclose(want, unscaled, rtol=0.1)
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
