@@ -179,17 +179,13 @@ def parity(
     from rmsnorm_eps.cli._gate import finish, tail_options
 
     if onnx_path is not None:
-        if probes_path is not None or actual is not None or record is not None:
-            raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
-        if plot is not None or norm is not None:
-            raise usage_error("--onnx takes neither --plot nor --norm")
+        _refuse_with_onnx(probes_path, actual, record, plot, norm)
         inputs = [("--onnx", onnx_path), ("--config", config)]
         extra = [("--optimized-out", optimized_out)]
     else:
         if probes_path is None or actual is None:
             raise usage_error("give --probes and --actual (or --onnx MODEL)")
-        if config is not None or optimized_out is not None or allow_skipped:
-            raise usage_error("--config, --optimized-out and --allow-skipped go with --onnx")
+        _refuse_without_onnx(config, optimized_out, allow_skipped)
         inputs = [("--probes", probes_path), ("--actual", actual)]
         extra = [("--record", record)]
     options = tail_options(
@@ -248,6 +244,24 @@ def parity(
         return plot_parity(result, plot_fmt).data
 
     finish(result, None, options, passed=result.passed, draw=draw, message=result.diagnosis)
+
+
+def _refuse_with_onnx(
+    probes_path: Path | None,
+    actual: Path | None,
+    record: Path | None,
+    plot: Path | None,
+    norm: NormKind | None,
+) -> None:
+    if probes_path is not None or actual is not None or record is not None:
+        raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
+    if plot is not None or norm is not None:
+        raise usage_error("--onnx takes neither --plot nor --norm")
+
+
+def _refuse_without_onnx(config: Path | None, optimized_out: Path | None, allow: bool) -> None:
+    if config is not None or optimized_out is not None or allow:
+        raise usage_error("--config, --optimized-out and --allow-skipped go with --onnx")
 
 
 def _parity_onnx(
