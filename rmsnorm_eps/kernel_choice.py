@@ -59,6 +59,7 @@ _active: Kernel = "numpy"  # the process's setting (:func:`using`); numpy unless
 _size = 0  # the size of the dump being read, for ``auto``
 _loaded: SumsKernel | None = None
 _failed = False
+_decided: dict[bool, bool] = {}  # wants_numba of the current setting, per dtype (bf16)
 
 
 def installed() -> bool:
@@ -108,10 +109,12 @@ def using(kernel: Kernel, size: int = 0) -> Iterator[None]:
     global _active, _size
     before = _active, _size
     _active, _size = kernel, size
+    _decided.clear()
     try:
         yield
     finally:
         _active, _size = before
+        _decided.clear()
 
 
 def sixteen_bit_sums(bf16: bool) -> SumsKernel | None:
@@ -119,7 +122,12 @@ def sixteen_bit_sums(bf16: bool) -> SumsKernel | None:
     this dtype (:func:`wants_numba`), imported on first use; None otherwise, or when numba
     cannot be loaded (the numpy kernels then serve: same results)."""
     global _loaded, _failed
-    if _failed or not wants_numba(_active, _size, bf16):
+    if _failed:
+        return None
+    wanted = _decided.get(bf16)
+    if wanted is None:  # once per dtype and setting: the look-up for numba is not per chunk
+        wanted = _decided[bf16] = wants_numba(_active, _size, bf16)
+    if not wanted:
         return None
     if _loaded is None:
         with _lock:

@@ -191,3 +191,35 @@ def test_muse_spark_input_scaled_norm_q_is_of_the_scaled_input_as_rounded() -> N
     unscaled = (x.double() ** 2).mean(-1)[mask.bool()].numpy()
     assert m.q is not None and not np.allclose(want, unscaled, rtol=0.1)
     np.testing.assert_allclose(m.q, want, rtol=1e-12)
+
+
+def test_deberta_v2_relative_position_layer_norm_is_not_read_as_tokens() -> None:
+    """DeBERTa-v2 normalizes its relative-position embeddings (2 * position_buckets = 16 rows)
+    with encoder.LayerNorm; with batch 4 x length 4 the row count equals B * T, yet the rows
+    are weights: listed with that reason, never analysed; the token norms are exact."""
+    from transformers import AutoModel
+
+    model = build(
+        "deberta-v2",
+        AutoModel,
+        relative_attention=True,
+        position_buckets=8,
+        norm_rel_ebd="layer_norm",
+        pos_att_type=["p2c", "c2p"],
+        layer_norm_eps=1e-7,
+    )
+    ids, mask = padded_batch((4, 3, 2, 4))
+    with QCapture(model) as cap:
+        seen = inputs_of(
+            model,
+            "encoder.layer.0.output.LayerNorm",
+            lambda: model(input_ids=ids, attention_mask=mask),
+        )
+    mods = {m.name: m for m in cap.result().modules}
+    rel = mods["encoder.LayerNorm"]
+    assert (rel.norm, rel.count, rel.layout) == ("unknown", 0, None)
+    assert rel.reason is not None and "a weight of the model" in rel.reason
+    token = mods["encoder.layer.0.output.LayerNorm"]
+    assert (token.norm, token.layout, token.count) == ("layer", "tokens [B, T, D]", 13)
+    want = real_tokens(seen[0].var(-1, unbiased=False), mask)
+    np.testing.assert_allclose(token.q, want, rtol=1e-12)

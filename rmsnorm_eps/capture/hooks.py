@@ -18,6 +18,10 @@ need be from a probe: a rerun of the forward pass with one sequence fewer (B == 
 shorter (T == H). A module of unknown kind or layout, or that fails in any other way, is listed
 with the reason and not analysed; the capture goes on.
 
+A norm whose input is a weight of the model (a parameter or buffer, or a view of one: the
+relative-position embeddings DeBERTa-v2 normalizes) has no token axis, whatever its row count:
+it is listed with that reason, not analysed.
+
 Padding tokens (attention mask 0) are dropped. A token's position is its rank among the real
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
 count sequences over all forward calls. A module called k times in one forward pass records
@@ -106,6 +110,7 @@ class QCapture:
         self._root_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._root_named: dict[str, Any] = {}
         self._probing: str | None = None  # the probe rerun in progress ('batch', 'length')
+        self._weights = _weight_storages(model)
 
     # ------------------------------------------------------------------ context
     def _stacks(self) -> list[tuple[str, Any]]:
@@ -294,6 +299,11 @@ class QCapture:
         waiting for a probe when its layout is ambiguous)."""
 
         k = st.inner_ndim
+        if _storage(x) in self._weights:
+            raise LayoutUnknown(
+                f"layout unknown: module {st.spec.name!r} ({st.spec.class_name}): its input is "
+                "a weight of the model (a parameter or buffer), whose rows are no tokens"
+            )
         if nk.channels_first:  # [B, C, T]: the normalized axis 1 goes last
             x = x.movedim(1, -1)
             gate = gate.movedim(1, -1) if gate is not None else None
@@ -397,6 +407,21 @@ class QCapture:
             min_ratio=self.min_ratio,
             top_k=self.top_k,
         )
+
+
+def _storage(t: Any) -> int:
+    """Where a tensor's data lies (0: nowhere, a meta tensor)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _weight_storages(model: Any) -> frozenset[int]:
+    """The storages of the model's parameters and buffers: a norm input that is one (or a
+    view of one) holds weights, not token activations."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return frozenset(ptr for t in tensors if (ptr := _storage(t)) != 0)
 
 
 def _input_embeddings(model: Any) -> Any:

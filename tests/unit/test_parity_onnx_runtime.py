@@ -124,7 +124,7 @@ def test_a_dropped_eps_and_a_configured_eps_unlike_the_stored_one(tmp_path: Path
     report = measure_onnx(path, config=config)
     a, b = report.norms
     assert a.stored is None and a.probe_eps == 1e-5  # probes designed for the configured eps
-    assert a.findings[0].startswith("the graph stores no eps (eps dropped")
+    assert a.findings[0].startswith("the graph stores no eps (eps is 0")
     assert b.configured == 1e-5 and b.configured_from == "cfg.yaml: defaults.eps"
     assert b.effective is not None
     (finding,) = b.findings
