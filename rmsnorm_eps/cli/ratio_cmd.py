@@ -154,7 +154,7 @@ def ratio(
             "--threads",
             min=1,
             help="Threads reading and computing chunks (more than 1: parallel positioned reads).",
-            show_default="1 where files are mapped (Linux); else 2 when a second CPU is free",
+            show_default="2 when a second CPU is free, else 1",
         ),
     ] = None,
     dtype: DumpDtypeOpt = None,
