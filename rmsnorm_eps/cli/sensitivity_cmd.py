@@ -148,12 +148,15 @@ def sensitivity(
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.cli._app import _debug_enabled
     from rmsnorm_eps.cli._gate import finish, tail_options
+    from rmsnorm_eps.cli._paths import check_outside_model
     from rmsnorm_eps.sensitivity.result import evaluate_gate
 
     inputs = [("--text-file", text_file), ("--dataset", dataset), ("--model", model)]
     options = tail_options(
         fmt, output, reports=report_to, summary=summary, exit_zero=exit_zero, inputs=inputs
     )
+    # -o, --report, --summary: never a file the model folder is loaded from (config.json, ...)
+    check_outside_model("--model", model, options.outputs())
     changes = _changes(eps, spec_from, spec_to)
     if exact_top is not None and not per_norm:
         raise usage_error("--exact-top applies to --per-norm")
