@@ -125,3 +125,54 @@ def test_hostile_names_are_escaped_in_parity_reports(tmp_path: Path, cli: Any) -
         res = cli("parity", "--onnx", str(path), "--format", fmt)
         assert res.exit_code == 0, res.stdout
         assert "\x1b" not in res.stdout and "\n::error::pwn" not in res.stdout
+
+
+def _two_norms_second_unmeasurable(path: Path, first: bool = True) -> Path:
+    """layers.0 measurable (unless not ``first``); layers.1's weight is a graph input (it
+    cannot be probed)."""
+    from onnx import TensorProto, helper
+
+    n0, i0 = fx.legacy_rms("/model/layers.0/input_layernorm", out="h")
+    if not first:
+        n0, i0 = [helper.make_node("Identity", ["x"], ["h"], name="id")], []
+    n1, i1 = fx.legacy_rms("/model/layers.1/input_layernorm", x="h")
+    model = fx._model(n0 + n1, i0)
+    model.graph.initializer.extend(t for t in i1 if not t.name.endswith(".w"))
+    (w,) = (t for t in i1 if t.name.endswith(".w"))
+    model.graph.input.append(helper.make_tensor_value_info(w.name, TensorProto.FLOAT, [fx.DIM]))
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_skipped_norm_fails_unless_allowed_and_nothing_measured_never_passes(
+    tmp_path: Path, cli: Any
+) -> None:
+    path = _two_norms_second_unmeasurable(tmp_path / "two.onnx")
+    res = cli("parity", "--onnx", str(path))
+    assert res.exit_code == 1
+    assert "skipped model.layers.1.input_layernorm: " in res.stdout
+    assert "FAIL: 1 norm(s) not measured (--allow-skipped accepts that)" in res.stdout
+    assert "1 skipped: model.layers.1.input_layernorm (--allow-skipped" in res.stderr
+    assert cli("parity", "--onnx", str(path), "--exit-zero").exit_code == 1
+    res = cli("parity", "--onnx", str(path), "--allow-skipped", "--format", "json")
+    assert res.exit_code == 0, res.stdout
+    doc = json.loads(res.stdout)
+    assert doc["passed"] is True and doc["allow_skipped"] is True
+    assert [s["name"] for s in doc["skipped"]] == ["model.layers.1.input_layernorm"]
+    # the only norm unmeasurable: 0 measured never passes, --allow-skipped or not
+    alone = _two_norms_second_unmeasurable(tmp_path / "alone.onnx", first=False)
+    res = cli("parity", "--onnx", str(alone), "--allow-skipped")
+    assert res.exit_code == 1 and "FAIL: no norm measured (1 skipped)" in res.stdout
+
+
+def test_a_config_pattern_matching_no_norm_is_exit_2(tmp_path: Path, cli: Any) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(fx.hand_model(), str(path))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "schema_version: 1\ndefaults: {eps: 1.0e-6}\nlayers:\n  '*.input_layernrom': {}\n"
+    )
+    res = cli("parity", "--onnx", str(path), "--config", str(cfg))
+    assert res.exit_code == 2
+    assert "match no norm of the graph: '*.input_layernrom'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

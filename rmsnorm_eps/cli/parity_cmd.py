@@ -160,6 +160,14 @@ def parity(
             dir_okay=False,
         ),
     ] = None,
+    allow_skipped: Annotated[
+        bool,
+        typer.Option(
+            "--allow-skipped",
+            help="With --onnx: a norm that cannot be measured (listed with the reason) does "
+            "not fail the run; 0 norms measured still fails.",
+        ),
+    ] = False,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
 
@@ -171,17 +179,13 @@ def parity(
     from rmsnorm_eps.cli._gate import finish, tail_options
 
     if onnx_path is not None:
-        if probes_path is not None or actual is not None or record is not None:
-            raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
-        if plot is not None or norm is not None:
-            raise usage_error("--onnx takes neither --plot nor --norm")
+        _refuse_with_onnx(probes_path, actual, record, plot, norm)
         inputs = [("--onnx", onnx_path), ("--config", config)]
         extra = [("--optimized-out", optimized_out)]
     else:
         if probes_path is None or actual is None:
             raise usage_error("give --probes and --actual (or --onnx MODEL)")
-        if config is not None or optimized_out is not None:
-            raise usage_error("--config and --optimized-out go with --onnx")
+        _refuse_without_onnx(config, optimized_out, allow_skipped)
         inputs = [("--probes", probes_path), ("--actual", actual)]
         extra = [("--record", record)]
     options = tail_options(
@@ -195,7 +199,7 @@ def parity(
         extra_outputs=extra,
     )
     if onnx_path is not None:
-        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, options)
+        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, allow_skipped, options)
     assert probes_path is not None and actual is not None  # checked above, for mypy
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
@@ -242,10 +246,35 @@ def parity(
     finish(result, None, options, passed=result.passed, draw=draw, message=result.diagnosis)
 
 
+def _refuse_with_onnx(
+    probes_path: Path | None,
+    actual: Path | None,
+    record: Path | None,
+    plot: Path | None,
+    norm: NormKind | None,
+) -> None:
+    if probes_path is not None or actual is not None or record is not None:
+        raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
+    if plot is not None or norm is not None:
+        raise usage_error("--onnx takes neither --plot nor --norm")
+
+
+def _refuse_without_onnx(config: Path | None, optimized_out: Path | None, allow: bool) -> None:
+    if config is not None or optimized_out is not None or allow:
+        raise usage_error("--config, --optimized-out and --allow-skipped go with --onnx")
+
+
 def _parity_onnx(
-    path: Path, config: Path | None, rel_tol: float, optimized_out: Path | None, options: object
+    path: Path,
+    config: Path | None,
+    rel_tol: float,
+    optimized_out: Path | None,
+    allow_skipped: bool,
+    options: object,
 ) -> None:
     """``parity --onnx``: measure each norm of the graph (see rmsnorm_eps.parity.onnx_runtime)."""
+    from dataclasses import replace
+
     from rmsnorm_eps.cli._gate import TailOptions, finish
     from rmsnorm_eps.config import load_config
     from rmsnorm_eps.parity.onnx_runtime import measure_onnx
@@ -254,9 +283,18 @@ def _parity_onnx(
         raise usage_error(f"--eps-rtol must be in (0, 1), got {rel_tol!r}")
     assert isinstance(options, TailOptions)
     cfg = load_config(config) if config is not None else None
-    result = measure_onnx(path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out)
+    result = measure_onnx(
+        path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out, allow_skipped=allow_skipped
+    )
     message = (
         f"{len(result.norms)} norm(s) measured, {result.findings} differ, "
         f"{len(result.skipped)} skipped"
     )
+    if result.skipped:
+        names = ", ".join(s.name for s in result.skipped[:5])
+        more = " ..." if len(result.skipped) > 5 else ""
+        allowed = " (allowed)" if allow_skipped else " (--allow-skipped accepts them)"
+        message += f": {names}{more}{allowed}"
+    if not result.norms or (result.skipped and not allow_skipped):
+        options = replace(options, exit_zero=False)  # unmeasured norms: never exit 0
     finish(result, None, options, passed=result.passed, message=message)

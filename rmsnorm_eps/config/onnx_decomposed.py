@@ -25,6 +25,7 @@ from rmsnorm_eps.config.onnx_nodes import (
     _scale_name,
     _skip_cast_down,
     _skip_cast_up,
+    judge_eps,
 )
 
 
@@ -166,12 +167,20 @@ def _eps_of(walk: _Walk) -> tuple[float | None, str | None, str]:
     """(value, dtype, where) of the eps the pattern adds; value None when dropped or unread."""
     eps = walk.eps
     if walk.dropped:
-        return None, None, "eps dropped: the pattern adds no eps before the divide"
+        return (
+            None,
+            None,
+            (
+                "eps is 0: the pattern adds no eps before the divide (an exporter leaves out an "
+                "eps of 0; torch's also leaves out an eps <= 1e-8)"
+            ),
+        )
     if eps is None:
         return None, None, "no eps found"
     if eps.value is None:
         return None, eps.dtype, f"eps not readable: {eps.where}"
-    return eps.value, eps.dtype, f"{eps.where}, input of {walk.eps_node.name!r}"
+    value, where = judge_eps(eps.value, f"{eps.where}, input of {walk.eps_node.name!r}")
+    return value, eps.dtype, where
 
 
 def _decomposed(g: _Graph, node: Any) -> GraphNorm | None:

@@ -41,10 +41,12 @@ __all__ = [
     "MAX_NODES",
     "MAX_ONNX_BYTES",
     "escape_glob",
+    "external_data_files",
     "find_norms",
     "load_onnx_model",
     "onnx_findings",
     "read_onnx_config",
+    "read_onnx_config_and_files",
 ]
 
 #: Largest .onnx file read (protobuf's own limit for one message is 2 GiB).
@@ -150,12 +152,56 @@ def _unique(norms: list[GraphNorm]) -> Iterator[GraphNorm]:
         yield norm if n == 0 else replace(norm, name=f"{norm.name}#{n + 1}")
 
 
+def _tensors(graph: Any, depth: int = 0) -> Iterator[Any]:
+    """Every TensorProto of ``graph``: initializers, sparse initializers, Constant-node and
+    other tensor attributes, in subgraphs too (the node cap was checked by :func:`find_norms`)."""
+    if depth > MAX_DEPTH:
+        return
+    yield from getattr(graph, "initializer", ())
+    for sparse in getattr(graph, "sparse_initializer", ()):
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield from (a.sparse_tensor.values, a.sparse_tensor.indices)
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                yield from _tensors(sub, depth + 1)
+
+
+def external_data_files(model: Any, path: Path) -> tuple[Path, ...]:
+    """The external data files ``model`` (read from ``path``) names, resolved against the
+    model's folder, each once, in first-use order; none of them is opened. An output written
+    by a command reading the model must never be one of them."""
+    onnx = _onnx()
+    found: dict[str, Path] = {}
+    graphs = [model.graph, *model.functions]
+    for t in (t for g in graphs for t in _tensors(g)):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        for entry in t.external_data:
+            if entry.key == "location" and entry.value not in found:
+                found[entry.value] = path.parent / entry.value
+    return tuple(found.values())
+
+
+def read_onnx_config_and_files(path: Path) -> tuple[NormConfig, tuple[Path, ...]]:
+    """:func:`read_onnx_config` of ``path`` and its :func:`external_data_files` (one parse)."""
+    model = load_onnx_model(path)
+    return _config(model, path), external_data_files(model, path)
+
+
 def read_onnx_config(path: Path) -> NormConfig:
     """The norms of an .onnx file as a NormConfig: one literal entry per norm (its module
     path, glob characters escaped); the defaults are all missing (an ONNX graph has no
     model-wide setting), and notes list the findings (eps absent, schema default used, one
     norm's eps unlike its siblings')."""
-    model = load_onnx_model(path)
+    return _config(load_onnx_model(path), path)
+
+
+def _config(model: Any, path: Path) -> NormConfig:
     norms = find_norms(model, path)
     spath = str(path)
     entries = tuple(ConfigEntry(escape_glob(n.name), _settings(n, spath)) for n in norms)

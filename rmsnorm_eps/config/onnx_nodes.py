@@ -100,6 +100,23 @@ def _index(graph: Any, label: str, outer: _Graph | None) -> _Graph:
     return g
 
 
+def judge_eps(value: float | None, where: str) -> tuple[float | None, str]:
+    """``(value, where)`` of an eps the graph stores, judged: NaN, an infinity, a negative
+    value or 0 is no usable eps (value None, ``where`` saying which, with the value), never
+    read as a number; None (not read) stays None."""
+    if value is None:
+        return None, where
+    if math.isnan(value):
+        return None, f"eps is nan (not a number): {where}"
+    if math.isinf(value):
+        return None, f"eps is {value!r} (not finite): {where}"
+    if value == 0.0:
+        return None, f"eps is 0: {where}"
+    if value < 0.0:
+        return None, f"eps is negative ({value!r}): {where}"
+    return value, where
+
+
 def _attr(node: Any, name: str) -> Any:
     for a in node.attribute:
         if a.name == name:
@@ -129,7 +146,7 @@ def _tensor_const(t: Any, where: str) -> _Const:
         arr = onnx.numpy_helper.to_array(t).astype(np.float64).ravel()
     except Exception:
         return _Const(None, dtype, f"{where} (unreadable)", n)
-    if not np.all(arr == arr[0]):
+    if not np.array_equal(arr, np.full_like(arr, arr[0]), equal_nan=True):  # NaN is judged
         return _Const(None, dtype, f"{where} (elements differ)", n)
     return _Const(float(arr[0]), dtype, where, n)
 

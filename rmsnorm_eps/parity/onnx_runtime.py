@@ -12,6 +12,12 @@ g * x / max(sqrt(q), eps) (clamp) to the outputs and gives the effective eps and
 
 A norm's measurement agrees when the effective eps is within ``rel_tol`` (default 5%) of the
 stored eps and of the configured one (``--config``), and the placement is the stored one.
+
+The verdict is never vacuous: a norm that cannot be measured (inside an If/Loop branch, its
+weight a graph input, refused by onnxruntime, its dimension unknown...) is kept as a
+:class:`SkippedNorm` with the reason, and fails the report unless ``allow_skipped``; a report
+with no norm measured never passes. A ``--config`` YAML pattern that matches none of the
+graph's norms is a :class:`~rmsnorm_eps.errors.ConfigError` (as for ``ratio --config``).
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rmsnorm_eps.errors import InputFileError, MissingExtraError
+from rmsnorm_eps.errors import ConfigError, InputFileError, MissingExtraError
 
 __all__ = [
     "DEFAULT_REL_TOL",
     "MAX_SLICE_NODES",
     "NormMeasurement",
     "OnnxParityReport",
+    "SkippedNorm",
     "measure_onnx",
 ]
 
@@ -68,6 +75,14 @@ class NormMeasurement:
 
 
 @dataclass(frozen=True)
+class SkippedNorm:
+    """A norm found in the graph that was not measured, and why."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
 class OnnxParityReport:
     """``parity --onnx``: every measured norm, and the norms that could not be measured."""
 
@@ -79,11 +94,17 @@ class OnnxParityReport:
     rel_tol: float
     optimization: str
     norms: tuple[NormMeasurement, ...]
-    skipped: tuple[tuple[str, str], ...]
+    skipped: tuple[SkippedNorm, ...]
+    #: A skipped norm does not fail the report (``--allow-skipped``); 0 measured still fails.
+    allow_skipped: bool = False
 
     @property
     def passed(self) -> bool:
-        return all(n.agrees for n in self.norms) and bool(self.norms)
+        """Every norm measured agrees, at least one was measured, and none was skipped
+        (unless ``allow_skipped``)."""
+        if not self.norms or (self.skipped and not self.allow_skipped):
+            return False
+        return all(n.agrees for n in self.norms)
 
     @property
     def findings(self) -> int:
@@ -199,6 +220,22 @@ def _configured(config: Any, name: str) -> tuple[float | None, str | None]:
     return settings.eps.value, settings.eps.provenance.describe()
 
 
+def _check_config_patterns(config: Any, norms: Any) -> None:
+    """A YAML ``layers:`` pattern of ``config`` that matches none of the graph's norms is an
+    error: a typo'd override would otherwise leave every norm on the defaults."""
+    if config is None:
+        return
+    from rmsnorm_eps.config.resolve import unused_patterns
+
+    unused = unused_patterns(config, [n.name for n in norms])
+    if unused:
+        shown = ", ".join(repr(p) for p in unused[:20])
+        raise ConfigError(
+            f"{config.path}: {len(unused)} layer pattern(s) match no norm of the graph: {shown}; "
+            "fix the pattern(s)"
+        )
+
+
 def _measure(
     ort: Any, model: Any, norm: Any, config: Any, rel_tol: float, types: dict[str, int]
 ) -> NormMeasurement:
@@ -273,6 +310,7 @@ def measure_onnx(
     config: Any = None,
     rel_tol: float = DEFAULT_REL_TOL,
     optimized_out: Path | None = None,
+    allow_skipped: bool = False,
 ) -> OnnxParityReport:
     """Measure every norm of the main graph of ``path`` with onnxruntime (see the module
     docstring). ``config`` (a NormConfig) gives the configured eps per norm name.
@@ -286,6 +324,7 @@ def measure_onnx(
         raise MissingExtraError("onnxruntime", "onnx", "parity --onnx") from None
     model = load_onnx_model(path)
     norms = find_norms(model, path)
+    _check_config_patterns(config, norms)
     if optimized_out is not None:
         try:
             ort.InferenceSession(
@@ -298,20 +337,22 @@ def measure_onnx(
             raise InputFileError(path, f"onnxruntime cannot load the model ({text})") from None
     types = _elem_types(model)
     measured: list[NormMeasurement] = []
-    skipped: list[tuple[str, str]] = []
+    skipped: list[SkippedNorm] = []
     for norm in norms:
         if norm.graph != "graph":
-            skipped.append((norm.name, f"in {norm.graph}: only main-graph norms are measured"))
+            why = f"in {norm.graph}: only main-graph norms are measured"
+            skipped.append(SkippedNorm(norm.name, why))
             continue
         if not norm.inputs or not norm.output or norm.op.endswith("EmbedLayerNormalization"):
-            skipped.append((norm.name, "no float input to probe"))
+            skipped.append(SkippedNorm(norm.name, "no float input to probe"))
             continue
         try:
             measured.append(_measure(ort, model, norm, config, rel_tol, types))
         except ValueError as exc:
-            skipped.append((norm.name, str(exc)))
+            skipped.append(SkippedNorm(norm.name, str(exc)))
         except Exception as exc:  # onnxruntime refuses the slice
-            skipped.append((norm.name, "onnxruntime: " + " ".join(str(exc).split())[:200]))
+            why = "onnxruntime: " + " ".join(str(exc).split())[:200]
+            skipped.append(SkippedNorm(norm.name, why))
     return OnnxParityReport(
         path=str(path),
         config=None if config is None else config.path,
@@ -320,4 +361,5 @@ def measure_onnx(
         optimization="onnxruntime CPU, ORT_ENABLE_ALL",
         norms=tuple(measured),
         skipped=tuple(skipped),
+        allow_skipped=allow_skipped,
     )
