@@ -48,8 +48,7 @@ def probe_layout(st: NormState, x: Any, ctx: CallContext) -> None:
             st.spec,
             None,
             None,
-            ctx.evidence.get("padded"),
-            ctx.evidence.get("prefix"),
+            ctx.evidence,
         )
     except LayoutUnknown:
         return

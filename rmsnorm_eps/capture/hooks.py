@@ -369,7 +369,6 @@ class QCapture:
         import torch
 
         lead = tuple(int(n) for n in q.shape[:-1])
-        padded, prefix = ctx.evidence.get("padded"), ctx.evidence.get("prefix")
         layout, evidence = plan(
             lead,
             int(q.shape[-1]),
@@ -378,8 +377,7 @@ class QCapture:
             st.spec,
             st.layout,
             self.head_layout,
-            padded,
-            prefix,
+            ctx.evidence,
         )
         if "[B, L" in layout and not final and self._stack:
             return PendingQ(st, q, None, self._sequences, call, "evidence", ctx, strides)

@@ -95,11 +95,12 @@ def plan(
     spec: NormModule,
     known: str | None,
     forced: str | None = None,
-    padded: int | None = None,
-    prefix: int | None = None,
+    evidence: dict[str, int] | None = None,
 ) -> tuple[str, bool]:
     """The layout of a q of shape ``lead + (groups,)`` (see the module docstring) and whether
-    it is evidence (False: size-1 axes where every reading is the same array).
+    it is evidence (False: size-1 axes where every reading is the same array). ``evidence``:
+    what the call showed (``padded``: the model's padded length; ``prefix``: its prompt
+    vectors before the ids).
 
     Raises :class:`LayoutAmbiguous` or :class:`LayoutUnknown`.
     """
@@ -112,7 +113,8 @@ def plan(
             "with input_ids or inputs_embeds)"
         )
     b, t = bt
-    if len(lead) == 2 and (found := _plan_2d(lead, groups, (b, t), known, (padded, prefix), where)):
+    extra = (evidence or {}).get("padded"), (evidence or {}).get("prefix")
+    if len(lead) == 2 and (found := _plan_2d(lead, groups, (b, t), known, extra, where)):
         return found
     if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
         h = lead[0] // (b * t)
@@ -122,8 +124,8 @@ def plan(
     if len(lead) == 3 and lead[0] == b:
         layout = head_layout(lead, strides, t, known, spec, forced)
         if layout is not None:
-            evidence = not (lead[1] == lead[2] == t == 1)
-            return ("heads [B, T, H, D]" if layout == "bthd" else "heads [B, H, T, D]"), evidence
+            told = not (lead[1] == lead[2] == t == 1)
+            return ("heads [B, T, H, D]" if layout == "bthd" else "heads [B, H, T, D]"), told
     raise LayoutUnknown(
         f"layout unknown: {where} does not match the call's batch {b} and sequence length {t}"
     )
