@@ -239,8 +239,8 @@ def _check_config_patterns(config: Any, norms: Any) -> None:
 def _measure(
     ort: Any, model: Any, norm: Any, config: Any, rel_tol: float, types: dict[str, int]
 ) -> NormMeasurement:
+    from rmsnorm_eps.dtypes import numpy_dtype
     from rmsnorm_eps.parity.api import compare_outputs
-    from rmsnorm_eps.parity.dtypes import numpy_dtype
     from rmsnorm_eps.parity.probes import make_probes
 
     weight = _array(model, norm.scale)
