@@ -291,18 +291,11 @@ def _shared_name_settings(
     """For a name several norms have: each setting they disagree on becomes a conflict in the
     entry of that name, so ``ratio --config`` refuses the layer rather than take one of them
     (the others keep their own ``name#2`` entries)."""
-    from rmsnorm_eps.config.resolve import eps_equal
-
     for name, names in shared.items():
         first = settings[name]
         for key in list(first):
             values = [settings[n][key].value if key in settings[n] else None for n in names]
-            same = all(
-                eps_equal(v, values[0])
-                if key == "eps" and isinstance(v, float) and isinstance(values[0], float)
-                else v == values[0]
-                for v in values
-            )
+            same = all(v == values[0] for v in values)  # stored values, exactly
             if not same:
                 shown = ", ".join(f"{n}: {v!r}" for n, v in zip(names, values, strict=True))
                 note = f"{len(names)} norms are named {name} and disagree on {key} ({shown})"

@@ -284,29 +284,38 @@ def _const(g: _Graph, name: str, depth: int = 0) -> _Const | None:
     if op == "Constant":
         return _constant_node(node, g.base)
     if op == "Cast" and node.input:
-        inner = _const(g, node.input[0], depth + 1)
-        to = _attr(node, "to")
-        if inner is None or to is None:
-            return None
-        dtype = _DTYPES.get(int(to.i), f"type {to.i}")
-        value = None if inner.value is None else round_to(inner.value, dtype)
-        return _Const(value, dtype, f"behind a Cast to {dtype} of {inner.where}", inner.elements)
+        return _cast_const(g, node, depth)
     if op in _FOLD_SHAPE and node.input:
         return _const(g, node.input[0], depth + 1)
+    return _folded_const(g, node, op, depth)
+
+
+def _cast_const(g: _Graph, node: Any, depth: int) -> _Const | None:
+    """The constant a Cast of a constant gives, rounded to the dtype cast to."""
+    inner = _const(g, node.input[0], depth + 1)
+    to = _attr(node, "to")
+    if inner is None or to is None:
+        return None
+    dtype = _DTYPES.get(int(to.i), f"type {to.i}")
+    value = None if inner.value is None else round_to(inner.value, dtype)
+    return _Const(value, dtype, f"behind a Cast to {dtype} of {inner.where}", inner.elements)
+
+
+def _folded_const(g: _Graph, node: Any, op: str, depth: int) -> _Const | None:
+    """An element-wise op on constants, folded (:func:`_fold`), or None."""
     arity = 2 if op in _FOLD_BINARY else 1 if op in _FOLD_UNARY else 0
     if arity == 0 or len(node.input) != arity:
         return None
     inputs = [_const(g, x, depth + 1) for x in node.input]
-    if any(c is None for c in inputs):
-        return None
     consts = [c for c in inputs if c is not None]
+    if len(consts) != arity:
+        return None
     where = f"{op} {node.name!r} folded over {' and '.join(c.where for c in consts)}"
     elements = max(c.elements for c in consts)
-    values = [c.value for c in consts]
-    if any(v is None for v in values):
+    values = [c.value for c in consts if c.value is not None]
+    if len(values) != arity:
         return _Const(None, consts[0].dtype, where, elements)
-    value = _fold(op, [float(v) for v in values if v is not None], consts[0].dtype)
-    return _Const(value, consts[0].dtype, where, elements)
+    return _Const(_fold(op, values, consts[0].dtype), consts[0].dtype, where, elements)
 
 
 def _constant_node(node: Any, base: Path | None) -> _Const | None:
