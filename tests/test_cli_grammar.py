@@ -14,7 +14,7 @@ import typer.main
 
 from rmsnorm_eps.cli import app
 from rmsnorm_eps.cli._options import Format, Histogram
-from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
+from rmsnorm_eps.dtypes import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports import FORMATS, HISTOGRAM_CHOICES
 from tests.helpers import cli_command_paths
 

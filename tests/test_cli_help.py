@@ -18,7 +18,7 @@ import typer.main
 
 from rmsnorm_eps.cli import app
 from rmsnorm_eps.cli._help import wrap_example, wrap_paragraphs
-from rmsnorm_eps.dtype_names import DTYPE_ALIASES
+from rmsnorm_eps.dtypes import DTYPE_ALIASES
 from tests.helpers import cli_command_paths
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -449,6 +449,7 @@ def test_merge_counts_and_locations(in_root: None) -> None:
 
 
 def test_merge_cli_summary_and_plot(cli: Callable[..., Any], in_root: None, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the [plot] extra
     out = tmp_path / "merge.png"
     res = cli("merge", *SHARDS, "-f", "github", "--plot", str(out))
     assert res.exit_code == 1

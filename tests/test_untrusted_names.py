@@ -158,6 +158,7 @@ def test_error_lines_are_one_bounded_inert_line(cli: Callable[..., Any], hostile
 def test_plot_draws_mathtext_and_missing_glyphs_silently(hostile: Path) -> None:
     """``$...$`` is literal text; a glyph missing from the font warns nothing (real process:
     warnings and logging go to the real stderr)."""
+    pytest.importorskip("matplotlib")  # the [plot] extra
     dump = Path("plot.npz")
     _write_dump(dump, ("$\\frac{1}{$", "\u6f22\u5b57\u0600\U0001f600", "a\nb", "##[x]", ":"))
     res = run_module(

@@ -49,7 +49,10 @@ from rmsnorm_eps.cli._output import summary_line
         "  torchrun --nproc-per-node 4 -m rmsnorm_eps capture --model DIR --device cuda "
         "--dataset data.parquet --summary-only --save-data s.json\n\n"
         "  rmsnorm-eps merge s.json s2.json   (summaries of capture runs merge exactly)\n\n"
-        "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text)."
+        "  rmsnorm-eps capture --model DIR --text-file t.txt --allow-random-weights "
+        "--save-data q.npz   (a checkpoint without some weights: run on random ones, warned)\n\n"
+        "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text, a "
+        "checkpoint without some of the model's weights, a text over 8192 tokens)."
     ),
 )
 def capture(

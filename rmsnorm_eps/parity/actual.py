@@ -102,7 +102,7 @@ def _read_safetensors(path: Path, key: str | None, expect: tuple[int, int] | Non
         from safetensors import safe_open
     except ImportError:
         raise MissingExtraError("safetensors", "safetensors", "reading .safetensors") from None
-    from rmsnorm_eps.parity.dtypes import name_of
+    from rmsnorm_eps.dtypes import name_of
 
     # importing ml_dtypes registers bfloat16 with numpy: safetensors' numpy loader needs it
     with contextlib.suppress(ImportError):

@@ -313,8 +313,8 @@ def _calibrated_gain(
 def _measure(
     child: OrtChild, model: Any, norm: Any, config: Any, rel_tol: float, types: _Types
 ) -> NormMeasurement:
+    from rmsnorm_eps.dtypes import numpy_dtype
     from rmsnorm_eps.parity.api import compare_outputs
-    from rmsnorm_eps.parity.dtypes import numpy_dtype
     from rmsnorm_eps.parity.probes import make_probes
 
     weight = _array(model, norm.scale)

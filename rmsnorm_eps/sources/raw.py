@@ -38,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from rmsnorm_eps.dtypes import STORED_FLOATS
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
 
@@ -60,7 +61,6 @@ T = TypeVar("T")
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
 
-_FLOAT_KINDS = {"float16", "float32", "float64"}
 
 #: What reading a damaged or unusual zip member can raise: a bad CRC or header (BadZipFile), a
 #: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
@@ -118,7 +118,7 @@ def check_float_dtype(
     if dtype.fields is None and dtype.kind == "f" and dtype.itemsize in (2, 4, 8):
         return  # float16, float32 or float64 in either byte order (the test below, faster)
     name = describe_dtype(dtype)
-    if dtype.fields is not None or dtype.kind != "f" or name not in _FLOAT_KINDS:
+    if dtype.fields is not None or dtype.kind != "f" or name not in STORED_FLOATS:
         hint = (
             " (bfloat16 stored as int16, uint16 or V2? pass --dtype bfloat16)"
             if stored_as is None and is_bf16_storage(dtype)
