@@ -223,3 +223,142 @@ def test_deberta_v2_relative_position_layer_norm_is_not_read_as_tokens() -> None
     assert (token.norm, token.layout, token.count) == ("layer", "tokens [B, T, D]", 13)
     want = real_tokens(seen[0].var(-1, unbiased=False), mask)
     np.testing.assert_allclose(token.q, want, rtol=1e-12)
+
+
+def seq2seq_kwargs(ids: Any, mask: Any) -> dict[str, Any]:
+    dec = torch.zeros_like(ids)
+    dec[:, 1:] = ids[:, :-1]
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "decoder_input_ids": dec,
+        "decoder_attention_mask": mask,
+    }
+
+
+SMALL_S2S = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "decoder_start_token_id": 0,
+}
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "names"),
+    [
+        (
+            "pegasus_x",
+            {"num_global_tokens": 2, "block_size": 4, "stagger_local_blocks": True},
+            (
+                "model.encoder.layers.0.self_attn_layer_norm",
+                "model.encoder.layers.0.final_layer_norm",
+            ),
+        ),
+        (
+            "led",
+            {
+                "attention_window": [4],
+                "max_encoder_position_embeddings": 64,
+                "max_decoder_position_embeddings": 64,
+            },
+            ("led.encoder.layernorm_embedding", "led.encoder.layers.0.self_attn_layer_norm"),
+        ),
+    ],
+)
+def test_internal_padding_is_excluded_by_the_mask_the_model_uses(
+    model_type: str, extra: dict[str, Any], names: tuple[str, ...]
+) -> None:
+    """PEGASUS-X pads its encoder input to a multiple of block_size, LED to a multiple of its
+    attention window (its padding embedded in a second embedding call, normalized before any
+    layer runs): length 6 becomes 8. Only the call's real tokens are kept, at their ranks."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = build(
+        model_type, AutoModelForSeq2SeqLM, **{**SMALL_S2S, "num_hidden_layers": 1, **extra}
+    )
+    ids, mask = padded_batch((6, 5, 3))
+    kw = seq2seq_kwargs(ids, mask)
+    with QCapture(model) as cap:
+        outer: list[Any] = []
+        seen = {
+            names[0]: inputs_of(
+                model,
+                names[0],
+                lambda: outer.extend(inputs_of(model, names[1], lambda: model(**kw))),
+            )
+        }
+        seen[names[1]] = outer
+    mods = {m.name: m for m in cap.result().modules}
+    for name in names:
+        m, x = mods[name], seen[name][0]
+        assert tuple(x.shape[:2]) == (3, 8), name  # the model's padded length
+        assert m.layout == "model-padded [B, T+pad, D]", name
+        assert m.call is not None and int((m.call == 0).sum()) == 14, name
+        want = x[:, :6].var(-1, unbiased=False)[mask.bool()].numpy()
+        assert m.q is not None and m.position is not None
+        np.testing.assert_allclose(m.q[m.call == 0], want, rtol=1e-12, err_msg=name)
+        assert list(m.position[:6]) == [0, 1, 2, 3, 4, 5]
+
+
+def test_cpmant_prompt_vectors_are_no_tokens() -> None:
+    """CPM-Ant puts prompt_length prompt vectors before the ids: they are not captured, and
+    the first real token is position 0."""
+    from transformers import AutoModelForCausalLM
+
+    model = build(
+        "cpmant",
+        AutoModelForCausalLM,
+        dim_model=32,
+        num_heads=4,
+        dim_head=8,
+        dim_ff=64,
+        num_layers=1,
+        prompt_types=3,
+        prompt_length=3,
+        segment_types=4,
+    )
+    ids, mask = padded_batch((4, 3, 2))
+    name = "cpmant.encoder.output_layernorm"
+    with QCapture(model) as cap:
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    m = {r.name: r for r in cap.result().modules}[name]
+    x = seen[0]
+    assert tuple(x.shape[:2]) == (3, 3 + 4)
+    assert m.layout == "prompted [B, P+T, D]" and m.count == 9
+    want = (x[:, 3:] ** 2).mean(-1)[mask.bool()].numpy()
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
+    assert m.position is not None and list(m.position[:4]) == [0, 1, 2, 3]
+
+
+def test_longt5_text_shorter_than_one_global_block() -> None:
+    """LongT5 (transient-global) on texts shorter than global_block_size has no global block:
+    its global_input_layer_norm sees [B, 0, D]; nothing is recorded there, no internal error."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = build(
+        "longt5",
+        AutoModelForSeq2SeqLM,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_heads=4,
+        num_layers=1,
+        num_decoder_layers=1,
+        decoder_start_token_id=0,
+        encoder_attention_type="transient-global",
+        local_radius=2,
+        global_block_size=8,
+    )
+    ids, mask = padded_batch((4, 3, 2))
+    with QCapture(model) as cap:
+        model(**seq2seq_kwargs(ids, mask))
+    mods = {m.name: m for m in cap.result().modules}
+    glob = mods["encoder.block.0.layer.0.TransientGlobalSelfAttention.global_input_layer_norm"]
+    assert (glob.norm, glob.count, glob.calls) == ("rms", 0, 1)
+    assert mods["encoder.final_layer_norm"].count == 9
+    assert not [m.name for m in mods.values() if m.norm == "unknown"]

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_fuzz_readers import _WORK, FUZZ, _check, mutations
 
+from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import RmsnormEpsError
 from rmsnorm_eps.merge import load_summary
 from rmsnorm_eps.parity.actual import read_actual
@@ -31,12 +32,6 @@ pytest.importorskip("safetensors")
 
 def _outputs(dtype: str) -> np.ndarray:
     return np.asarray(probe_set().reference).astype(dtype)
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
 
 
 def _zip(members: dict[str, bytes], compress: int = zipfile.ZIP_STORED) -> bytes:
@@ -72,8 +67,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarnin
 
 PROBE_SEED = probe_bytes(probe_set())
 ACTUAL_SEEDS = [
-    _npy(_outputs("float32")),
-    _zip({"y.npy": _npy(_outputs("float16"))}, zipfile.ZIP_DEFLATED),
+    npy_bytes(_outputs("float32")),
+    _zip({"y.npy": npy_bytes(_outputs("float16"))}, zipfile.ZIP_DEFLATED),
     _st({"y": ("F32", _outputs("float32"))}),
     _st({"y": ("BF16", _bf16()), "z": ("F64", _outputs("float64")[:2])}),
 ]

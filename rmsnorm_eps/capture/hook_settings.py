@@ -41,7 +41,14 @@ def probe_layout(st: NormState, x: Any, ctx: CallContext) -> None:
     strides = tuple(int(v) for v in x.stride()[: x.ndim - k])
     try:
         layout, evidence = plan(
-            lead, groups, strides, ctx.bt, st.spec, None, None, ctx.evidence.get("padded")
+            lead,
+            groups,
+            strides,
+            ctx.bt,
+            st.spec,
+            None,
+            None,
+            ctx.evidence,
         )
     except LayoutUnknown:
         return

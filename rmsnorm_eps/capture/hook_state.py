@@ -53,7 +53,8 @@ class CallContext:
     """What the innermost hooked stack (the model, or its encoder or decoder) was called with.
 
     ``ids``: its input ids (on their device) when it got them; ``evidence`` holds what the
-    input embeddings saw in this call (``padded``: the length the model padded the ids to).
+    input embeddings and the model's layers saw in this call (``padded``: the length the model
+    padded its input to; ``prefix``: the prompt vectors it put before the ids).
     """
 
     bt: tuple[int, int] | None
@@ -65,7 +66,8 @@ class CallContext:
 @dataclass(frozen=True)
 class PendingQ:
     """One module call's q, still on the device, arranged [B, T, H] (or, while ``probe`` names
-    the probe that may tell its layout, as the module computed it: lead axes + groups)."""
+    the probe that may tell its layout, as the module computed it: lead axes + groups;
+    ``probe`` 'evidence': a q on its own axis, placed when the forward pass has ended)."""
 
     state: NormState
     q: Any

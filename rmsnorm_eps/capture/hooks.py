@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
-from rmsnorm_eps.capture.calls import bind, probe_inputs, read_call
+from rmsnorm_eps.capture.calls import bind, padded_length, probe_inputs, read_call, takes_argument
 from rmsnorm_eps.capture.classify import NormKind
 from rmsnorm_eps.capture.errors import CaptureError
 from rmsnorm_eps.capture.hook_records import copy_to_host, module_record, store
@@ -140,6 +140,13 @@ class QCapture:
         embed = _input_embeddings(self.model)
         if embed is not None:
             self._handles.append(embed.register_forward_pre_hook(self._embed_pre))
+        hooked = {id(self.model), *(id(sub) for _, sub in self._stacks())}
+        hooked |= {id(st.module) for st in self._states}
+        for _, sub in self.model.named_modules():
+            if id(sub) not in hooked and takes_argument(sub, "attention_mask"):
+                self._handles.append(
+                    sub.register_forward_pre_hook(self._mask_pre, with_kwargs=True)
+                )
         for st in self._states:
             self._handles.append(
                 st.module.register_forward_pre_hook(self._make_hook(st), with_kwargs=True)
@@ -213,8 +220,25 @@ class QCapture:
         b, t = ctx.bt
         n = int(emb.shape[1])
         same = int(emb.shape[0]) == b and n > t and tuple(ids.shape) == (b, t)
-        if same and emb.device == ids.device and torch.equal(emb[:, :t], ids):
+        if not same or emb.device != ids.device:
+            return
+        head, tail = torch.equal(emb[:, :t], ids), torch.equal(emb[:, n - t :], ids)
+        if head and not tail:  # the ids followed by pad ids
             ctx.evidence["padded"] = n
+        elif tail and not head:  # prompt ids, then the ids
+            ctx.evidence["prefix"] = n - t
+
+    def _mask_pre(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Evidence from a layer's ``attention_mask`` [B, L], L > T: the model padded its input
+        to L when the mask's real tokens are exactly the call's, followed by padding."""
+        if not self._stack or "padded" in self._stack[-1].evidence:
+            return
+        ctx = self._stack[-1]
+        mask = bind(module, args, kwargs).get("attention_mask")
+        if ctx.bt is not None and ctx.mask is not None:
+            found = padded_length(mask, ctx.mask)
+            if found is not None:
+                ctx.evidence["padded"] = found
 
     def _probe_layouts(self, ctx: CallContext) -> None:
         """Rerun the forward pass with one sequence fewer (or one token shorter) when a module's
@@ -330,16 +354,33 @@ class QCapture:
             raise
 
     def _placed(
-        self, st: NormState, q: Any, strides: tuple[int, ...], ctx: CallContext, call: int
+        self,
+        st: NormState,
+        q: Any,
+        strides: tuple[int, ...],
+        ctx: CallContext,
+        call: int,
+        final: bool = False,
     ) -> PendingQ:
-        """The pending record of a q whose layout the evidence tells (capture.layout)."""
+        """The pending record of a q whose layout the evidence tells (capture.layout). A q on
+        its own axis waits (unless ``final``) for the end of the forward pass: a later layer's
+        mask may show that axis to be the model's padded length (LED normalizes its padded
+        embeddings before any layer runs)."""
         import torch
 
         lead = tuple(int(n) for n in q.shape[:-1])
-        padded = ctx.evidence.get("padded")
         layout, evidence = plan(
-            lead, int(q.shape[-1]), strides, ctx.bt, st.spec, st.layout, self.head_layout, padded
+            lead,
+            int(q.shape[-1]),
+            strides,
+            ctx.bt,
+            st.spec,
+            st.layout,
+            self.head_layout,
+            ctx.evidence,
         )
+        if "[B, L" in layout and not final and self._stack:
+            return PendingQ(st, q, None, self._sequences, call, "evidence", ctx, strides)
         if st.layout is not None and orientation(st.layout) != orientation(layout):
             raise LayoutUnknown(
                 f"layout unknown: module {st.spec.name!r}: input layout changed "
@@ -353,16 +394,20 @@ class QCapture:
         mask = ctx.mask
         if mask is None or "[B, L" in layout:
             mask = torch.ones((b_n, l_n), dtype=torch.bool)
+        elif "[B, P+T" in layout:  # the model's prompt vectors before the call's tokens
+            head = torch.zeros((b_n, l_n - int(mask.shape[1])), dtype=torch.bool)
+            mask = torch.cat([head, mask], dim=1)
         elif l_n > int(mask.shape[1]):  # the model's own padding after the call's tokens
             tail = torch.zeros((b_n, l_n - int(mask.shape[1])), dtype=torch.bool)
             mask = torch.cat([mask, tail], dim=1)
         return PendingQ(st, q_bth, mask, self._sequences, call)
 
     def _resolve(self, p: PendingQ) -> PendingQ | None:
-        """A pending q whose layout waited for a probe: placed, or its module skipped."""
+        """A pending q whose layout waited for a probe or for the forward pass's evidence:
+        placed, or its module skipped."""
         assert p.ctx is not None
         try:
-            return self._placed(p.state, p.q, p.strides, p.ctx, p.call)
+            return self._placed(p.state, p.q, p.strides, p.ctx, p.call, final=True)
         except CaptureError as exc:
             self._skip(p.state, str(exc))
             return None
