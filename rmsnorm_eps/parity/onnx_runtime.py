@@ -298,7 +298,7 @@ def _calibrated_gain(
     (s alternating +1/-1, c = 64, so q >> eps): with u = (s - mean(s)) / std(s) for a
     LayerNorm and u = s / rms(s) = s for an RMSNorm, y(+) = g u + b and y(-) = -g u + b, so
     g = (y(+) - y(-)) / (2 u) and b = (y(+) + y(-)) / 2."""
-    from rmsnorm_eps.parity.dtypes import numpy_dtype
+    from rmsnorm_eps.dtypes import numpy_dtype
 
     s = np.where(np.arange(dim) % 2 == 0, 1.0, -1.0)
     u = (s - s.mean()) / s.std() if norm.norm == "layer" else s / np.sqrt(np.mean(s * s))
