@@ -61,7 +61,7 @@ def test_a_checkpoint_without_layer_1_is_refused_naming_the_tensors(
     assert not (tmp_path / "q.npz").exists()
     r = _run(cli, d, tmp_path, "--allow-random-weights")
     assert r.exit_code == 0, r
-    assert "warning: 9 weight(s) of the model are not in the checkpoint" in r.stderr
+    assert "warning: 9 weight(s) of the model are not in the checkpoint (or of" in r.stderr
     assert "model.layers.1.input_layernorm.weight" in r.stderr
 
 
@@ -74,6 +74,17 @@ def test_an_unexpected_tensor_is_refused(
     assert r.exit_code == 2, r
     assert "1 unexpected ('model.layers.0.extra\\x1b.weight')" in r.stderr
     assert "\x1b" not in r.stderr
+
+
+def test_a_tensor_of_another_shape_than_the_config_says_is_refused_by_name(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_config(d, intermediate_size=48)  # the weights hold 64
+    r = _run(cli, d, tmp_path)
+    assert r.exit_code == 2, r  # was transformers' RuntimeError: "internal error"
+    assert "6 of another shape ('model.layers.0.mlp.down_proj.weight'" in r.stderr
+    assert "internal error" not in r.stderr
 
 
 def test_sensitivity_refuses_the_same_checkpoint(

@@ -81,7 +81,8 @@ def check_weights(
     found = unmatched_weights(info, model, family)
     if not any(found.values()):
         return ()
-    parts = [f"{len(v)} {what} ({_listed(v)})" for what, v in found.items() if v]
+    labels = {"missing": "missing", "unexpected": "unexpected", "mismatched": "of another shape"}
+    parts = [f"{len(v)} {labels[what]} ({_listed(v)})" for what, v in found.items() if v]
     if allow_random:
         return tuple(found["missing"] + found["mismatched"])
     raise CaptureError(
@@ -94,8 +95,9 @@ def check_weights(
 def random_weights_line(names: tuple[str, ...]) -> str:
     """The warning for a run on weights left random (``--allow-random-weights``)."""
     return (
-        f"warning: {len(names)} weight(s) of the model are not in the checkpoint and were "
-        f"initialized at random ({_listed(names)}): the norms see a model with random "
+        f"warning: {len(names)} weight(s) of the model are not in the checkpoint (or of "
+        f"another shape there) and were initialized at random ({_listed(names)}): the norms "
+        "see a model with random "
         "weights there"
     )
 
