@@ -362,3 +362,32 @@ def test_longt5_text_shorter_than_one_global_block() -> None:
     assert (glob.norm, glob.count, glob.calls) == ("rms", 0, 1)
     assert mods["encoder.final_layer_norm"].count == 9
     assert not [m.name for m in mods.values() if m.norm == "unknown"]
+
+
+def test_xlstm_multi_head_layer_norm_is_probed_with_its_head_axes() -> None:
+    """xLSTM's multi-head LayerNorm takes [B, T, NH, DH] with one flat weight of NH * DH and
+    returns [B, T, NH * DH]: the probe keeps both axes, and q is the variance per head."""
+    from transformers import xLSTMConfig, xLSTMForCausalLM
+
+    cfg = xLSTMConfig(
+        vocab_size=96,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_heads=4,
+        chunk_size=4,
+        ffn_round_up_to_multiple_of=16,
+        pad_token_id=0,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    model = xLSTMForCausalLM(cfg).eval()
+    ids, mask = padded_batch()
+    name = "backbone.blocks.0.mlstm_layer.multihead_norm"
+    with QCapture(model) as cap:
+        seen = inputs_of(model, name, lambda: model(input_ids=ids, attention_mask=mask))
+    m = {r.name: r for r in cap.result().modules}[name]
+    x = seen[0]
+    assert tuple(x.shape) == (3, 4, 4, 8)
+    assert (m.norm, m.group_size, m.heads, m.eps) == ("layer", 8, 4, 1e-6)
+    want = x.var(-1, unbiased=False)[mask.bool()].reshape(-1).numpy()
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)

@@ -57,19 +57,23 @@ def probe_layout(st: NormState, x: Any, ctx: CallContext) -> None:
 
 
 def _inner_ndim(st: NormState, x: Any) -> int:
-    """Trailing axes of x a probe must keep: the normalized shape, or the weight's shape."""
+    """Trailing axes of x a probe must keep: the normalized shape, or the weight's shape, or
+    the trailing axes whose elements a flat weight covers (xLSTM's multi-head LayerNorm takes
+    [B, T, NH, DH] with a weight of NH * DH: its forward needs both axes)."""
     import torch
 
     shape = getattr(st.module, "normalized_shape", None)
     if isinstance(shape, tuple | list) and len(shape) > 1:
         return len(shape)
     w = getattr(st.module, "weight", None)
-    if (
-        isinstance(w, torch.Tensor)
-        and 1 < w.ndim < x.ndim
-        and tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape)
-    ):
+    if not isinstance(w, torch.Tensor) or w.ndim >= x.ndim:
+        return max(st.spec.norm_ndim, 1)
+    if w.ndim > 1 and tuple(x.shape[x.ndim - w.ndim :]) == tuple(w.shape):
         return int(w.ndim)
+    if w.ndim == 1 and int(x.shape[-1]) != w.numel():
+        for k in range(2, x.ndim - 1):  # at least one lead axis stays
+            if math.prod(int(n) for n in x.shape[x.ndim - k :]) == w.numel():
+                return k
     return max(st.spec.norm_ndim, 1)
 
 
