@@ -181,6 +181,10 @@ def test_one_text_of_a_million_characters_is_refused_in_tokens_quickly(
     assert time.perf_counter() - start < 60
     assert f"over the {MAX_TEXT_TOKENS} a capture runs per text: give --max-tokens N" in r.stderr
     r = cli(
+        "sensitivity", "--model", str(model_dir), "--text-file", str(text), "--eps", "1e-3",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "give --max-tokens N" in r.stderr, r
+    r = cli(
         "capture", "--model", str(model_dir), "--text-file", str(text), "--max-tokens", "16",
         "--save-data", str(tmp_path / "q.npz"),
     )  # fmt: skip
