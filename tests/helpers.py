@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
+import struct
+import zlib
 from pathlib import Path
 
 import click
 import typer.main
+from typer.testing import CliRunner
 
 from rmsnorm_eps.cli import app
 from rmsnorm_eps.cli._commands import COMMANDS
@@ -27,6 +31,96 @@ def cli_command_paths() -> list[tuple[str, ...]]:
         else:
             paths.append((name,))
     return sorted(paths)
+
+
+# ---------------------------------------------------------------- hostile names, outputs
+#: Every report format.
+FORMAT_NAMES = ("text", "json", "markdown", "github", "junit", "sarif")
+# Member names hold no "::" (such a member is a companion array, e.g. ``x::position``); the
+# ``::`` attacks ride on the file name and on ":" next to the report's own ": ".
+HOSTILE_NAMES = (
+    "x##[stop-commands]t",
+    "##vso[task.setvariable variable=a]b",
+    "##[error title=forged]PASS",
+    "[/x]",
+    "[link=http://e]a[/link]",
+    "[conceal]hidden",
+    "\x1b]8;;http://e\x07link\x1b]8;;\x07",
+    "\x1b[2J\x1b[31mred",
+    "<img src=x>",
+    "</details>",
+    "<h1>PASS</h1>",
+    "a\nb",
+    "c\rd",
+    "tab\there",
+    "\u2028sep\u2029",
+    "e\x85f\x9b",
+    "del\x7f",
+    "bidi\u202egnp.exe",
+    "$\\frac{1}{$",
+    ":",
+    " :",
+    "h|i",
+    "&amp;",
+    "`x``",
+    "n" * 10_000,
+)
+
+
+HOSTILE_CONFIG_NAMES = (
+    "##[error]x",
+    "[/x]",
+    "<img src=x>",
+    "a\x1b[31mb",
+    "::warning::w",
+    "$\\frac{1}{$",
+    "p\u2028q",
+)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking signature and CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    body = data[16:29]
+    (crc,) = struct.unpack(">I", data[29:33])
+    assert crc == zlib.crc32(kind + body)
+    width, height = struct.unpack(">II", body[:8])
+    assert data.endswith(b"IEND\xaeB`\x82")
+    return width, height
+
+
+# ---------------------------------------------------------------- console blocks of the docs
+def console_blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """(start, end) line indices of the bodies of ```console blocks."""
+    out, start = [], None
+    for i, line in enumerate(lines):
+        if start is None and line.strip() == "```console":
+            start = i + 1
+        elif start is not None and line.strip() == "```":
+            out.append((start, i))
+            start = None
+    return out
+
+
+def run_console(command: str) -> str:
+    argv = shlex.split(command)
+    assert argv[0] == "rmsnorm-eps", command
+    res = CliRunner().invoke(app, argv[1:], env={"NO_COLOR": "1", "RMSNORM_EPS_FORMAT": ""})
+    text = res.stdout + res.stderr
+    # only trailing blank lines are dropped: a leading blank line the command prints is shown
+    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+
+
+def console_commands(body: list[str]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, list[str]]] = []
+    for line in body:
+        if line.startswith("$ "):
+            pairs.append((line[2:], []))
+        elif pairs:
+            pairs[-1][1].append(line.rstrip())
+    return [(cmd, "\n".join(out).rstrip("\n")) for cmd, out in pairs]
 
 
 # ---------------------------------------------------------------- tiny models (torch, transformers)

@@ -63,6 +63,7 @@ def test_a_checkpoint_without_layer_1_is_refused_naming_the_tensors(
     assert r.exit_code == 0, r
     assert "warning: 9 weight(s) of the model are not in the checkpoint (or of" in r.stderr
     assert "model.layers.1.input_layernorm.weight" in r.stderr
+    assert "newly initialized at random" in r.stderr  # transformers' word, never swallowed
 
 
 def test_an_unexpected_tensor_is_refused(
@@ -180,6 +181,10 @@ def test_one_text_of_a_million_characters_is_refused_in_tokens_quickly(
     assert r.exit_code == 2, r
     assert time.perf_counter() - start < 60
     assert f"over the {MAX_TEXT_TOKENS} a capture runs per text: give --max-tokens N" in r.stderr
+    r = cli(
+        "sensitivity", "--model", str(model_dir), "--text-file", str(text), "--eps", "1e-3",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "give --max-tokens N" in r.stderr, r
     r = cli(
         "capture", "--model", str(model_dir), "--text-file", str(text), "--max-tokens", "16",
         "--save-data", str(tmp_path / "q.npz"),

@@ -355,7 +355,7 @@ def test_cli_help_lists_summary_and_plot(cli: Callable[..., Any]) -> None:
 
 # ----------------------------------------------------------------------------- plots
 def _png_size(data: bytes) -> tuple[int, int]:
-    from test_reports_plot import png_size
+    from tests.helpers import png_size
 
     return png_size(data)
 
