@@ -63,6 +63,7 @@ def test_a_checkpoint_without_layer_1_is_refused_naming_the_tensors(
     assert r.exit_code == 0, r
     assert "warning: 9 weight(s) of the model are not in the checkpoint (or of" in r.stderr
     assert "model.layers.1.input_layernorm.weight" in r.stderr
+    assert "newly initialized at random" in r.stderr  # transformers' word, never swallowed
 
 
 def test_an_unexpected_tensor_is_refused(

@@ -96,9 +96,8 @@ def random_weights_line(names: tuple[str, ...]) -> str:
     """The warning for a run on weights left random (``--allow-random-weights``)."""
     return (
         f"warning: {len(names)} weight(s) of the model are not in the checkpoint (or of "
-        f"another shape there) and were initialized at random ({_listed(names)}): the norms "
-        "see a model with random "
-        "weights there"
+        f"another shape there) and were newly initialized at random ({_listed(names)}): the "
+        "norms see a model with random weights there"
     )
 
 

@@ -135,7 +135,7 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
     add_dtype, add_from = _stash_dtype(node)
     scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
-    module, name_from = _from_weight(*_module_name([node]), scale)
+    module, name_from = _from_weight(g, *_module_name([node]), scale)
     return GraphNorm(
         name=module or node.name or (node.output[0] if node.output else op),
         norm=norm,
