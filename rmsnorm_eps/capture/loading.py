@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.dtypes import DTYPE_ALIASES
 from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
 __all__ = [
@@ -199,14 +200,11 @@ def model_class(config: Any, family: str | None = None) -> Any:
     )
 
 
-# --dtype names and their aliases -> the torch dtype name
+# The --dtype spellings a model may be loaded in -> the torch dtype name, from the one dtype
+# vocabulary (rmsnorm_eps.dtypes); float64 and the other spellings are not offered here.
 DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
+    alias: DTYPE_ALIASES[alias]
+    for alias in ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 }
 
 
