@@ -25,6 +25,8 @@ def cli_command_paths() -> list[tuple[str, ...]]:
     for name in COMMANDS:
         command = group.get_command(ctx, name)  # type: ignore[attr-defined]
         if isinstance(command, click.Group):
+            if command.invoke_without_command:  # ``parity`` runs itself, ``parity onnx`` too
+                paths.append((name,))
             paths.extend((name, sub) for sub in command.list_commands(ctx))
         else:
             paths.append((name,))
