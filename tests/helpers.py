@@ -25,10 +25,64 @@ def cli_command_paths() -> list[tuple[str, ...]]:
     for name in COMMANDS:
         command = group.get_command(ctx, name)  # type: ignore[attr-defined]
         if isinstance(command, click.Group):
+            if command.invoke_without_command:  # ``parity`` runs itself, ``parity onnx`` too
+                paths.append((name,))
             paths.extend((name, sub) for sub in command.list_commands(ctx))
         else:
             paths.append((name,))
     return sorted(paths)
+
+
+# ---------------------------------------------------------------- golden reports
+_GOLDEN_COMPARE = (
+    "compare",
+    "--q-file",
+    "examples/q_dump.npz",
+    "--from",
+    "eps=1e-6",
+    "--to",
+    "eps=1e-5",
+    "--top",
+    "3",
+)
+_GOLDEN_PARITY = ("parity", "--probes", "examples/parity/probes.npz", "--actual")
+#: The golden report cases (tests/golden/<name>.<ext>): name -> (arguments, expected exit code).
+GOLDEN_CASES: dict[str, tuple[tuple[str, ...], int]] = {
+    # name: (arguments, expected exit code)
+    "ratio": (("ratio", "--eps", "1e-5", "--q-file", "examples/ci/q_dump.npz", "--top", "3"), 1),
+    "ratio-budget": (
+        (
+            "ratio",
+            "--eps",
+            "1e-5",
+            "--q-file",
+            "examples/ci/q_dump.npz",
+            "--top",
+            "3",
+            "--max-violations",
+            "10",
+        ),
+        0,
+    ),
+    "bound": (("bound", "--delta", "0.01", "--eps", "1e-5"), 0),
+    "compare": (_GOLDEN_COMPARE, 1),
+    "compare-budget": ((*_GOLDEN_COMPARE, "--max-violations", "2"), 0),
+    "precision": (("precision", "--eps", "1e-8"), 1),
+    "parity": ((*_GOLDEN_PARITY, "examples/parity/torch_eps_none.npy"), 1),
+    "parity-pass": ((*_GOLDEN_PARITY, "examples/parity/torch_eps_1e-6.npy"), 0),
+    "config-diff": (("config", "diff", "configs/llama-3-8b.yaml", "configs/qwen3-8b.yaml"), 1),
+    # examples/ci/q_dump.npz in two shards (tests/data/merge/make_shards.py)
+    "merge": (
+        (
+            "merge",
+            "tests/data/merge/shard0.summary.json",
+            "tests/data/merge/shard1.summary.json",
+            "--top",
+            "3",
+        ),
+        1,
+    ),
+}
 
 
 # ---------------------------------------------------------------- hostile names, outputs

@@ -228,3 +228,14 @@ def test_a_dump_beside_the_model_files_is_written(
     r = cli("capture", "--model", str(d), "--text", "the fox", "--save-data", str(d / "q.npz"))
     assert r.exit_code == 0, r  # .npz: never a model file
     assert (d / "q.npz").is_file()
+
+
+def test_widths_that_would_allocate_gigabytes_of_random_weights_are_refused(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_config(d, hidden_size=16384, intermediate_size=16384, head_dim=4096)  # within the caps
+    r = _run(cli, d, tmp_path, "--allow-random-weights")
+    assert r.exit_code == 2, r  # about 2.7e9 parameters: 11 GB in float32
+    assert "config.json builds a model of" in r.stderr
+    assert "but the checkpoint holds 22688 values: most of the model would be random" in r.stderr

@@ -113,3 +113,40 @@ def test_the_private_import_count_sees_relative_and_nested_imports(tmp_path: Pat
         "rmsnorm_eps.sub.b: rmsnorm_eps.a._y",
         "rmsnorm_eps.sub.b: rmsnorm_eps.sub.c._w",
     ]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported_test_modules(root: Path = TESTS) -> list[str]:
+    """``importer: imported`` for every test module (``test_*.py``) another module under
+    ``root`` imports: shared helpers belong in ``tests/helpers.py`` (or a helper module), so a
+    test module runs, and is collected, on its own."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.rpartition(".")[2].startswith("test_"):
+                    found.append(f"{path.relative_to(root)}: {name}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert imported_test_modules() == []
+
+
+def test_the_test_import_check_sees_each_spelling(tmp_path: Path) -> None:
+    (tmp_path / "unit").mkdir()
+    (tmp_path / "test_a.py").write_text("from tests.test_b import x\nimport helpers\n")
+    (tmp_path / "unit" / "test_c.py").write_text("def f():\n    import test_d\n")
+    (tmp_path / "helpers.py").write_text("from tests.unit.test_e import y\n")
+    assert imported_test_modules(tmp_path) == [
+        "helpers.py: tests.unit.test_e",
+        "test_a.py: tests.test_b",
+        "unit/test_c.py: test_d",
+    ]

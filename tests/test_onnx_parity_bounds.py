@@ -88,7 +88,7 @@ def test_a_loop_or_constant_of_shape_in_a_norm_is_not_run(tmp_path: Path, cli: A
     for make, op in ((_loop_bomb, "Loop"), (_constant_of_shape_bomb, "ConstantOfShape")):
         path = make(tmp_path / f"{op}.onnx")
         started = time.monotonic()
-        res = cli("parity", "--onnx", str(path))
+        res = cli("parity", "onnx", str(path))
         assert time.monotonic() - started < 60
         assert res.exit_code == 1
         assert f"skipped {NAME}: the norm's subgraph holds a {op} node (not run" in res.stdout
@@ -126,7 +126,7 @@ def test_onnxruntime_logs_never_reach_stderr_raw(
 ) -> None:
     hostile = "::warning title=x::pwn\x1b[31m"
     path = _failing_at_run(tmp_path / "m.onnx", hostile)
-    res = cli("parity", "--onnx", str(path))
+    res = cli("parity", "onnx", str(path))
     seen = capfd.readouterr()
     assert res.exit_code == 1 and f"skipped {NAME}: onnxruntime: " in res.stdout
     for text in (res.stdout, res.stderr, seen.out, seen.err):
@@ -137,12 +137,12 @@ def test_optimized_out_refusals(tmp_path: Path, cli: Any) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(fx.hand_model(), str(path))
     missing = tmp_path / "no-such-folder" / "opt.onnx"
-    res = cli("parity", "--onnx", str(path), "--optimized-out", str(missing))
+    res = cli("parity", "onnx", str(path), "--optimized-out", str(missing))
     assert res.exit_code == 2
     assert f"its folder {missing.parent} does not exist" in res.stderr
     assert "SystemError" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     before = path.read_bytes()
-    res = cli("parity", "--onnx", str(path), "--optimized-out", str(path))
+    res = cli("parity", "onnx", str(path), "--optimized-out", str(path))
     assert res.exit_code == 2 and path.read_bytes() == before
     # every tensor in external data: refused before onnxruntime could open the data file
     ext = tmp_path / "ext" / "m.onnx"
@@ -152,7 +152,7 @@ def test_optimized_out_refusals(tmp_path: Path, cli: Any) -> None:
     data = ext.parent / "m.data"
     data.write_bytes(b"")  # emptied: a run that opened it would fail differently
     for out in (tmp_path / "opt.onnx", data):
-        res = cli("parity", "--onnx", str(ext), "--optimized-out", str(out))
+        res = cli("parity", "onnx", str(ext), "--optimized-out", str(out))
         assert res.exit_code == 2, res.stdout
         assert "external data files" in res.stderr and "never opened" in res.stderr
         assert data.read_bytes() == b"" and not (tmp_path / "opt.onnx").exists()
@@ -162,7 +162,7 @@ def test_optimized_out_is_written_whole(tmp_path: Path, cli: Any) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(fx.hand_model(), str(path))
     out = tmp_path / "opt.onnx"
-    res = cli("parity", "--onnx", str(path), "--optimized-out", str(out), "--format", "json")
+    res = cli("parity", "onnx", str(path), "--optimized-out", str(out), "--format", "json")
     assert res.exit_code == 0, res.stdout
     assert json.loads(res.stdout)["optimized_out"] == str(out)
     assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["SimplifiedLayerNormalization"]

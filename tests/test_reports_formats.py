@@ -288,7 +288,7 @@ def test_sarif_schema_rejects_a_broken_log(example: RatioReport) -> None:
 
 # ----------------------------------------------------------------------------- json schema
 #: Reported commands without a JSON Schema (the schema table is the files in rmsnorm_eps/data).
-NO_SCHEMA = {"probe", "config show", "defaults", "capture", "parity onnx"}
+NO_SCHEMA = {"probe", "config show", "defaults", "capture"}
 
 
 def test_json_schema_is_shipped_and_exact(example: RatioReport) -> None:

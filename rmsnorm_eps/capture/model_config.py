@@ -110,16 +110,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def check_model_config(directory: Path) -> None:
+def check_model_config(directory: Path) -> WeightsPresent | None:
     """Refuse, with one line naming the file and key, a ``config.json`` in ``directory`` whose
     sizes (:data:`SIZE_KEYS`, at any depth up to 4) are not integers >= 1 (a per-layer list:
     each one), whose eps values (:data:`EPS_KEYS`) are not finite numbers > 0, or that repeats
     a key; and one whose sizes are out of proportion with the weights present
-    (:func:`check_sizes`). A directory without config.json (a GGUF model) is left to the
+    (:func:`check_sizes`). Returns the weights present (:func:`weights_present`; None without
+    a safetensors checkpoint). A directory without config.json (a GGUF model) is left to the
     loader."""
     path = directory / "config.json"
     if not path.is_file():
-        return
+        return None
     try:
         with open(path, "rb") as fh:
             data = fh.read(_MAX_BYTES + 1)
@@ -133,7 +134,9 @@ def check_model_config(directory: Path) -> None:
         raise InputFileError(path, f"not a JSON model config ({exc})") from None
     sizes: list[tuple[str, str, int]] = []
     _check(path, doc, "", 0, sizes)
-    check_sizes(path, sizes, weights_present(directory))
+    present = weights_present(directory)
+    check_sizes(path, sizes, present)
+    return present
 
 
 def check_sizes(

@@ -95,7 +95,7 @@ class SkippedNorm:
 
 @dataclass(frozen=True)
 class OnnxParityReport:
-    """``parity --onnx``: every measured norm, and the norms that could not be measured."""
+    """``parity onnx``: every measured norm, and the norms that could not be measured."""
 
     command: ClassVar[str] = "parity onnx"  # names its reporter (rmsnorm_eps.reports)
 

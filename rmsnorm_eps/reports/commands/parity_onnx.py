@@ -1,4 +1,4 @@
-"""``parity --onnx`` reports: each norm of an ONNX graph, its stored eps, the configured eps
+"""``parity onnx`` reports: each norm of an ONNX graph, its stored eps, the configured eps
 (``--config``) and the effective eps and placement onnxruntime runs with (measured on the
 probes): the document, the text (one block of lines per norm), and one check per norm for the
 CI formats (a norm whose effective eps differs from the stored or configured one beyond the
@@ -106,7 +106,7 @@ class OnnxParityReporter(
     DocumentRole["OnnxParityReport"],
     ChecksRole["OnnxParityReport"],
 ):
-    """``parity --onnx``: every format."""
+    """``parity onnx``: every format."""
 
     def text(self, result: OnnxParityReport) -> str:
         from rmsnorm_eps.escape import no_ci_command
@@ -164,7 +164,7 @@ class OnnxParityReporter(
         )
         return CheckReport(
             command="parity-onnx",
-            title=f"rmsnorm-eps parity --onnx: {result.path}",
+            title=f"rmsnorm-eps parity onnx: {result.path}",
             source=result.path,
             subject="norm",
             rules=(_RULE, _MEASURED),
