@@ -6,6 +6,8 @@ walking through Cast nodes, the gain of a scale tensor and the module a norm cam
 from __future__ import annotations
 
 import math
+from collections import ChainMap
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,27 +73,30 @@ class _Graph:
     """Lookups of one graph: producers, consumers, constants (outer scopes included)."""
 
     label: str
-    producer: dict[str, Any] = field(default_factory=dict)
+    producer: MutableMapping[str, Any] = field(default_factory=dict)
     consumers: dict[str, list[Any]] = field(default_factory=dict)
-    initializers: dict[str, Any] = field(default_factory=dict)
-    value_types: dict[str, int] = field(default_factory=dict)
+    initializers: MutableMapping[str, Any] = field(default_factory=dict)
+    value_types: MutableMapping[str, int] = field(default_factory=dict)
     #: The model's folder (external data of small constants is read from there).
     base: Path | None = None
     #: The names of the graph's inputs (outer scopes included): a weight may be one.
-    graph_inputs: set[str] = field(default_factory=set)
+    graph_inputs: MutableMapping[str, bool] = field(default_factory=dict)
 
 
 def _index(graph: Any, label: str, outer: _Graph | None, base: Path | None = None) -> _Graph:
+    """The lookups of ``graph``; a subgraph's chain onto its outer graph's (never copied: a
+    graph of many subgraphs costs each one its own names only)."""
     g = _Graph(label, base=base if outer is None else outer.base)
     if outer is not None:
-        g.initializers.update(outer.initializers)
-        g.producer.update(outer.producer)
-        g.value_types.update(outer.value_types)
-        g.graph_inputs.update(outer.graph_inputs)
+        g.initializers = ChainMap({}, outer.initializers)
+        g.producer = ChainMap({}, outer.producer)
+        g.value_types = ChainMap({}, outer.value_types)
+        g.graph_inputs = ChainMap({}, outer.graph_inputs)
     is_function = not hasattr(graph, "initializer")  # a FunctionProto: names only
     for t in () if is_function else graph.initializer:
         g.initializers[t.name] = t
-    g.graph_inputs.update(graph.input if is_function else (vi.name for vi in graph.input))
+    for name in graph.input if is_function else (vi.name for vi in graph.input):
+        g.graph_inputs[name] = True
     infos = () if is_function else (*graph.input, *graph.value_info, *graph.output)
     for vi in infos:
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
