@@ -223,7 +223,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
     variant from its first changeable layer, compared on the device."""
     import torch
 
-    from rmsnorm_eps.sensitivity.metrics import Accumulator, nll_sums
+    from rmsnorm_eps.sensitivity.metrics import Accumulator, Base, nll_sums
     from rmsnorm_eps.sensitivity.swap import applied
 
     everyone = [(n.module, n.record) for n in plan.norms]
@@ -246,7 +246,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                 if base is not None:
                     stack.enter_context(applied(members[0].change, "base", everyone))
                 base_logits = logits_of(plan, ids, mask)
-            base_lp = torch.log_softmax(base_logits.double(), dim=-1)
+            prepared = Base(base_logits, ids, mask)
             if base is None and base_acc is not None:
                 nll, n = nll_sums(base_logits, ids, mask)
                 base_acc[0] += nll
@@ -260,7 +260,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     stack.enter_context(applied(v.change, "to", v.targets))
                     stack.enter_context(reusing(plan.layers, cached, v.skip))
                     new = logits_of(plan, ids, mask)
-                v.acc.add(base_logits, new, ids, mask, base_lp)
+                v.acc.add_prepared(prepared, new)
 
 
 def reduced(values: list[float], device: Any, op: str = "SUM") -> list[float]:
