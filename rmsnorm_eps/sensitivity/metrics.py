@@ -44,8 +44,9 @@ __all__ = ["Accumulator", "Base", "nll_sums"]
 # slots of the float64 sum vector
 _KL0, _KL1, _N0, _N1, _TOP0, _TOP1, _NUM, _DEN, _NLL, _NNLL = range(10)
 
-#: float64 elements per chunk of the vocabulary walk (tokens x columns): 2 MiB, cache-sized
-CHUNK_ELEMENTS = 1 << 18
+#: float64 elements per chunk of the vocabulary walk (tokens x columns): 512 KiB, so a chunk
+#: and its temporaries stay in a 2 MiB L2 cache
+CHUNK_ELEMENTS = 1 << 16
 
 
 def nll_sums(logits: Any, ids: Any, mask: Any) -> tuple[Any, Any]:
@@ -64,8 +65,8 @@ def nll_sums(logits: Any, ids: Any, mask: Any) -> tuple[Any, Any]:
 
 class Base:
     """One batch's base logits, prepared once for every variant compared with them: the real
-    tokens' logits [N, V] and p = softmax (float64: 16 bytes per logit), P, lse(z), argmax, the position
-    class of each token, its next real token and each text's last real token."""
+    tokens' logits [N, V] and p = softmax (float64: 16 bytes per logit), P, lse(z), argmax,
+    the position class of each token, its next real token and each text's last real token."""
 
     def __init__(self, logits: Any, ids: Any, mask: Any, chunk: int | None = None) -> None:
         import torch

@@ -15,6 +15,7 @@ the base and p' of the changed model (log_softmax in float64):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,9 +26,11 @@ __all__ = [
     "NormInfo",
     "NormRow",
     "PassCount",
+    "ScreenCheck",
     "SensitivityGate",
     "SensitivityResult",
     "Suggestion",
+    "Timing",
     "evaluate_gate",
 ]
 
@@ -91,6 +94,8 @@ class NormRow:
     share: float | None
     min_q_over_eps: float | None
     metrics: Metrics | None
+    #: an estimated row not shown to rank below the exact ones (:class:`ScreenCheck`)
+    uncertain: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,33 @@ class PassCount:
     naive: float
     layers: int
     batches: int
+    timing: Timing | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The cost in forward-pass times, from timing this process: ``pass_seconds`` one base
+    forward pass of the texts (every batch); ``layers`` the decoder-layer evaluations run
+    (counted, as passes) times the layers' share of a pass, ``head`` the runs of the rest of
+    the model times the head's share (the output head's calls timed), ``metric`` and
+    ``screen`` (the draws, backward passes and products of ``--exact-top``) their timed
+    seconds / pass_seconds; ``total`` their sum; ``measured`` the whole run's wall time
+    (``seconds``) / pass_seconds. Not deterministic: a property of the machine."""
+
+    pass_seconds: float
+    seconds: float
+    layers: float
+    head: float
+    metric: float
+    screen: float
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.head + self.metric + self.screen
+
+    @property
+    def measured(self) -> float:
+        return self.seconds / self.pass_seconds if self.pass_seconds > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -132,6 +164,30 @@ class ChangeResult:
     all: Metrics
     per_norm: tuple[NormRow, ...]
     per_role: tuple[NormRow, ...]
+    #: how sure the screened ranking is (``--exact-top``), else None
+    screen: ScreenCheck | None = None
+
+
+#: standard errors of the screening estimate in :class:`ScreenCheck`'s margin
+SCREEN_Z = 3.0
+
+
+@dataclass(frozen=True)
+class ScreenCheck:
+    """Whether the rows beyond the exact ones are known to rank below them. ``asked`` K;
+    ``exact`` the rows measured exactly (K, plus the extension); ``kth_kl`` the K-th largest
+    exact KL; ``ratio`` the largest exact KL / estimate among the exact rows of KL >= a
+    tenth of kth_kl (at least 1: the second-order estimate's own error, seen). An estimated
+    row is clearly below when (estimate + SCREEN_Z standard errors of its draws) * ratio <
+    kth_kl. ``sure``: every estimated row is; else the rows not shown to be
+    (``NormRow.uncertain``) may rank wrong (the extension stops at ``limit`` exact rows)."""
+
+    asked: int
+    exact: int
+    kth_kl: float | None
+    ratio: float
+    sure: bool
+    limit: int
 
 
 @dataclass(frozen=True)

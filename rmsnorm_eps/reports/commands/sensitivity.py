@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from rmsnorm_eps.sensitivity.result import (
         Metrics,
         NormRow,
+        PassCount,
+        ScreenCheck,
         SensitivityResult,
     )
 
@@ -57,9 +59,26 @@ def _row(r: NormRow) -> dict[str, Any]:
         "name": r.name,
         "role": r.role,
         "estimated": r.estimated,
+        "uncertain": r.uncertain,
         **nums,
         "share": jnum(r.share),
         "min_q_over_eps": jnum(r.min_q_over_eps),
+    }
+
+
+def _screen_doc(check: ScreenCheck | None) -> dict[str, Any] | None:
+    from rmsnorm_eps.sensitivity.result import SCREEN_Z
+
+    if check is None:
+        return None
+    return {
+        "asked": check.asked,
+        "exact": check.exact,
+        "kth_kl": jnum(check.kth_kl),
+        "ratio": jnum(check.ratio),
+        "z": SCREEN_Z,
+        "sure": check.sure,
+        "limit": check.limit,
     }
 
 
@@ -103,11 +122,48 @@ def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
         if r.metrics is not None:
             cells = _cells(r.metrics)
         else:
-            cells = [f"~{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
+            mark = "?~" if r.uncertain else "~"
+            cells = [f"{mark}{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
         role = [] if label == "role" else [r.role]
         body.append([_e(r.name), *role, *cells, _pct(r.share), _g(r.min_q_over_eps, 4)])
     heads = [label] if label == "role" else [label, "role"]
     return _table([*heads, *_HEADS, "share", "min q/eps"], body)
+
+
+def _screen_lines(check: ScreenCheck | None, uncertain: int) -> list[str]:
+    """How sure the screened ranking is (``--exact-top``)."""
+    from rmsnorm_eps.sensitivity.result import SCREEN_Z
+
+    if check is None:
+        return []
+    more = check.exact - check.asked
+    head = f"exact: the {check.asked} largest estimates" + (f" + {more} more" if more else "")
+    kth = _g(check.kth_kl, 4)
+    margin = f"(estimate + {_g(SCREEN_Z)} s.e.) x {check.ratio:.3g}"
+    if check.sure:
+        return [f"{head}; every ~ row is below the #{check.asked} exact KL {kth}: {margin}"]
+    return [
+        f"{head}; {uncertain} row(s) marked ?~ are not shown below the #{check.asked} exact KL "
+        f"{kth} by {margin} within {check.limit} exact rows: their ranking may be wrong"
+    ]
+
+
+def _cost_lines(p: PassCount) -> list[str]:
+    """The cost: timed forward-pass times by part, the run's measured time, the counts."""
+    counted = (
+        f"{p.forward:.4g} forward + {p.backward:.4g} backward passes = "
+        f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)"
+    )
+    t = p.timing
+    if t is None:
+        return [f"cost: {counted}"]
+    return [
+        f"cost: {t.total:.3g} forward-pass times: layers {t.layers:.3g}, head {t.head:.3g}, "
+        f"metric {t.metric:.3g}, screening {t.screen:.3g}",
+        f"  measured: {t.measured:.3g} forward-pass times ({t.seconds:.3g} s; one forward pass "
+        f"of the texts {t.pass_seconds:.3g} s)",
+        f"  counted: {counted}",
+    ]
 
 
 # ----------------------------------------------------------------------------- checks
@@ -154,6 +210,7 @@ class SensitivityReporter(
                 est = sum(1 for r in c.per_norm if r.estimated)
                 note = f" ({est} estimated, marked ~)" if est else ""
                 lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
+                lines += _screen_lines(c.screen, sum(1 for r in c.per_norm if r.uncertain))
                 lines += _rows_table("norm", c.per_norm)
             if c.per_role:
                 lines += ["", f"{_e(c.change.label)}: each role alone"]
@@ -165,11 +222,7 @@ class SensitivityReporter(
                 for s in result.suggestions
             ]
             lines += _table(["group", "configured", "smallest", "largest"], srows)
-        lines += [
-            "",
-            f"cost: {p.forward:.4g} forward + {p.backward:.4g} backward passes = "
-            f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)",
-        ]
+        lines += ["", *_cost_lines(p)]
         if gate is not None:
             lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
         from rmsnorm_eps.escape import no_ci_command
@@ -199,6 +252,18 @@ class SensitivityReporter(
                     "layers": p.layers,
                     "batches": p.batches,
                     "screen_samples": result.screen_samples,
+                    "timing": None
+                    if p.timing is None
+                    else {
+                        "pass_seconds": p.timing.pass_seconds,
+                        "seconds": p.timing.seconds,
+                        "layers": p.timing.layers,
+                        "head": p.timing.head,
+                        "metric": p.timing.metric,
+                        "screen": p.timing.screen,
+                        "total": p.timing.total,
+                        "measured": jnum(p.timing.measured),
+                    },
                 },
                 "norms": [
                     {
@@ -229,6 +294,7 @@ class SensitivityReporter(
                         "attribute": c.change.attribute,
                         **_metrics(c.all),
                         "per_norm": [_row(r) for r in c.per_norm],
+                        "screen": _screen_doc(c.screen),
                         "per_role": [_row(r) for r in c.per_role],
                     }
                     for c in result.changes
