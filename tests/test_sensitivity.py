@@ -438,3 +438,36 @@ def test_a_spec_never_replaces_a_norm_it_cannot_write(variant: dict[str, object]
     with pytest.raises(CaptureError, match=re.escape(why)), replace_forward(module, record, spec):
         pass
     assert "forward" not in module.__dict__  # nothing was replaced
+
+
+def test_without_torch_the_sensitivity_extra_is_named(
+    cli: Callable[..., Any], tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find(name: str, *args: Any) -> Any:
+        return None if name == "torch" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find)
+    r = _run(cli, tiny_dir, "--eps", "1e-3")
+    assert r.exit_code == 2
+    assert "sensitivity needs the 'torch' package: install the [torch] extra" in r.stderr
+    assert "capture needs" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_from_to_shows_the_from_specs_base_perplexity(loaded: Any) -> None:
+    """The --from base is every norm under the SPEC: at the model's own eps (1e-6) and
+    formula, its perplexity is the model's as loaded (to float32 rounding), and says so."""
+    from rmsnorm_eps.reports import render
+    from rmsnorm_eps.reports.options import RenderOptions
+
+    as_is = measure(loaded, TEXTS, [Change("eps=0.001", None, "eps=0.001", True)])
+    spec = measure(loaded, TEXTS, [Change("a -> b", "eps=1e-6", "eps=1e-3", False)])
+    assert as_is.perplexity_base_from is None and spec.perplexity_base_from == "eps=1e-6"
+    assert as_is.perplexity_base is not None and spec.perplexity_base is not None
+    assert spec.perplexity_base == pytest.approx(as_is.perplexity_base, rel=1e-5)
+    line = render(spec, "text", RenderOptions()).splitlines()[1]
+    assert line.startswith("base perplexity ") and line.endswith(" (--from eps=1e-6)")
+    assert "-" not in line.split()[2]

@@ -159,6 +159,7 @@ def sensitivity(
         raise usage_error("--exact-top applies to --per-norm")
     if suggest and max_kl is None:
         raise usage_error("--suggest needs --max-kl (the KL a suggested eps must keep)")
+    _require_torch()
     texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
     where = resolve_device(rank_device(device))
     rank, world = init_from_env(where)
@@ -228,6 +229,17 @@ def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None
     if not changes:
         raise usage_error("give the change: --eps VALUE (repeatable) or --from SPEC --to SPEC")
     return changes
+
+
+def _require_torch() -> None:
+    """sensitivity runs the model: without torch or transformers, name the extra."""
+    import importlib.util
+
+    from rmsnorm_eps.errors import MissingExtraError
+
+    for package in ("torch", "transformers"):
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(package, "torch", "sensitivity")
 
 
 def _debug(p: Any) -> None:

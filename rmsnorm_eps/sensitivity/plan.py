@@ -309,7 +309,9 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     base_logits = logits_of(plan, ids, mask)
             with timed(plan, "metric"):
                 prepared = Base(base_logits, ids, mask)
-            if base is None and base_acc is not None:
+            # the base's perplexity: the model as it is when a change is made from it, else
+            # the --from SPEC's
+            if base_acc is not None and base == next(iter(sorted(groups, key=_as_is_first))):
                 nll, n = nll_sums(base_logits, ids, mask)
                 base_acc[0] += nll
                 base_acc[1] += n
@@ -324,6 +326,10 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     new = logits_of(plan, ids, mask)
                 with timed(plan, "metric"):
                     v.acc.add_prepared(prepared, new)
+
+
+def _as_is_first(base: str | None) -> tuple[bool, str]:
+    return (base is not None, base or "")
 
 
 def reduced(values: list[float], device: Any, op: str = "SUM") -> list[float]:

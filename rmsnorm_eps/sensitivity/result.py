@@ -32,6 +32,7 @@ __all__ = [
     "Suggestion",
     "Timing",
     "evaluate_gate",
+    "failing",
 ]
 
 
@@ -210,6 +211,8 @@ class SensitivityResult:
     ranks: int = 1
     #: ``--max-kl``/``--min-top1`` evaluated (:func:`evaluate_gate`), or None without a gate
     gate: SensitivityGate | None = None
+    #: the --from SPEC whose perplexity ``perplexity_base`` is (None: the model as loaded)
+    perplexity_base_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,22 @@ def top1_fails(m: Metrics, min_top1: float | None) -> bool:
     return any(v is not None and not v >= min_top1 for v in vals)
 
 
+def failing(m: Metrics, max_kl: float | None, min_top1: float | None) -> list[str]:
+    """Each failing criterion of ``m``, with its position class and value: ``KL at positions
+    >= 1 0.0073 > --max-kl 0.001``, ``top-1 at position 0 0.5 < --min-top1 0.9``."""
+    out = []
+    classes = (
+        ("positions >= 1", m.kl, m.top1_agreement),
+        ("position 0", m.kl_first, m.top1_agreement_first),
+    )
+    for where, kl, top1 in classes:
+        if max_kl is not None and kl is not None and not kl <= max_kl:
+            out.append(f"KL at {where} {kl:.4g} > --max-kl {max_kl:g}")
+        if min_top1 is not None and top1 is not None and not top1 >= min_top1:
+            out.append(f"top-1 at {where} {top1:.4g} < --min-top1 {min_top1:g}")
+    return out
+
+
 def evaluate_gate(
     result: SensitivityResult, max_kl: float | None, min_top1: float | None
 ) -> SensitivityGate:
@@ -251,7 +270,12 @@ def evaluate_gate(
     if max_kl is None and min_top1 is None:
         reason = "no gate (give --max-kl or --min-top1)"
     elif failures:
-        reason = f"{len(failures)} of {len(result.changes)} change(s) exceed the gate"
+        why = "; ".join(
+            f"{c.change.label}: {', '.join(failing(c.all, max_kl, min_top1))}"
+            for c in result.changes
+            if c.change.label in failures
+        )
+        reason = f"{len(failures)} of {len(result.changes)} change(s) exceed the gate: {why}"
     else:
         reason = f"{len(result.changes)} change(s) within the gate"
     return SensitivityGate(max_kl, min_top1, not failures, failures, reason)

@@ -356,7 +356,7 @@ def measure(
         checks, uncertain = _extend(plan, infos, changes, o, variants, (estimates, errors))
     exact = {v.key: v.acc.metrics() for v in variants}
     nll, n_nll = reduced([float(base_acc[0]), float(base_acc[1])], plan.device)
-    # a --from SPEC's base is not the model as it is
+    # a --from SPEC's base is not the model as it is: its perplexity is the SPEC's
     as_is = any(c.attribute for c in changes)
     by_role = _by_role(infos)
     names = [(i.name, i.role, i.min_q_over_eps) for i in infos]
@@ -382,7 +382,8 @@ def measure(
         tokens_first=results[0].all.tokens_first if results else 0,
         norms=infos,
         changes=results,
-        perplexity_base=math.exp(nll / n_nll) if n_nll and as_is else None,
+        perplexity_base=math.exp(nll / n_nll) if n_nll else None,
+        perplexity_base_from=None if as_is or not changes else changes[0].base,
         passes=passes,
         suggestions=tuple(
             _suggest(group, eps0, exact, o.suggest_max_kl, o.suggest_min_top1)

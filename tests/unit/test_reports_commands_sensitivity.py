@@ -103,8 +103,9 @@ def test_top1_gate_either_position_class() -> None:
     assert [c.passed for c in report.checks if c.rule == "sensitivity/top1"] == [True, True]
     strict = SensitivityReporter().checks(_result((None, 0.996)))
     assert [c.name for c in strict.failed] == ["eps=1e-4"]  # 0.995 < 0.996
-    assert strict.verdict == "1 of 2 change(s) exceed the gate"
-    assert dict(strict.facts)["verdict"] == "FAIL: 1 of 2 change(s) exceed the gate"
+    why = "eps=1e-4: top-1 at positions >= 1 0.995 < --min-top1 0.996"
+    assert strict.verdict == f"1 of 2 change(s) exceed the gate: {why}"
+    assert dict(strict.facts)["verdict"] == f"FAIL: 1 of 2 change(s) exceed the gate: {why}"
 
 
 def test_document_is_valid_and_keeps_values_exact() -> None:
@@ -158,4 +159,7 @@ def test_text_tables_estimates_and_escapes() -> None:
     assert "model.layers.0.norm\\x1b[2J\\x0a\\x3a:error\\x3a:x \\x23#[group]" in out
     assert "\x1b" not in out and "##[" not in out
     assert lines[-2].startswith("cost: 5 forward + 1 backward passes = 7 forward-equivalent")
-    assert lines[-1] == "FAIL: 1 of 2 change(s) exceed the gate"
+    assert lines[-1] == (
+        "FAIL: 1 of 2 change(s) exceed the gate: eps=1e-4: KL at positions >= 1 0.01235 > "
+        "--max-kl 0.01, KL at position 0 0.02 > --max-kl 0.01"
+    )

@@ -199,7 +199,12 @@ class SensitivityReporter(
         lines = [
             f"{_e(result.model)}: {len(result.norms)} norm(s), {result.texts} text(s), "
             f"{result.tokens} tokens ({result.tokens_first} at position 0)",
-            f"base perplexity {_g(result.perplexity_base, 6)}",
+            f"base perplexity {_g(result.perplexity_base, 6)}"
+            + (
+                ""
+                if result.perplexity_base_from is None
+                else f" (--from {_e(result.perplexity_base_from)})"
+            ),
             "KL = mean next-token KL(base || new), nats; top-1 = argmax agreement",
             "",
         ]
@@ -244,6 +249,7 @@ class SensitivityReporter(
                 "tokens_first": result.tokens_first,
                 "ranks": result.ranks,
                 "perplexity_base": jnum(result.perplexity_base),
+                "perplexity_base_from": result.perplexity_base_from,
                 "passes": {
                     "forward": p.forward,
                     "backward": p.backward,
