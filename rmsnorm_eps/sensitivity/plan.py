@@ -82,6 +82,8 @@ class Counter:
     backward: int = 0
     heads: int = 0
     head_calls: int = 0
+    #: base passes timed in ``seconds["base"]`` (one per batch, base and round)
+    base_passes: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -307,6 +309,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     stack.enter_context(applied(members[0].change, "base", everyone))
                 with timed(plan, "base"):
                     base_logits = logits_of(plan, ids, mask)
+                plan.count.base_passes += 1
             with timed(plan, "metric"):
                 prepared = Base(base_logits, ids, mask)
             # the base's perplexity: the model as it is when a change is made from it, else

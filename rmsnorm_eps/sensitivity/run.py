@@ -263,20 +263,18 @@ def _passes(
     bases = 1 + len({c.base for c in changes if not c.attribute})
     rows = len(plan.norms) * o.per_norm + roles * o.per_role
     naive = float(bases + len(changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
-    timing = _timing(plan, changes, bool(sweep), seconds)
+    timing = _timing(plan, seconds)
     count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]), timing)
     return count, int(sums[3])
 
 
-def _timing(plan: Plan, changes: Sequence[Change], sweep: bool, seconds: float) -> Timing | None:
+def _timing(plan: Plan, seconds: float) -> Timing | None:
     """This process's cost in forward-pass times (see :class:`Timing`); None when no base
     pass was timed."""
     c = plan.count
-    groups = len(
-        {None if ch.attribute else ch.base for ch in changes} | ({None} if sweep else set())
-    )
     batches = max(len(plan.batches), 1)
-    t_pass = c.seconds.get("base", 0.0) / max(groups, 1)
+    # a forward pass of the texts: the mean base pass of a batch, times the batches
+    t_pass = c.seconds.get("base", 0.0) / c.base_passes * batches if c.base_passes else 0.0
     if t_pass <= 0:
         return None
     t_head = c.seconds.get("head", 0.0) / c.head_calls * batches if c.head_calls else 0.0
