@@ -111,6 +111,10 @@ class Suggestion:
     largest: float | None
     smallest: float | None
     points: tuple[tuple[float, float | None, float | None], ...]
+    #: no point up to the sweep's end failed: the limit is beyond the sweep (``largest`` is
+    #: the sweep's edge, not a limit found); ``smallest_beyond`` the same downwards
+    largest_beyond: bool = False
+    smallest_beyond: bool = False
 
 
 @dataclass(frozen=True)

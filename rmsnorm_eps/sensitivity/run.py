@@ -451,19 +451,24 @@ def _suggest(
     """Walk the sweep up and down from eps0 while every point passes."""
     points = sorted((eps0 * f, exact[(-1, group, repr(eps0 * f))]) for f in SWEEP_FACTORS)
 
-    def reach(way: Iterable[tuple[float, Metrics]]) -> float:
-        """The last eps of ``way`` (walked away from eps0) before the first failing point."""
+    def reach(way: Iterable[tuple[float, Metrics]]) -> tuple[float, bool]:
+        """The last eps of ``way`` (walked away from eps0) before the first failing point,
+        and whether no point failed (the limit lies beyond the sweep)."""
         reached = eps0
         for value, m in way:
             if kl_fails(m, max_kl) or top1_fails(m, min_top1):
-                break
+                return reached, False
             reached = value
-        return reached
+        return reached, True
 
+    largest, up = reach(p for p in points if p[0] > eps0)
+    smallest, down = reach(p for p in reversed(points) if p[0] < eps0)
     return Suggestion(
         group=group,
         eps=eps0,
-        largest=reach(p for p in points if p[0] > eps0),
-        smallest=reach(p for p in reversed(points) if p[0] < eps0),
+        largest=largest,
+        smallest=smallest,
         points=tuple((v, m.kl, m.kl_first) for v, m in points),
+        largest_beyond=up,
+        smallest_beyond=down,
     )

@@ -163,3 +163,21 @@ def test_text_tables_estimates_and_escapes() -> None:
         "FAIL: 1 of 2 change(s) exceed the gate: eps=1e-4: KL at positions >= 1 0.01235 > "
         "--max-kl 0.01, KL at position 0 0.02 > --max-kl 0.01"
     )
+
+
+def test_a_limit_beyond_the_sweep_is_marked_not_found() -> None:
+    found = _result()
+    beyond = dataclasses.replace(
+        found,
+        suggestions=(
+            dataclasses.replace(found.suggestions[0], largest_beyond=True, smallest_beyond=False),
+        ),
+    )
+    text = SensitivityReporter().text(beyond)
+    row = [ln.split() for ln in text.splitlines() if ln.startswith("input ")][-1]
+    assert row == ["input", "1e-05", "1e-07", ">=0.001"]
+    assert "the limit lies beyond the sweep" in text
+    assert "beyond the sweep" not in SensitivityReporter().text(found)
+    doc = SensitivityReporter().document(beyond)
+    assert doc["suggestions"][0]["largest_beyond_sweep"] is True
+    assert doc["suggestions"][0]["smallest_beyond_sweep"] is False

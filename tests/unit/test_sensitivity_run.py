@@ -265,7 +265,12 @@ def test_the_suggestion_walks_until_the_first_failing_point() -> None:
     s = _suggest("model", eps0, exact, 0.01, None)
     # kl <= 0.01 while |log10 f| <= 1: from eps0 / 10 to eps0 * 10
     assert s.largest == pytest.approx(eps0 * 10) and s.smallest == pytest.approx(eps0 / 10)
+    assert not s.largest_beyond and not s.smallest_beyond  # limits found
     assert [p[0] for p in s.points] == sorted(eps0 * f for f in SWEEP_FACTORS)
+    # every point within: the edges of the sweep, marked as beyond it (not limits found)
+    s = _suggest("model", eps0, exact, 10.0, None)
+    assert s.largest == pytest.approx(eps0 * 1e3) and s.largest_beyond
+    assert s.smallest == pytest.approx(eps0 * 1e-3) and s.smallest_beyond
     # a failing top-1 next to eps0 stops the walk there
     exact[(-1, "model", repr(eps0 * SWEEP_FACTORS[6]))] = _m(0.0, top1=0.5)
     s = _suggest("model", eps0, exact, 0.01, 0.9)

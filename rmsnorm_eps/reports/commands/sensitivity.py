@@ -223,10 +223,20 @@ class SensitivityReporter(
         if result.suggestions:
             lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
             srows = [
-                [_e(s.group), _g(s.eps, 4), _g(s.smallest, 4), _g(s.largest, 4)]
+                [
+                    _e(s.group),
+                    _g(s.eps, 4),
+                    ("<=" if s.smallest_beyond else "") + _g(s.smallest, 4),
+                    (">=" if s.largest_beyond else "") + _g(s.largest, 4),
+                ]
                 for s in result.suggestions
             ]
             lines += _table(["group", "configured", "smallest", "largest"], srows)
+            if any(s.largest_beyond or s.smallest_beyond for s in result.suggestions):
+                lines.append(
+                    "<= / >=: no point failed up to the sweep's edge: the limit lies beyond "
+                    "the sweep (the value shown is the edge, not a limit found)"
+                )
         lines += ["", *_cost_lines(p)]
         if gate is not None:
             lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
@@ -311,6 +321,8 @@ class SensitivityReporter(
                         "eps": s.eps,
                         "largest": jnum(s.largest),
                         "smallest": jnum(s.smallest),
+                        "largest_beyond_sweep": s.largest_beyond,
+                        "smallest_beyond_sweep": s.smallest_beyond,
                         "points": [
                             {"eps": e, "kl": jnum(kl), "kl_first": jnum(k0)}
                             for e, kl, k0 in s.points
