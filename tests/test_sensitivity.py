@@ -4,10 +4,12 @@ the gates and the formats."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -471,3 +473,37 @@ def test_from_to_shows_the_from_specs_base_perplexity(loaded: Any) -> None:
     line = render(spec, "text", RenderOptions()).splitlines()[1]
     assert line.startswith("base perplexity ") and line.endswith(" (--from eps=1e-6)")
     assert "-" not in line.split()[2]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_only_and_not_with_quiet(
+    cli: Callable[..., Any], tiny_dir: Path, loaded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmsnorm_eps.cli.sensitivity_cmd import _progress
+
+    # off a terminal (CliRunner's stderr is not one): the report and the summary line only
+    r = _run(cli, tiny_dir, "--eps", "1e-3", "--per-norm")
+    assert r.exit_code == 0
+    assert "ETA" not in r.stderr and "\r" not in r.stderr and "\x1b" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # the library reports (done, planned) after each run, done growing to planned
+    calls: list[tuple[float, float]] = []
+    measure(loaded, TEXTS, [_change()], per_norm=True, progress=lambda d, p: calls.append((d, p)))
+    assert len(calls) >= 1 + 6  # the change in every norm, then each of the 6 norms
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert calls[-1][0] == pytest.approx(calls[-1][1]) and all(d <= p + 1e-9 for d, p in calls)
+    # on a terminal: a bar with passes and ETA on stderr, nothing on stdout; --quiet: none
+    out, err = io.StringIO(), _Tty()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    with _progress(True) as update:
+        assert update is not None
+        update(1.0, 4.0)
+        update(4.0, 4.0)
+    assert out.getvalue() == "" and "passes" in err.getvalue() and "ETA" in err.getvalue()
+    with _progress(False) as update:
+        assert update is None

@@ -166,6 +166,18 @@ class Plan:
     #: index of this rank's first batch in the whole job's batches (the screening's draws
     #: are seeded per batch, so they do not depend on the number of ranks)
     first_batch: int = 0
+    #: called with (passes done, passes planned) after each run (``MeasureOptions.progress``)
+    progress: Callable[[float, float], None] | None = None
+    planned: float = 0.0
+
+    def done(self) -> float:
+        """Forward-equivalent passes of the texts run so far (a backward counts two)."""
+        unit = (len(self.layers) + 1) * max(len(self.batches), 1)
+        return (self.count.forward + 2 * self.count.backward) / unit
+
+    def tick(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done(), max(self.planned, self.done()))
 
 
 def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:
@@ -329,6 +341,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     new = logits_of(plan, ids, mask)
                 with timed(plan, "metric"):
                     v.acc.add_prepared(prepared, new)
+                plan.tick()
 
 
 def _as_is_first(base: str | None) -> tuple[bool, str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -97,6 +97,7 @@ def _plan(loaded: Any, texts: Sequence[str], o: MeasureOptions) -> Plan:
     base, extra = divmod(len(every), o.world)
     first = o.rank * base + min(o.rank, extra)  # shard_batches' contiguous runs
     plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
+    plan.progress = o.progress
     plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
     return plan
 
@@ -187,6 +188,7 @@ def _extend(
             ]
         if not more:
             return checks, left
+        plan.planned = plan.done() + _planned(plan, more)
         run_variants(plan, more, None)
         variants += more
 
@@ -222,6 +224,14 @@ def _variants(
                 ch = Change(f"eps={value:.6g}", None, f"eps={value!r}", True)
                 out.append(variant((-1, group, repr(value)), ch, idx))
     return out, sweep
+
+
+def _planned(plan: Plan, variants: Sequence[Variant]) -> float:
+    """The passes of the texts ``variants`` will run: a base pass per distinct base, and
+    each variant from its first changeable layer."""
+    n = len(plan.layers) + 1
+    bases = {None if v.change.attribute else v.change.base for v in variants}
+    return len(bases) + sum((n - v.skip) / n for v in variants)
 
 
 def _variant(plan: Plan, key: tuple[int, str, str], change: Change, idx: Sequence[int]) -> Variant:
@@ -296,7 +306,7 @@ class MeasureOptions:
     ``exact_top`` K (screen every norm with ``samples`` backward passes seeded by ``seed``,
     measure the K largest exactly), the eps sweep's targets ``suggest_max_kl`` /
     ``suggest_min_top1``, ``max_tokens`` per text, ``batch_size`` texts per forward pass,
-    and this process's ``rank`` among ``world`` (torch.distributed)."""
+    this process's ``rank`` among ``world`` (torch.distributed) and a ``progress`` callback."""
 
     per_norm: bool = False
     per_role: bool = False
@@ -309,6 +319,8 @@ class MeasureOptions:
     seed: int = 0
     rank: int = 0
     world: int = 1
+    #: called with (passes of the texts done, planned) after each run; None: nothing
+    progress: Callable[[float, float], None] | None = None
 
 
 class MeasureFields(TypedDict, total=False):
@@ -325,6 +337,7 @@ class MeasureFields(TypedDict, total=False):
     seed: int
     rank: int
     world: int
+    progress: Callable[[float, float], None] | None
 
 
 def measure(
@@ -349,6 +362,7 @@ def measure(
     with counting(plan), head_timed(plan):
         exact_norms, estimates, errors = _screened(plan, infos, changes, o)
         variants, sweep = _variants(plan, infos, changes, o, exact_norms)
+        plan.planned = plan.done() + _planned(plan, variants)
         base_acc = [torch.zeros((), dtype=torch.float64, device=plan.device) for _ in "nc"]
         run_variants(plan, variants, base_acc)
         checks, uncertain = _extend(plan, infos, changes, o, variants, (estimates, errors))

@@ -94,6 +94,7 @@ def screen(plan: Plan, changes: Sequence[Change], samples: int, seed: int) -> Es
                         allow_unused=True,
                     )
                     plan.count.backward += len(plan.layers) + 1
+                    plan.tick()
                     for j, ci in enumerate(members):
                         batch = int(ids.shape[0])
                         per_draw[ci, :, draw] += _squares(flat, grads, deltas[j], batch, plan)
