@@ -181,3 +181,34 @@ def test_a_limit_beyond_the_sweep_is_marked_not_found() -> None:
     doc = SensitivityReporter().document(beyond)
     assert doc["suggestions"][0]["largest_beyond_sweep"] is True
     assert doc["suggestions"][0]["smallest_beyond_sweep"] is False
+
+
+def test_the_text_fits_80_columns_by_rule_and_is_full_off_a_terminal() -> None:
+    from rmsnorm_eps.reports.options import RenderOptions
+    from rmsnorm_eps.sensitivity.result import ScreenCheck, Timing
+
+    long = "model.language_model.layers.17.self_attn.post_feedforward_layernorm"
+    base = _result((0.001, 0.9))
+    change = base.changes[0]
+    rows = (dataclasses.replace(change.per_norm[0], name=long), *change.per_norm[1:])
+    check = ScreenCheck(10, 15, 2.5e-11, 3.16, True, 20)
+    timing = Timing(0.436, 6.73, 18.3, 2.12, 0.42, 4.07)
+    result = dataclasses.replace(
+        base,
+        changes=(dataclasses.replace(change, per_norm=rows, screen=check), *base.changes[1:]),
+        passes=dataclasses.replace(base.passes, timing=timing),
+    )
+    full = SensitivityReporter().text(result)
+    assert max(len(ln) for ln in full.splitlines()) > 120  # off a terminal: every column
+    assert "NMSE last" in full and long in full and "not shown" not in full
+    narrow = SensitivityReporter(RenderOptions(width=80)).text(result)
+    assert max(len(ln) for ln in narrow.splitlines()) <= 80
+    # dropped by the stated order, and said so; the KL and the name's ends stay
+    heads = [ln for ln in narrow.splitlines() if ln.startswith("norm ")]
+    assert heads and "NMSE last" not in heads[0] and "KL (pos>=1)" in heads[0]
+    assert "(to fit 80 columns, not shown: NMSE last, top-1 pos 0" in narrow
+    assert "post_feedforward_layernorm" in narrow or "…" in narrow
+    assert "0.01235" in narrow and "FAIL: 1 of 2 change(s) exceed the gate" in narrow
+    # the numbers of JSON do not depend on the width
+    wide_doc = SensitivityReporter().document(result)
+    assert SensitivityReporter(RenderOptions(width=80)).document(result) == wide_doc

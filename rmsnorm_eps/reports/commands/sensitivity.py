@@ -87,18 +87,50 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * v:.2f}%"
 
 
-def _table(heads: list[str], rows: list[list[str]]) -> list[str]:
-    """A plain aligned table: the first column left, the others right."""
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)
-    ]
+#: the columns a narrow terminal drops first (then the names are shortened); -f json and a
+#: file or pipe keep every column
+DROP_ORDER = ("NMSE last", "top-1 pos 0", "max |dz|", "ppl", "KL (pos 0)", "share", "role")
+
+
+def _table(heads: list[str], rows: list[list[str]], width: int | None = None) -> list[str]:
+    """A plain aligned table: the first column left, the others right. With ``width`` (a
+    terminal's columns) it fits: columns of :data:`DROP_ORDER` are dropped, in that order,
+    then the first column's names shortened in the middle (to no less than 16 cells), until
+    the lines fit; a line under the table names what was dropped."""
+    from rmsnorm_eps.reports.table import MIN_NAME, ellipsize
+
+    dropped: list[str] = []
+
+    def widths_of(hs: list[str], rs: list[list[str]]) -> list[int]:
+        return [max(len(h), *(len(r[i]) for r in rs)) if rs else len(h) for i, h in enumerate(hs)]
+
+    def total(ws: list[int]) -> int:
+        return sum(ws) + 2 * (len(ws) - 1)
+
+    if width is not None:
+        for name in DROP_ORDER:
+            if total(widths_of(heads, rows)) <= width:
+                break
+            if name in heads[1:]:
+                i = heads.index(name)
+                heads = heads[:i] + heads[i + 1 :]
+                rows = [r[:i] + r[i + 1 :] for r in rows]
+                dropped.append(name)
+        over = total(widths_of(heads, rows)) - width
+        if over > 0 and rows:
+            room = max(MIN_NAME, widths_of(heads, rows)[0] - over)
+            rows = [[ellipsize(r[0], room), *r[1:]] if len(r[0]) > room else r for r in rows]
+    widths = widths_of(heads, rows)
 
     def line(cells: list[str]) -> str:
         out = [cells[0].ljust(widths[0])]
         out += [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join(out).rstrip()
 
-    return [line(heads), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    table = [line(heads), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    if dropped:
+        table.append(f"(to fit {width} columns, not shown: {', '.join(dropped)}; -f json has all)")
+    return table
 
 
 _HEADS = ["KL (pos>=1)", "KL (pos 0)", "top-1", "top-1 pos 0", "max |dz|", "NMSE last", "ppl"]
@@ -116,7 +148,7 @@ def _cells(m: Metrics) -> list[str]:
     ]
 
 
-def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
+def _rows_table(label: str, rows: tuple[NormRow, ...], width: int | None) -> list[str]:
     body = []
     for r in rows:
         if r.metrics is not None:
@@ -127,7 +159,24 @@ def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
         role = [] if label == "role" else [r.role]
         body.append([_e(r.name), *role, *cells, _pct(r.share), _g(r.min_q_over_eps, 4)])
     heads = [label] if label == "role" else [label, "role"]
-    return _table([*heads, *_HEADS, "share", "min q/eps"], body)
+    return _table([*heads, *_HEADS, "share", "min q/eps"], body, width)
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Prose lines longer than ``width`` wrapped (continuations indented two spaces); the
+    tables already fit."""
+    import textwrap
+
+    out: list[str] = []
+    for ln in lines:
+        if len(ln) <= width:
+            out.append(ln)
+            continue
+        lead = ln[: len(ln) - len(ln.lstrip())]
+        out += textwrap.wrap(
+            ln, width, initial_indent="", subsequent_indent=lead + "  ", break_on_hyphens=False
+        ) or [ln]
+    return out
 
 
 def _screen_lines(check: ScreenCheck | None, uncertain: int) -> list[str]:
@@ -209,17 +258,18 @@ class SensitivityReporter(
             "",
         ]
         rows = [[_e(c.change.label), *_cells(c.all)] for c in result.changes]
-        lines += _table(["change in every norm", *_HEADS], rows)
+        width = self.options.width
+        lines += _table(["change in every norm", *_HEADS], rows, width)
         for c in result.changes:
             if c.per_norm:
                 est = sum(1 for r in c.per_norm if r.estimated)
                 note = f" ({est} estimated, marked ~)" if est else ""
                 lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
                 lines += _screen_lines(c.screen, sum(1 for r in c.per_norm if r.uncertain))
-                lines += _rows_table("norm", c.per_norm)
+                lines += _rows_table("norm", c.per_norm, width)
             if c.per_role:
                 lines += ["", f"{_e(c.change.label)}: each role alone"]
-                lines += _rows_table("role", c.per_role)
+                lines += _rows_table("role", c.per_role, width)
         if result.suggestions:
             lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
             srows = [
@@ -231,7 +281,7 @@ class SensitivityReporter(
                 ]
                 for s in result.suggestions
             ]
-            lines += _table(["group", "configured", "smallest", "largest"], srows)
+            lines += _table(["group", "configured", "smallest", "largest"], srows, width)
             if any(s.largest_beyond or s.smallest_beyond for s in result.suggestions):
                 lines.append(
                     "<= / >=: no point failed up to the sweep's edge: the limit lies beyond "
@@ -243,6 +293,8 @@ class SensitivityReporter(
         from rmsnorm_eps.escape import no_ci_command
 
         # module names come from the model's files: no line may read as a CI runner's command
+        if width is not None:
+            lines = _wrapped(lines, width)
         return no_ci_command("\n".join(lines) + "\n")
 
     def document(self, result: SensitivityResult) -> dict[str, object]:
