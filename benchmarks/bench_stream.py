@@ -29,8 +29,8 @@ installed package has it), whatever PYTHONDONTWRITEBYTECODE says here. Printed:
 * start-up: ``python -c 'import numpy'`` vs ``rmsnorm-eps --help`` vs ``bound --delta 0.01``,
   whole processes, interleaved (target: both below import numpy), ``ratio --raw`` on a
   16-row file: the fixed cost every ``ratio`` process pays before it reads, and (with the
-  extra) the same with ``--kernel numba`` on a 16-row float16 file: numba's import and its
-  cached kernels' load.
+  extra) the same with ``--kernel numba`` on a 16-row float16 file: loading the compiled
+  kernels from their IR cache (llvmlite; numba itself is imported only by the first run).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ from rmsnorm_eps import kernel_choice
 from rmsnorm_eps.analysis import analyze_dump
 kind = (sys.argv[4:] or ["numpy"])[0]
 with kernel_choice.using(kind):
-    kernel_choice.sixteen_bit_sums(False)  # numba imported and its kernels loaded before the clock
+    kernel_choice.sixteen_bit_sums(False)  # the compiled kernels loaded before the clock
     dtype = None if (sys.argv[3:] or ["-"])[0] == "-" else sys.argv[3]
     t = time.perf_counter()
     analyze_dump(sys.argv[1], 1e-5, raw=sys.argv[2] == "raw", dtype=dtype)

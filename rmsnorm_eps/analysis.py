@@ -25,8 +25,9 @@ from rmsnorm_eps import numerics
 from rmsnorm_eps.dumps import (
     DumpReading,
     ReadingFields,
+    layer_settings,
+    open_layers,
     read_layers,
-    reuse_shared,
     source_label,
 )
 from rmsnorm_eps.engine import (
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RatioReport",
+    "RatioSettings",
     "analyze_dump",
     "evaluate_gate",
     "ratio_position_split",
@@ -162,6 +164,43 @@ def _eps_from_config(
     return assigned.eps, {**assigned.provenance, **(eps_sources or {})}
 
 
+@dataclass(frozen=True)
+class RatioSettings:
+    """What ``ratio`` takes from a layer's name, resolved once before any layer is read: its
+    eps, what its figures are of (q, or v for a LayerNorm) and where its eps came from."""
+
+    eps: float
+    quantity: Quantity
+    eps_source: str | None = None
+
+
+def _ratio_settings(
+    opened: Opened,
+    how: DumpReading,
+    eps: float | Mapping[str, float] | Callable[[str], float] | None,
+    eps_sources: Mapping[str, str] | None,
+) -> dict[str, RatioSettings]:
+    """Every layer's :class:`RatioSettings`, from ``eps`` (or the config's patterns matched
+    against the names, ``eps`` the fallback) and the norm kinds (config entry, else ``norm``)."""
+    sources = opened.sources
+    layer_eps, provenance = eps, eps_sources
+    if how.config is not None:
+        skipped = tuple(u.name for u in opened.unreadable)
+        layer_eps, provenance = _eps_from_config(
+            how.config, sources, eps, eps_sources, how.allow_unmatched, skipped
+        )
+    if layer_eps is None:
+        raise InvalidParameterError("give eps (or a config)")
+    quantities = layer_settings(opened, how)
+    where = provenance or {}
+    return {
+        src.name: RatioSettings(
+            _layer_eps(layer_eps, src.name), quantities[src.name], where.get(src.name)
+        )
+        for src in sources
+    }
+
+
 def analyze_dump(
     path: str | os.PathLike[str] | Opened,
     eps: float | Mapping[str, float] | Callable[[str], float] | None,
@@ -197,26 +236,10 @@ def analyze_dump(
     how = replace(reading or DumpReading(), **fields)
     n_threads = default_threads() if how.threads is None else how.threads
     d_value, ratio = resolve_bound(delta, min_ratio)
-
-    def prepare(
-        sources: list[ArraySource], skipped: tuple[str, ...]
-    ) -> Callable[[ArraySource, Quantity], LayerResult]:
-        layer_eps, provenance = eps, eps_sources
-        if how.config is not None:
-            layer_eps, provenance = _eps_from_config(
-                how.config, sources, eps, eps_sources, how.allow_unmatched, skipped
-            )
-        if layer_eps is None:
-            raise InvalidParameterError("give eps (or a config)")
-        by_layer = {src.name: _layer_eps(layer_eps, src.name) for src in sources}
-        steps = _Steps(ratio, how, n_threads, provenance)
-        sources_of = provenance or {}
-        return reuse_shared(
-            lambda src, quantity: _analyze_layer(src, by_layer[src.name], steps, quantity),
-            lambda name: (by_layer[name], sources_of.get(name)),
-        )
-
-    read = read_layers(path, how, prepare)
+    opened = open_layers(path, how)
+    settings = _ratio_settings(opened, how, eps, eps_sources)
+    steps = _Steps(ratio, how, n_threads)
+    read = read_layers(opened, how, settings, lambda src, s: _analyze_layer(src, s, steps))
     return RatioReport(
         source=source_label(path),
         raw=how.raw,
@@ -239,15 +262,12 @@ class _Steps:
     ratio: float
     reading: DumpReading
     threads: int
-    eps_sources: Mapping[str, str] | None
 
 
-def _analyze_layer(
-    src: ArraySource, layer_eps: float, steps: _Steps, quantity: Quantity = "q"
-) -> LayerResult:
+def _analyze_layer(src: ArraySource, settings: RatioSettings, steps: _Steps) -> LayerResult:
     """One layer of :func:`analyze_dump`."""
     how, ratio, top_k = steps.reading, steps.ratio, steps.reading.top_k
-    raw, eps_sources = how.raw, steps.eps_sources
+    raw, layer_eps, quantity = how.raw, settings.eps, settings.quantity
     decisions = decisions_for(layer_eps, ratio, top_k) if raw and how.fast else None
     q_shape, order, dim, chunks = iter_q_chunks(
         src, raw, how.chunk_bytes, steps.threads, decisions, quantity
@@ -275,6 +295,6 @@ def _analyze_layer(
             for a, label in zip(split.results(), ("first token", "other tokens"), strict=True)
         )
         result = replace(result, first_token=first, other_tokens=other)
-    if eps_sources is not None:
-        result = replace(result, eps_source=eps_sources.get(src.name))
+    if settings.eps_source is not None:
+        result = replace(result, eps_source=settings.eps_source)
     return result

@@ -1,5 +1,6 @@
-"""The per-layer driver of ``ratio`` and ``compare`` (:func:`read_layers`, with how a dump is
-read: :class:`DumpReading`) and a few entry points to the readers, which live in
+"""The per-layer driver of ``ratio`` and ``compare``: :func:`open_layers` (the names), the
+command's per-layer settings resolved once from the names, then :func:`read_layers` (with how
+a dump is read: :class:`DumpReading`) and a few entry points to the readers, which live in
 :mod:`rmsnorm_eps.sources` (format-neutral: :func:`~rmsnorm_eps.sources.open_sources`,
 :class:`~rmsnorm_eps.sources.interface.ArraySource`, one module per format).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
@@ -29,7 +30,9 @@ __all__ = [
     "DumpReading",
     "LayersRead",
     "ReadingFields",
+    "layer_settings",
     "npy_bytes",
+    "open_layers",
     "read_layers",
     "renamed",
     "reuse_shared",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+#: What a command takes from a layer's name (hashable: :func:`reuse_shared` keys on it).
+S = TypeVar("S", bound=Hashable)
 
 #: The source a report of arrays in memory names (:func:`rmsnorm_eps.check`).
 MEMORY_LABEL = "<memory>"
@@ -113,41 +118,51 @@ class LayersRead(Generic[T]):
     warnings: tuple[InputWarning, ...] = ()
 
 
-def read_layers(
-    path: str | os.PathLike[str] | Opened,
-    reading: DumpReading,
-    prepare: Callable[[list[Any], tuple[str, ...]], Callable[[Any, Quantity], T]],
-) -> LayersRead[T]:
-    """The per-layer driver of ``ratio`` and ``compare``: open the dump as ``reading`` says
-    (``path`` may also be sources already opened: arrays in memory, :func:`rmsnorm_eps.check`),
-    let ``prepare(sources, skipped)`` resolve what depends on the layer names (eps, settings;
-    ``skipped``: the names of the members that could not be opened, which a config's pattern
-    may match: with ``skip_unreadable`` they are listed, not analysed) and return
-    the analysis of one layer, then analyse each layer in order with its quantity (q, or v for
-    a LayerNorm). A layer whose data cannot be read (any :class:`InputFileError`) raises, or
-    with ``skip_unreadable`` is listed in ``skipped`` with its problem: nothing is ever left out
-    silently. ``members_analysed`` counts each analysed layer with its
-    companions. ``warnings``: the layers whose shape suggests the reading answers a different
-    question (:func:`~rmsnorm_eps.sources.intent.shape_warnings`), returned, never printed."""
+def open_layers(path: str | os.PathLike[str] | Opened, reading: DumpReading) -> Opened:
+    """The dump opened as ``reading`` says (``path`` may also be sources already opened:
+    arrays in memory, :func:`rmsnorm_eps.check`). Nothing is read yet: the layer names are
+    known, so each command resolves its per-layer settings from them before
+    :func:`read_layers` reads a byte."""
     reading.check()
     if isinstance(path, Opened):
-        opened = path
-    else:
-        opened = open_sources(
-            path,
-            reading.dtype,
-            lenient=reading.skip_unreadable,
-            column=reading.column,
-            max_layers=reading.max_layers,
-        )
+        return path
+    return open_sources(
+        path,
+        reading.dtype,
+        lenient=reading.skip_unreadable,
+        column=reading.column,
+        max_layers=reading.max_layers,
+    )
+
+
+def layer_settings(opened: Opened, reading: DumpReading) -> dict[str, Quantity]:
+    """The quantity of each layer of ``opened`` (q, or v for a LayerNorm: its config entry's
+    ``norm``, else ``reading.norm``), the part of the per-layer settings both commands share."""
+    return layer_quantities([src.name for src in opened.sources], reading.norm, reading.config)
+
+
+def read_layers(
+    opened: Opened,
+    reading: DumpReading,
+    settings: Mapping[str, S],
+    analyse: Callable[[Any, S], T],
+) -> LayersRead[T]:
+    """The per-layer driver of ``ratio`` and ``compare``: analyse each layer of ``opened``
+    (:func:`open_layers`) in order with its settings, ``settings[name]``, resolved from the
+    names before (eps, quantity, ...: data, hashable). A layer stored under several names
+    with the same settings is analysed once (:func:`reuse_shared`). A layer whose data cannot
+    be read (any :class:`InputFileError`) raises, or with ``skip_unreadable`` is listed in
+    ``skipped`` with its problem: nothing is ever left out silently. ``members_analysed``
+    counts each analysed layer with its companions. ``warnings``: the layers whose shape
+    suggests the reading answers a different question
+    (:func:`~rmsnorm_eps.sources.intent.shape_warnings`), returned, never printed."""
     sources, skipped = opened.sources, list(opened.unreadable)
-    analyse = prepare(sources, tuple(u.name for u in skipped))
-    quantities = layer_quantities([src.name for src in sources], reading.norm, reading.config)
+    run = reuse_shared(analyse)
     layers: list[T] = []
     failed: set[str] = set()
     for src in sources:
         try:
-            layers.append(analyse(src, quantities[src.name]))
+            layers.append(run(src, settings[src.name]))
         except InputFileError as exc:
             if not reading.skip_unreadable:
                 raise
@@ -200,25 +215,22 @@ def renamed(result: T, name: str) -> T:
     return replace(result, **parts)  # type: ignore[type-var]
 
 
-def reuse_shared(
-    analyse: Callable[[Any, Quantity], T], settings: Callable[[str], Hashable]
-) -> Callable[[Any, Quantity], T]:
-    """``analyse`` that runs once per distinct stored data: a layer whose
-    :func:`source_key`, quantity and ``settings(name)`` (its eps and whatever else the
-    analysis takes from the name) equal an earlier layer's gets that layer's result
-    :func:`renamed`. One tensor saved under N names is read and analysed once, not N times:
-    the time follows the file, not the names."""
+def reuse_shared(analyse: Callable[[Any, S], T]) -> Callable[[Any, S], T]:
+    """``analyse`` that runs once per distinct stored data: a layer whose :func:`source_key`
+    and settings equal an earlier layer's gets that layer's result :func:`renamed`. One
+    tensor saved under N names is read and analysed once, not N times: the time follows the
+    file, not the names."""
     done: dict[tuple[Hashable, ...], T] = {}
 
-    def run(src: Any, quantity: Quantity) -> T:
+    def run(src: Any, settings: S) -> T:
         key = source_key(src)
         if key is None:
-            return analyse(src, quantity)
-        full = (key, quantity, settings(src.name))
+            return analyse(src, settings)
+        full = (key, settings)
         hit = done.get(full)
         if hit is not None:
             return renamed(hit, src.name)
-        result = done[full] = analyse(src, quantity)
+        result = done[full] = analyse(src, settings)
         return result
 
     return run

@@ -1,14 +1,15 @@
 """Which kernel sums the squares of 16-bit raw rows on the fast path: numpy (always installed)
-or the compiled kernels of the ``[fast]`` extra (:mod:`rmsnorm_eps.kernels_numba`, numba).
+or the compiled kernels of the ``[fast]`` extra (:mod:`rmsnorm_eps.kernels_numba`, numba,
+loaded by :mod:`rmsnorm_eps.kernels_compiled`).
 
 Both give the same reports: either sum is within :func:`rmsnorm_eps.kernels.fast_error_bound`
 of the exact one, and every q that decides anything or is shown is recomputed exactly
 (:class:`rmsnorm_eps.kernels.Refiner`). They differ in speed: the compiled kernels read
-float16 and bfloat16 at about float32's bytes/s, numpy's at a fraction of it, but importing
-numba and loading its cached kernels costs about 0.5 s per process. So ``auto`` uses them
-only for a dump of at least :data:`AUTO_MIN_BYTES` (per dtype), and numba is imported only
-when a 16-bit chunk reaches the fast path: never for ``--help``, ``bound``, q dumps, float32
-or float64 data.
+float16 and bfloat16 at about float32's bytes/s, numpy's at a fraction of it, but loading them
+costs start-up (about 0.1 s from their cache; the first run, which imports numba and compiles
+them, about 1.5 s). So ``auto`` uses them only for a dump of at least :data:`AUTO_MIN_BYTES`
+(per dtype), and they are loaded only when a 16-bit chunk reaches the fast path: never for
+``--help``, ``bound``, q dumps, float32 or float64 data.
 
 The choice is one setting of the process (:func:`using`), read by
 :func:`rmsnorm_eps.kernels.mean_square_rows_fast`; the default is numpy.
@@ -47,10 +48,11 @@ Kernel = Literal["auto", "numpy", "numba"]
 KERNELS: tuple[Kernel, ...] = ("auto", "numpy", "numba")
 
 #: Dumps from this size (bytes on disk) use the compiled kernels under ``auto``, per 16-bit
-#: dtype: where the time they save exceeds numba's start-up. Measured on the 2-CPU development
+#: dtype: where the time they save exceeds their start-up. Measured on the 2-CPU development
 #: machine (docs/performance.md): the numpy kernels take about 0.26 s (float16) and 0.15 s
-#: (bfloat16) more per GiB than the compiled ones; numba's start-up is about 0.54 s.
-AUTO_MIN_BYTES = {"float16": 2 << 30, "bfloat16": 4 << 30}
+#: (bfloat16) more per GiB than the compiled ones, which cost about 0.08 s to load from their
+#: cache on the idle machine and 0.25 s under a load average of 6.
+AUTO_MIN_BYTES = {"float16": 512 << 20, "bfloat16": 1 << 30}
 
 SumsKernel = Callable[["np.ndarray", bool], "np.ndarray"]
 
@@ -59,6 +61,7 @@ _active: Kernel = "numpy"  # the process's setting (:func:`using`); numpy unless
 _size = 0  # the size of the dump being read, for ``auto``
 _loaded: SumsKernel | None = None
 _failed = False
+_decided: dict[bool, bool] = {}  # wants_numba of the current setting, per dtype (bf16)
 
 
 def installed() -> bool:
@@ -108,18 +111,25 @@ def using(kernel: Kernel, size: int = 0) -> Iterator[None]:
     global _active, _size
     before = _active, _size
     _active, _size = kernel, size
+    _decided.clear()
     try:
         yield
     finally:
         _active, _size = before
+        _decided.clear()
 
 
 def sixteen_bit_sums(bf16: bool) -> SumsKernel | None:
-    """The compiled kernel (``kernels_numba.float32_sums``) when the setting wants it for
+    """The compiled kernel (``kernels_compiled.float32_sums``) when the setting wants it for
     this dtype (:func:`wants_numba`), imported on first use; None otherwise, or when numba
     cannot be loaded (the numpy kernels then serve: same results)."""
     global _loaded, _failed
-    if _failed or not wants_numba(_active, _size, bf16):
+    if _failed:
+        return None
+    wanted = _decided.get(bf16)
+    if wanted is None:  # once per dtype and setting: the look-up for numba is not per chunk
+        wanted = _decided[bf16] = wants_numba(_active, _size, bf16)
+    if not wanted:
         return None
     if _loaded is None:
         with _lock:
@@ -131,7 +141,7 @@ def sixteen_bit_sums(bf16: bool) -> SumsKernel | None:
 
 def _load() -> SumsKernel | None:
     try:
-        from rmsnorm_eps.kernels_numba import float32_sums
+        from rmsnorm_eps.kernels_compiled import float32_sums
     except Exception:  # a broken numba install: the numpy kernels give the same reports
         return None
     return float32_sums

@@ -1,11 +1,12 @@
-"""Compiled float32 sums of squares of float16 and bfloat16 rows: the ``[fast]`` extra (numba).
+"""The float32 sums of squares of float16 and bfloat16 rows, written for numba (the ``[fast]``
+extra) and compiled by it to LLVM IR that :mod:`rmsnorm_eps.kernels_compiled` runs.
 
-Imported only through :mod:`rmsnorm_eps.kernel_choice`, when a 16-bit chunk of a large enough
-dump (or ``ratio --kernel numba``) reaches the fast path: importing numba costs about half a
-second, which only a dump of a gigabyte or more pays back.
+Imported only by :mod:`rmsnorm_eps.kernels_compiled` when its cache holds no IR for this
+machine (the first run, or after an upgrade): numba compiles the two kernels once, and later
+processes load the IR with llvmlite alone, without importing numba (about 0.08 s against 0.5 s).
 
 Each element is widened in registers, ``s = sum(float32(x)**2)`` is accumulated in float32,
-and the row's ``s`` is returned in float64 (not yet divided by d):
+and the row's ``s`` is stored in float64 (not yet divided by d):
 
 * float16: the bits are an IEEE half, extended to float32 with ``fpext`` (F16C's
   ``vcvtph2ps`` on x86): exact, subnormals, inf and NaN included;
@@ -27,16 +28,10 @@ No flag that assumes finite values (``nnan``, ``ninf``) is set, so NaN and inf p
 sum as IEEE arithmetic says. The order chosen may differ from one CPU to another, so a sum's
 last bits may too; no report shows a fast sum: every q that decides or is shown is recomputed
 exactly in float64.
-
-The compiled code is cached on disk (numba's cache: next to this file when that is writable,
-else under the user's cache directory; ``NUMBA_CACHE_DIR`` chooses the directory). Where no
-cache location is writable (a read-only install without a home directory) the kernels are
-compiled in memory each run instead: slower to start, same results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -45,14 +40,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["CACHED", "float32_sums"]
+__all__ = ["FASTMATH", "llvm_ir"]
 
 #: The fastmath flags of the kernels (see the module docstring): reordering and FMA only.
 FASTMATH = frozenset({"reassoc", "contract"})
-
-#: Read-only C-ordered uint16 rows (a mapped file's chunks are read-only; other arrays are
-#: passed as read-only views), float64 output: one compiled version per kernel.
-_SIGNATURE = types.void(types.Array(types.uint16, 2, "C", readonly=True), types.float64[::1])
 
 
 def _half_typing(typingctx: Any, bits: Any) -> Any:
@@ -82,57 +73,43 @@ _half_to_float: Any = intrinsic(_half_typing)
 _bfloat_to_float: Any = intrinsic(_bfloat_typing)
 
 
-def _float16_rows(bits: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    n, d = bits.shape
+def _float16_rows(bits: Any, n: int, d: int, out: Any) -> None:  # pragma: no cover - compiled
     for i in range(n):
-        row = bits[i]
+        base = i * d
         s = np.float32(0.0)
         for j in range(d):
-            v = _half_to_float(row[j])
+            v = _half_to_float(bits[base + j])
             s += v * v
         out[i] = s
 
 
-def _bfloat16_rows(bits: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    n, d = bits.shape
+def _bfloat16_rows(bits: Any, n: int, d: int, out: Any) -> None:  # pragma: no cover - compiled
     for i in range(n):
-        row = bits[i]
+        base = i * d
         s = np.float32(0.0)
         for j in range(d):
-            v = _bfloat_to_float(row[j])
+            v = _bfloat_to_float(bits[base + j])
             s += v * v
         out[i] = s
 
 
-def _compile(fn: Callable[..., None]) -> tuple[Callable[..., None], bool]:
-    """``fn`` compiled for C-ordered uint16 rows, from numba's on-disk cache when a cache
-    location is writable (else in memory); and whether it is cached."""
+#: ``void kernel(const uint16_t *bits, int64_t n, int64_t d, double *out)``: ``n`` C-ordered
+#: rows of ``d`` elements, one float64 sum per row.
+_SIGNATURE = types.void(
+    types.CPointer(types.uint16), types.int64, types.int64, types.CPointer(types.float64)
+)
+
+
+def llvm_ir() -> dict[str, tuple[str, str]]:
+    """Compile both kernels for this machine: ``{"float16" | "bfloat16": (LLVM IR, symbol)}``,
+    the symbol being the C-callable entry point of that IR (:data:`_SIGNATURE`)."""
     options: dict[str, Any] = {
-        "nogil": True,  # --threads: chunks are summed on several threads at once
-        "boundscheck": False,
         "fastmath": set(FASTMATH),
         "error_model": "numpy",
+        "boundscheck": False,
     }
-    try:
-        return numba.njit(_SIGNATURE, cache=True, **options)(fn), True
-    except (RuntimeError, OSError):  # no writable cache location: compile in memory
-        return numba.njit(_SIGNATURE, cache=False, **options)(fn), False
-
-
-_FLOAT16, _CACHED_F16 = _compile(_float16_rows)
-_BFLOAT16, _CACHED_BF16 = _compile(_bfloat16_rows)
-
-#: Whether the compiled kernels come from (and went to) numba's on-disk cache.
-CACHED = _CACHED_F16 and _CACHED_BF16
-
-
-def float32_sums(bits: np.ndarray, bf16: bool) -> np.ndarray:
-    """Float32 sums of squares of the C-ordered 2-D uint16 rows ``bits`` (float16 bits, or
-    bfloat16 bits with ``bf16``), returned in float64 and not divided by d; within
-    :func:`rmsnorm_eps.kernels.fast_error_bound` ``(d)`` of the exact sum where finite and at
-    least 2**-100 (times d); a row holding NaN gives NaN, one holding inf (and no NaN) inf."""
-    out = np.empty(bits.shape[0], np.float64)
-    rows = bits.view()
-    rows.flags.writeable = False  # the one signature compiled
-    (_BFLOAT16 if bf16 else _FLOAT16)(rows, out)
+    out = {}
+    for name, fn in (("float16", _float16_rows), ("bfloat16", _bfloat16_rows)):
+        compiled = numba.cfunc(_SIGNATURE, **options)(fn)
+        out[name] = (compiled.inspect_llvm(), compiled.native_name)
     return out

@@ -122,10 +122,10 @@ def write_many_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama (seeded) with a word-level tokenizer, saved once per session as a
-    model directory (:func:`tests.unit.test_capture_inputs.make_model_dir`); tests only read it."""
+    model directory (:func:`tests.helpers.make_model_dir`); tests only read it."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from tests.unit.test_capture_inputs import make_model_dir
+    from tests.helpers import make_model_dir
 
     return make_model_dir(tmp_path_factory.mktemp("tiny_llama"))
 

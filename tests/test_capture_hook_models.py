@@ -14,61 +14,7 @@ from rmsnorm_eps.capture.errors import CaptureError  # noqa: E402
 from rmsnorm_eps.capture.hooks import QCapture  # noqa: E402
 from rmsnorm_eps.capture.modules import find_norm_modules  # noqa: E402
 from rmsnorm_eps.numerics import rmsnorm_reference  # noqa: E402
-
-
-def tiny_llama(eps: float = 1e-5) -> object:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        rms_norm_eps=eps,
-    )
-    return LlamaForCausalLM(cfg).eval()
-
-
-def tiny_qwen3() -> object:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(1)
-    cfg = Qwen3Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        rms_norm_eps=1e-6,
-    )
-    return Qwen3ForCausalLM(cfg).eval()
-
-
-def tiny_gemma3() -> object:
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(2)
-    cfg = Gemma3TextConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        rms_norm_eps=1e-6,
-    )
-    model = Gemma3ForCausalLM(cfg).eval()
-    with torch.no_grad():  # Gemma weights start at 0 (gain 1): make 1 + w differ from w
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(-0.5, 0.5)
-    return model
+from tests.helpers import tiny_gemma3, tiny_llama, tiny_qwen3  # noqa: E402
 
 
 def _inputs_and_outputs(model: object) -> dict[str, tuple[list, list]]:

@@ -28,8 +28,7 @@ from rmsnorm_eps.capture.modules import find_norm_modules  # noqa: E402
 from rmsnorm_eps.capture.reduce import reduce_rows  # noqa: E402
 from rmsnorm_eps.capture.transfers import TransferCounter  # noqa: E402
 from tests.conftest import smollm2_dir  # noqa: E402
-from tests.test_capture_hook_models import tiny_llama, tiny_qwen3  # noqa: E402
-from tests.unit.test_capture_inputs import TEXTS  # noqa: E402
+from tests.helpers import TEXTS, tiny_llama, tiny_qwen3  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALES = (1e4, 1.0, 1e-3, 1e-20)  # rows of |x| up to 1e4 and down to 1e-20

@@ -23,7 +23,7 @@ from rmsnorm_eps.capture.report import summary_report  # noqa: E402
 from rmsnorm_eps.errors import InputFileError  # noqa: E402
 from rmsnorm_eps.merge import merge_reports, write_summary  # noqa: E402
 from rmsnorm_eps.reports.document import document  # noqa: E402
-from tests.test_capture_hook_models import tiny_llama, tiny_qwen3  # noqa: E402
+from tests.helpers import tiny_llama, tiny_qwen3  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIO = 49.25125628140703
@@ -192,7 +192,7 @@ def test_config_document_structure() -> None:
 _WORKER = r"""
 import json, os, sys, torch, torch.distributed as dist
 sys.path.insert(0, os.environ["ROOT"])
-from tests.test_capture_hook_models import tiny_llama
+from tests.helpers import tiny_llama
 from tests.test_capture_summary import _batches, _capture
 from rmsnorm_eps.capture.distributed import write_reduced_summary
 from rmsnorm_eps.capture.report import summary_report

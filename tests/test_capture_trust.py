@@ -61,8 +61,9 @@ def test_a_checkpoint_without_layer_1_is_refused_naming_the_tensors(
     assert not (tmp_path / "q.npz").exists()
     r = _run(cli, d, tmp_path, "--allow-random-weights")
     assert r.exit_code == 0, r
-    assert "warning: 9 weight(s) of the model are not in the checkpoint" in r.stderr
+    assert "warning: 9 weight(s) of the model are not in the checkpoint (or of" in r.stderr
     assert "model.layers.1.input_layernorm.weight" in r.stderr
+    assert "newly initialized at random" in r.stderr  # transformers' word, never swallowed
 
 
 def test_an_unexpected_tensor_is_refused(
@@ -74,6 +75,17 @@ def test_an_unexpected_tensor_is_refused(
     assert r.exit_code == 2, r
     assert "1 unexpected ('model.layers.0.extra\\x1b.weight')" in r.stderr
     assert "\x1b" not in r.stderr
+
+
+def test_a_tensor_of_another_shape_than_the_config_says_is_refused_by_name(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_config(d, intermediate_size=48)  # the weights hold 64
+    r = _run(cli, d, tmp_path)
+    assert r.exit_code == 2, r  # was transformers' RuntimeError: "internal error"
+    assert "6 of another shape ('model.layers.0.mlp.down_proj.weight'" in r.stderr
+    assert "internal error" not in r.stderr
 
 
 def test_sensitivity_refuses_the_same_checkpoint(
@@ -170,7 +182,60 @@ def test_one_text_of_a_million_characters_is_refused_in_tokens_quickly(
     assert time.perf_counter() - start < 60
     assert f"over the {MAX_TEXT_TOKENS} a capture runs per text: give --max-tokens N" in r.stderr
     r = cli(
+        "sensitivity", "--model", str(model_dir), "--text-file", str(text), "--eps", "1e-3",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "give --max-tokens N" in r.stderr, r
+    r = cli(
         "capture", "--model", str(model_dir), "--text-file", str(text), "--max-tokens", "16",
         "--save-data", str(tmp_path / "q.npz"),
     )  # fmt: skip
     assert r.exit_code == 0, r  # truncated to 16 tokens: within the cap
+
+
+@pytest.mark.parametrize(
+    ("option", "name"),
+    [
+        ("--save-data", "tokenizer.json"),  # absent here: the next load would read it
+        ("--save-data", "sub/s.json"),
+        ("--config-out", "chat_template.jinja"),
+        ("-o", "adapter_model.safetensors"),
+    ],
+)
+def test_an_output_inside_the_model_folder_is_refused(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path, option: str, name: str
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    (d / "tokenizer.json").unlink(missing_ok=True)
+    (d / "sub").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    before = sorted(p.name for p in d.rglob("*"))
+    args = ["--save-data", str(tmp_path / "q.npz")] if option != "--save-data" else []
+    args += ["--summary-only"] if name.endswith(".json") else []
+    r = cli(
+        "capture", "--model", str(d), "--text", "the quick fox", *args, option,
+        str(link / name),
+    )  # fmt: skip
+    assert r.exit_code == 2, r
+    assert f"lies inside the model folder --model {d}: refusing to write a file" in r.stderr
+    assert sorted(p.name for p in d.rglob("*")) == before
+
+
+def test_a_dump_beside_the_model_files_is_written(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    r = cli("capture", "--model", str(d), "--text", "the fox", "--save-data", str(d / "q.npz"))
+    assert r.exit_code == 0, r  # .npz: never a model file
+    assert (d / "q.npz").is_file()
+
+
+def test_widths_that_would_allocate_gigabytes_of_random_weights_are_refused(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_config(d, hidden_size=16384, intermediate_size=16384, head_dim=4096)  # within the caps
+    r = _run(cli, d, tmp_path, "--allow-random-weights")
+    assert r.exit_code == 2, r  # about 2.7e9 parameters: 11 GB in float32
+    assert "config.json builds a model of" in r.stderr
+    assert "but the checkpoint holds 22688 values: most of the model would be random" in r.stderr

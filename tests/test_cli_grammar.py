@@ -14,26 +14,15 @@ import typer.main
 
 from rmsnorm_eps.cli import app
 from rmsnorm_eps.cli._options import Format, Histogram
-from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
+from rmsnorm_eps.dtypes import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports import FORMATS, HISTOGRAM_CHOICES
+from tests.helpers import cli_command_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 Cli = Callable[..., object]
 
-COMMANDS = [
-    ("bound",),
-    ("capture",),
-    ("compare",),
-    ("config", "diff"),
-    ("config", "show"),
-    ("defaults",),
-    ("merge",),
-    ("parity",),
-    ("precision",),
-    ("probe",),
-    ("ratio",),
-    ("sensitivity",),
-]
+#: Every command, from rmsnorm_eps.cli._commands.COMMANDS (not written again here).
+COMMANDS = cli_command_paths()
 
 
 def _help(cli: Cli, *command: str) -> str:

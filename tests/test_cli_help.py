@@ -18,14 +18,14 @@ import typer.main
 
 from rmsnorm_eps.cli import app
 from rmsnorm_eps.cli._help import wrap_example, wrap_paragraphs
-from rmsnorm_eps.dtype_names import DTYPE_ALIASES
-from tests.test_cli_grammar import COMMANDS as GRAMMAR_COMMANDS
+from rmsnorm_eps.dtypes import DTYPE_ALIASES
+from tests.helpers import cli_command_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 Cli = Callable[..., object]
 
-#: The top level and every command (the list tests/test_cli_grammar.py checks).
-COMMANDS = [(), *GRAMMAR_COMMANDS]
+#: The top level and every command (from rmsnorm_eps.cli._commands.COMMANDS).
+COMMANDS = [(), *cli_command_paths()]
 
 
 def _help(cli: Cli, command: tuple[str, ...], width: int) -> str:

@@ -53,6 +53,7 @@ def test_output_is_the_input(cli: Cli, dump: Path, tmp_path: Path, monkeypatch) 
             res = cli("ratio", "q.npz", "--eps", "1e-5", *option)
             _refused(res, (dump, before))
             assert "the dump" in res.stderr  # type: ignore[attr-defined]
+    pytest.importorskip("matplotlib")  # --plot needs the [plot] extra (checked first)
     (tmp_path / "q.png").symlink_to(dump)  # a plot name that links to the input
     res = cli("compare", "q.npz", "--from", "eps=1e-5", "--to", "eps=1e-6", "--plot", "q.png")
     _refused(res, (dump, before))

@@ -57,3 +57,96 @@ def test_no_function_outside_the_cli_takes_more_than_8_parameters() -> None:
 def test_the_parameter_count_sees_every_kind() -> None:
     (fn,) = ast.parse("def f(self, a, /, b, *c, d, **e): pass").body
     assert isinstance(fn, ast.FunctionDef) and _parameters(fn) == 5
+
+
+#: Private names (a leading underscore) imported from another module of the package: each is
+#: a module reaching into another's internals, the mark of a module split by size rather than
+#: by responsibility. Issue 34's target is 8; the cap is the count on main, lowered as modules
+#: are joined again (it only goes down).
+MAX_PRIVATE_IMPORTS = 31
+
+
+def private_imports(root: Path = PACKAGE) -> list[str]:
+    """``importer: module.name`` for every private name one module of the package imports from
+    another (``from rmsnorm_eps.x import _y``, relative imports resolved, at any depth)."""
+    found = set()
+    for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        importer = ".".join(parts)
+        package = parts if path.name == "__init__.py" else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package[: len(package) - (node.level - 1)]
+                base = ".".join([*up, *([base] if base else [])])
+            if base != "rmsnorm_eps" and not base.startswith("rmsnorm_eps."):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and base != importer:
+                    found.add(f"{importer}: {base}.{alias.name}")
+    return sorted(found)
+
+
+def test_private_names_imported_across_modules_stay_under_the_cap() -> None:
+    found = private_imports()
+    assert len(found) <= MAX_PRIVATE_IMPORTS, "\n".join(found)
+
+
+def test_the_private_import_count_sees_relative_and_nested_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "rmsnorm_eps"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_x = 1\n_y = 2\nz = 3\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text(
+        "from rmsnorm_eps.a import _x, z\n"
+        "def f():\n    from ..a import _y\n"
+        "from .c import _w\nfrom os import _exit\n"
+    )
+    assert private_imports(pkg) == [
+        "rmsnorm_eps.sub.b: rmsnorm_eps.a._x",
+        "rmsnorm_eps.sub.b: rmsnorm_eps.a._y",
+        "rmsnorm_eps.sub.b: rmsnorm_eps.sub.c._w",
+    ]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported_test_modules(root: Path = TESTS) -> list[str]:
+    """``importer: imported`` for every test module (``test_*.py``) another module under
+    ``root`` imports: shared helpers belong in ``tests/helpers.py`` (or a helper module), so a
+    test module runs, and is collected, on its own."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.rpartition(".")[2].startswith("test_"):
+                    found.append(f"{path.relative_to(root)}: {name}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert imported_test_modules() == []
+
+
+def test_the_test_import_check_sees_each_spelling(tmp_path: Path) -> None:
+    (tmp_path / "unit").mkdir()
+    (tmp_path / "test_a.py").write_text("from tests.test_b import x\nimport helpers\n")
+    (tmp_path / "unit" / "test_c.py").write_text("def f():\n    import test_d\n")
+    (tmp_path / "helpers.py").write_text("from tests.unit.test_e import y\n")
+    assert imported_test_modules(tmp_path) == [
+        "helpers.py: tests.unit.test_e",
+        "test_a.py: tests.test_b",
+        "unit/test_c.py: test_d",
+    ]

@@ -19,24 +19,19 @@ import pytest
 from corpus.parity_merge_cases import probe_members, probe_set, safetensors, summary_doc
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz_readers import _WORK, FUZZ, _check, mutations
 
+from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import RmsnormEpsError
 from rmsnorm_eps.merge import load_summary
 from rmsnorm_eps.parity.actual import read_actual
 from rmsnorm_eps.parity.probe_file import load_probes, probe_bytes
+from tests.fuzz_helpers import FUZZ, FUZZ_WORK, fuzz_check, mutations
 
 pytest.importorskip("safetensors")
 
 
 def _outputs(dtype: str) -> np.ndarray:
     return np.asarray(probe_set().reference).astype(dtype)
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
 
 
 def _zip(members: dict[str, bytes], compress: int = zipfile.ZIP_STORED) -> bytes:
@@ -72,8 +67,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarnin
 
 PROBE_SEED = probe_bytes(probe_set())
 ACTUAL_SEEDS = [
-    _npy(_outputs("float32")),
-    _zip({"y.npy": _npy(_outputs("float16"))}, zipfile.ZIP_DEFLATED),
+    npy_bytes(_outputs("float32")),
+    _zip({"y.npy": npy_bytes(_outputs("float16"))}, zipfile.ZIP_DEFLATED),
     _st({"y": ("F32", _outputs("float32"))}),
     _st({"y": ("BF16", _bf16()), "z": ("F64", _outputs("float64")[:2])}),
 ]
@@ -88,21 +83,21 @@ def _read_actual(path: Path) -> None:
 
 
 def test_seeds_are_valid() -> None:
-    (_WORK / "p.npz").write_bytes(PROBE_SEED)
-    assert load_probes(_WORK / "p.npz").count == SHAPE[0]
+    (FUZZ_WORK / "p.npz").write_bytes(PROBE_SEED)
+    assert load_probes(FUZZ_WORK / "p.npz").count == SHAPE[0]
     for i, seed in enumerate(ACTUAL_SEEDS):
-        (_WORK / f"a{i}").write_bytes(seed)
-        got = read_actual(_WORK / f"a{i}", None if i == 0 else "y", expect_shape=SHAPE)
+        (FUZZ_WORK / f"a{i}").write_bytes(seed)
+        got = read_actual(FUZZ_WORK / f"a{i}", None if i == 0 else "y", expect_shape=SHAPE)
         assert got.values.shape == SHAPE
-    (_WORK / "s.json").write_bytes(SUMMARY_SEED)
-    assert load_summary(_WORK / "s.json").layers[0].count == 3
+    (FUZZ_WORK / "s.json").write_bytes(SUMMARY_SEED)
+    assert load_summary(FUZZ_WORK / "s.json").layers[0].count == 3
 
 
 @FUZZ
 @given(data=mutations(PROBE_SEED))
 def test_fuzz_probe_archive(data: bytes) -> None:
     """Edits of the zip bytes (members are deflated: most edits break the CRC or the stream)."""
-    _check(load_probes, data, "fp.npz")
+    fuzz_check(load_probes, data, "fp.npz")
 
 
 @FUZZ
@@ -111,16 +106,16 @@ def test_fuzz_probe_member(member: str, data: st.DataObject) -> None:
     """Edits of one member's .npy bytes, repacked with a valid CRC: reaches the checks."""
     members = {f"{k}.npy": v for k, v in probe_members().items()}
     members[f"{member}.npy"] = data.draw(mutations(members[f"{member}.npy"]))
-    _check(load_probes, _zip(members, zipfile.ZIP_DEFLATED), "fm.npz")
+    fuzz_check(load_probes, _zip(members, zipfile.ZIP_DEFLATED), "fm.npz")
 
 
 @FUZZ
 @given(data=st.sampled_from(ACTUAL_SEEDS).flatmap(mutations))
 def test_fuzz_actual(data: bytes) -> None:
-    _check(_read_actual, data, "fa.out")
+    fuzz_check(_read_actual, data, "fa.out")
 
 
 @FUZZ
 @given(data=mutations(SUMMARY_SEED))
 def test_fuzz_summary(data: bytes) -> None:
-    _check(load_summary, data, "fs.json")
+    fuzz_check(load_summary, data, "fs.json")

@@ -11,36 +11,22 @@ derandomized (the same examples every run); set RMSNORM_EPS_FUZZ_RANDOM=1 to exp
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
-import tempfile
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmsnorm_eps.analysis import analyze_dump
 from rmsnorm_eps.config import load_config
 from rmsnorm_eps.dumps import npy_bytes
-from rmsnorm_eps.errors import RmsnormEpsError
+from tests.fuzz_helpers import FUZZ, FUZZ_EXAMPLES, FUZZ_WORK, fuzz_check, mutations
 
 #: A RuntimeWarning from numpy would be a second stderr line on the command line: an error here.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarning")]
-
-EXAMPLES = int(os.environ.get("RMSNORM_EPS_FUZZ_EXAMPLES", "2000"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("RMSNORM_EPS_FUZZ_RANDOM", "") in ("", "0"),
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-_WORK = Path(tempfile.mkdtemp(prefix="rmsnorm-eps-fuzz-"))
 
 # --------------------------------------------------------------------------- valid seeds
 
@@ -85,7 +71,7 @@ JSON_SEED = (
 
 def _gguf_seed() -> bytes:
     gguf = pytest.importorskip("gguf")
-    path = _WORK / "seed.gguf"
+    path = FUZZ_WORK / "seed.gguf"
     w = gguf.GGUFWriter(str(path), "qwen3")
     w.add_name("fuzz")
     w.add_float32("qwen3.attention.layer_norm_rms_epsilon", 1e-6)
@@ -103,85 +89,6 @@ def _gguf_seed() -> bytes:
 
 # --------------------------------------------------------------------------- mutations
 
-_BIG = [0, 1, 7, 255, 2**16 - 1, 2**31 - 1, 2**32 - 1, 2**62, 2**63 - 1, 2**64 - 1]
-_SNIPPETS = [
-    b"\x00",
-    b"\xff\xfe",
-    b"(",
-    b")",
-    b"[",
-    b"{",
-    b"}",
-    b'"',
-    b"'",
-    b",",
-    b":",
-    b"\n",
-    b"1e999",
-    b"-1",
-    b"NaN",
-    b"nan",
-    b"Infinity",
-    b"*a",
-    b"&a ",
-    b"!!python/object:os.system",
-    b"!!binary",
-    b"? [a]",
-    b"999999999999999999999",
-    b"True",
-    b"<f8",
-    b"|O",
-    b"<c16",
-    b"'descr': '|O'",
-    b"'shape': (99999999999,)",
-    b"'fortran_order': 1",
-    b"V8",
-    b"::",
-]
-
-
-@st.composite
-def mutations(draw: st.DrawFn, seed: bytes) -> bytes:
-    """``seed`` with 1 to 4 random edits applied in order."""
-    data = bytearray(seed)
-    for _ in range(draw(st.integers(1, 4))):
-        n = len(data)
-        kind = draw(
-            st.sampled_from(["flip", "truncate", "overwrite", "insert", "delete", "int", "snippet"])
-        )
-        pos = draw(st.integers(0, max(0, n - 1)))
-        if kind == "flip" and n:
-            data[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "truncate":
-            del data[pos:]
-        elif kind == "overwrite":
-            chunk = draw(st.binary(min_size=1, max_size=8))
-            data[pos : pos + len(chunk)] = chunk
-        elif kind == "insert":
-            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-        elif kind == "delete":
-            del data[pos : pos + draw(st.integers(1, 16))]
-        elif kind == "int":  # a count, length or offset field set to an extreme value
-            width = draw(st.sampled_from([4, 8]))
-            value = draw(st.sampled_from(_BIG)) % (1 << (8 * width))
-            data[pos : pos + width] = value.to_bytes(
-                width, draw(st.sampled_from(["little", "big"]))
-            )
-        else:
-            snippet = draw(st.sampled_from(_SNIPPETS))
-            if draw(st.booleans()):
-                data[pos : pos + len(snippet)] = snippet
-            else:
-                data[pos:pos] = snippet
-    return bytes(data)
-
-
-def _check(read: Callable[[Path], object], data: bytes, name: str) -> None:
-    path = _WORK / name
-    path.write_bytes(data)
-    with contextlib.suppress(RmsnormEpsError):  # the tool's own errors: expected here
-        read(path)
-
 
 def _read_dump(path: Path) -> None:
     analyze_dump(path, 1e-5, chunk_bytes=64)
@@ -194,21 +101,21 @@ def _read_dump(path: Path) -> None:
 def test_seeds_are_valid() -> None:
     """Every seed reads cleanly: the mutations start from files the readers accept."""
     for i, seed in enumerate(NPY_SEEDS):
-        (_WORK / f"seed{i}.npy").write_bytes(seed)
-        assert analyze_dump(_WORK / f"seed{i}.npy", 1e-5).count > 0
+        (FUZZ_WORK / f"seed{i}.npy").write_bytes(seed)
+        assert analyze_dump(FUZZ_WORK / f"seed{i}.npy", 1e-5).count > 0
     for i, seed in enumerate(NPZ_SEEDS):
-        (_WORK / f"seed{i}.npz").write_bytes(seed)
-        report = analyze_dump(_WORK / f"seed{i}.npz", 1e-5)
+        (FUZZ_WORK / f"seed{i}.npz").write_bytes(seed)
+        report = analyze_dump(FUZZ_WORK / f"seed{i}.npz", 1e-5)
         assert [layer.name for layer in report.layers] == ["layers.0.norm", "final"]
         assert report.layers[0].first_token is not None
-    (_WORK / "seed.yaml").write_bytes(YAML_SEED)
-    assert load_config(_WORK / "seed.yaml").defaults.eps.value == 1e-5
-    (_WORK / "seed.json").write_bytes(JSON_SEED)
-    assert load_config(_WORK / "seed.json").defaults.eps.value == 1e-6
-    cfg = load_config(_WORK / "seed.gguf") if (_WORK / "seed.gguf").exists() else None
+    (FUZZ_WORK / "seed.yaml").write_bytes(YAML_SEED)
+    assert load_config(FUZZ_WORK / "seed.yaml").defaults.eps.value == 1e-5
+    (FUZZ_WORK / "seed.json").write_bytes(JSON_SEED)
+    assert load_config(FUZZ_WORK / "seed.json").defaults.eps.value == 1e-6
+    cfg = load_config(FUZZ_WORK / "seed.gguf") if (FUZZ_WORK / "seed.gguf").exists() else None
     if cfg is None:
-        (_WORK / "seed.gguf").write_bytes(_gguf_seed())
-        cfg = load_config(_WORK / "seed.gguf")
+        (FUZZ_WORK / "seed.gguf").write_bytes(_gguf_seed())
+        cfg = load_config(FUZZ_WORK / "seed.gguf")
     assert cfg.defaults.eps.value == pytest.approx(1e-6, rel=1e-7)
     q = cfg.settings_for("model.layers.0.self_attn.q_norm")
     assert q is not None and q.dim.value == 4
@@ -217,14 +124,14 @@ def test_seeds_are_valid() -> None:
 @FUZZ
 @given(data=st.sampled_from(NPY_SEEDS).flatmap(mutations))
 def test_fuzz_npy(data: bytes) -> None:
-    _check(_read_dump, data, "f.npy")
+    fuzz_check(_read_dump, data, "f.npy")
 
 
 @FUZZ
 @given(data=st.sampled_from(NPZ_SEEDS).flatmap(mutations))
 def test_fuzz_npz_archive(data: bytes) -> None:
     """Mutations of the zip bytes (most are caught by the CRC or the zip structure)."""
-    _check(_read_dump, data, "f.npz")
+    fuzz_check(_read_dump, data, "f.npz")
 
 
 @FUZZ
@@ -237,25 +144,25 @@ def test_fuzz_npz_member(member: str, data: st.DataObject, compress: int) -> Non
     """Mutations of one member's .npy bytes, repacked with a valid CRC: reaches the parsers."""
     members = dict(NPZ_MEMBERS)
     members[member] = data.draw(mutations(members[member]))
-    _check(_read_dump, _npz(members, compress), "m.npz")
+    fuzz_check(_read_dump, _npz(members, compress), "m.npz")
 
 
 @FUZZ
 @given(data=mutations(YAML_SEED))
 def test_fuzz_yaml(data: bytes) -> None:
-    _check(load_config, data, "f.yaml")
+    fuzz_check(load_config, data, "f.yaml")
 
 
 @FUZZ
 @given(data=mutations(JSON_SEED))
 def test_fuzz_hf_json(data: bytes) -> None:
-    _check(load_config, data, "config.json")
+    fuzz_check(load_config, data, "config.json")
 
 
 @FUZZ
 @given(data=st.data())
 def test_fuzz_gguf(data: st.DataObject) -> None:
-    _check(load_config, data.draw(mutations(_gguf_seed_cached())), "f.gguf")
+    fuzz_check(load_config, data.draw(mutations(_gguf_seed_cached())), "f.gguf")
 
 
 _GGUF: list[bytes] = []
@@ -270,7 +177,7 @@ def _gguf_seed_cached() -> bytes:
 # ------------------------------------------------------------- safetensors, torch.save, CSV
 
 #: The readers added with the common source interface: 300 examples each by default.
-FUZZ_SHORT = settings(FUZZ, max_examples=min(EXAMPLES, 300))
+FUZZ_SHORT = settings(FUZZ, max_examples=min(FUZZ_EXAMPLES, 300))
 
 
 def _safetensors_seed(code: str) -> bytes:
@@ -313,29 +220,29 @@ def _torch_seed() -> bytes:
 
 def test_new_seeds_are_valid() -> None:
     for i, seed in enumerate(SAFETENSORS_SEEDS):
-        (_WORK / f"seed{i}.safetensors").write_bytes(seed)
-        report = analyze_dump(_WORK / f"seed{i}.safetensors", 1e-5)
+        (FUZZ_WORK / f"seed{i}.safetensors").write_bytes(seed)
+        report = analyze_dump(FUZZ_WORK / f"seed{i}.safetensors", 1e-5)
         assert [layer.name for layer in report.layers] == ["layers.0.norm", "final"]
     for i, seed in enumerate(CSV_SEEDS):
-        path = _WORK / f"seed{i}.{'csv' if i == 0 else 'tsv'}"
+        path = FUZZ_WORK / f"seed{i}.{'csv' if i == 0 else 'tsv'}"
         path.write_bytes(seed)
         assert len(analyze_dump(path, 1e-5).layers) == 2
-    (_WORK / "seed.pt").write_bytes(_torch_seed())
-    report = analyze_dump(_WORK / "seed.pt", 1e-5)
+    (FUZZ_WORK / "seed.pt").write_bytes(_torch_seed())
+    report = analyze_dump(FUZZ_WORK / "seed.pt", 1e-5)
     assert [layer.name for layer in report.layers] == ["layers.0", "layers.1", "final.0"]
 
 
 @FUZZ_SHORT
 @given(data=st.sampled_from(SAFETENSORS_SEEDS).flatmap(mutations))
 def test_fuzz_safetensors(data: bytes) -> None:
-    _check(_read_any, data, "f.safetensors")
+    fuzz_check(_read_any, data, "f.safetensors")
 
 
 @FUZZ_SHORT
 @given(data=st.data())
 def test_fuzz_torchsave(data: st.DataObject) -> None:
     """Mutations of the whole archive (torch reads it; zipfile checks the directory)."""
-    _check(_read_any, data.draw(mutations(_torch_seed())), "f.pt")
+    fuzz_check(_read_any, data.draw(mutations(_torch_seed())), "f.pt")
 
 
 @FUZZ_SHORT
@@ -346,10 +253,10 @@ def test_fuzz_torchsave_pickle(data: st.DataObject) -> None:
         records = [(i.filename, zf.read(i)) for i in zf.infolist()]
     name, pkl = records[0]
     records[0] = (name, data.draw(mutations(pkl)))
-    _check(_read_any, _npz(dict(records)), "p.pt")
+    fuzz_check(_read_any, _npz(dict(records)), "p.pt")
 
 
 @FUZZ_SHORT
 @given(seed=st.sampled_from([0, 1]), data=st.data())
 def test_fuzz_csv(seed: int, data: st.DataObject) -> None:
-    _check(_read_any, data.draw(mutations(CSV_SEEDS[seed])), "f.csv" if seed == 0 else "f.tsv")
+    fuzz_check(_read_any, data.draw(mutations(CSV_SEEDS[seed])), "f.csv" if seed == 0 else "f.tsv")

@@ -3,7 +3,6 @@ print the verdict line and choose the exit code the same way (rmsnorm_eps/cli/_g
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import zipfile
@@ -15,6 +14,7 @@ import pytest
 
 from rmsnorm_eps.cli._gate import TailOptions, tail_options
 from rmsnorm_eps.cli._options import Format
+from rmsnorm_eps.dumps import npy_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 Cli = Callable[..., object]
@@ -38,12 +38,6 @@ FAILING: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 COMMANDS = sorted(FAILING)
 BUDGETED = ["compare", "merge", "ratio"]  # parity has no budget: every element must pass
 SKIPPING = ["compare", "ratio"]  # the commands that read dump layers
-
-
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
 
 
 @pytest.fixture
@@ -171,7 +165,7 @@ def test_compare_from_config_skip_unreadable_lists_the_layer(
     )
     dump = tmp_path / "broken.npz"
     with zipfile.ZipFile(dump, "w") as zf:  # b's header is broken: found when opening the dump
-        zf.writestr("a.npy", _npy(np.array([1.0, 2.0, 1e-9])))
+        zf.writestr("a.npy", npy_bytes(np.array([1.0, 2.0, 1e-9])))
         zf.writestr("b.npy", b"not an array at all")
     common = (str(dump), "--config", str(config))
     res = cli("compare", *common, "--from", "config", "--to", "eps=1e-6", "--skip-unreadable")
@@ -231,7 +225,7 @@ def test_a_skipped_member_still_matches_its_pattern(cli: Cli, tmp_path: Path) ->
     )
     dump = tmp_path / "broken.npz"
     with zipfile.ZipFile(dump, "w") as zf:
-        zf.writestr("a.npy", _npy(np.array([1.0, 2.0])))
+        zf.writestr("a.npy", npy_bytes(np.array([1.0, 2.0])))
         zf.writestr("b.npy", b"not an array at all")
     common = (str(dump), "--config", str(config), "--skip-unreadable")
     for args in (("ratio", *common), ("compare", *common, "--from", "config", "--to", "eps=1e-5")):
@@ -241,6 +235,6 @@ def test_a_skipped_member_still_matches_its_pattern(cli: Cli, tmp_path: Path) ->
         assert "match no layer" not in err and "INCOMPLETE" in err and "layer(s): b" in err
     # without b in the dump at all, the pattern is still a typo
     with zipfile.ZipFile(dump, "w") as zf:
-        zf.writestr("a.npy", _npy(np.array([1.0, 2.0])))
+        zf.writestr("a.npy", npy_bytes(np.array([1.0, 2.0])))
     res = cli("ratio", *common)
     assert res.exit_code == 2 and "1 layer pattern(s) match no layer of the dump: b" in res.stderr  # type: ignore[attr-defined]

@@ -146,8 +146,8 @@ def test_config_show_hostile_globs_at_the_cap(cli, tmp_path) -> None:  # type: i
     """4,096 globs (the pattern cap), some hostile: inert output (the globs tried per name are
     counted in tests/unit/test_config_globs.py)."""
     from tests.conftest import run_module
+    from tests.helpers import HOSTILE_CONFIG_NAMES as CONFIG_NAMES
     from tests.runner_lines import assert_inert
-    from tests.test_untrusted_names import CONFIG_NAMES
 
     path = tmp_path / "big.yaml"
     _many_globs(path, MAX_YAML_PATTERNS, CONFIG_NAMES)

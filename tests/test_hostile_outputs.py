@@ -22,8 +22,9 @@ import yaml
 from rmsnorm_eps.merge import load_summary
 from rmsnorm_eps.parity import check_parity, make_probes, write_probes
 from rmsnorm_eps.parity.record import render_record
+from tests.helpers import FORMAT_NAMES as FORMATS
+from tests.helpers import HOSTILE_NAMES as NAMES
 from tests.runner_lines import assert_file_inert, assert_inert
-from tests.test_untrusted_names import FORMATS, NAMES
 
 # File names may not hold "/" or NUL; every other class of NAMES can be a file name.
 FILE_NAMES = (

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from test_readme import _blocks, _commands
+
+from tests.helpers import console_blocks, console_commands
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,9 @@ def _quick_start() -> tuple[str, str, str]:
     assert "\n" not in line
     *setup, command = line.split(" && ")
     lines = section.splitlines()
-    shown = [pair for start, end in _blocks(lines) for pair in _commands(lines[start:end])]
+    shown = [
+        pair for start, end in console_blocks(lines) for pair in console_commands(lines[start:end])
+    ]
     assert len(shown) == 1 and shown[0][0] == command, "the console block shows the same command"
     return " && ".join(setup), command, shown[0][1]
 

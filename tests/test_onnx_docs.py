@@ -1,7 +1,7 @@
-"""The ONNX audit example of docs/configs.md and README.md is real output: each ```text block
-after a ``<!-- onnx-example: COMMAND -->`` marker is what COMMAND prints, run in the directory
-of the exported tiny models (tests/onnx_fixture.py). Refresh after a deliberate change with
-``RMSNORM_EPS_UPDATE_README=1 python -m pytest tests/test_onnx_docs.py``."""
+"""The ONNX audit examples of docs/configs.md, README.md and docs/parity.md are real output:
+each ```text block after a ``<!-- onnx-example: COMMAND -->`` marker is what COMMAND prints,
+run in the directory of the exported tiny models (tests/onnx_fixture.py). Refresh after a
+deliberate change with ``RMSNORM_EPS_UPDATE_README=1 python -m pytest tests/test_onnx_docs.py``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from rmsnorm_eps.cli import app
 
-DOCS = [ROOT / "docs" / "configs.md", ROOT / "README.md"]
+DOCS = [ROOT / "docs" / "configs.md", ROOT / "README.md", ROOT / "docs" / "parity.md"]
 _MARK = re.compile(r"^<!-- onnx-example: (.+) -->$")
 
 

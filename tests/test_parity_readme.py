@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
-from test_readme import _blocks, _commands, _run
+
+from tests.helpers import console_blocks, console_commands, run_console
 
 torch = pytest.importorskip("torch")
 
@@ -36,10 +37,10 @@ def test_console_blocks_print_what_they_show(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.chdir(ROOT)
     lines = DOC.read_text(encoding="utf-8").splitlines()
     ran = 0
-    for start, end in _blocks(lines):
-        for cmd, shown in _commands(lines[start:end]):
+    for start, end in console_blocks(lines):
+        for cmd, shown in console_commands(lines[start:end]):
             if shown:  # a command shown without output writes a file: checked below
-                assert _run(cmd) == shown, cmd
+                assert run_console(cmd) == shown, cmd
                 ran += 1
     assert ran == 2
 

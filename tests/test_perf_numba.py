@@ -1,6 +1,7 @@
-"""The compiled 16-bit kernels of the ``[fast]`` extra (rmsnorm_eps.kernels_numba): within the
-fast path's bound, reports byte-identical to the numpy kernels', used only when chosen, numba
-imported only then, and a cache location that cannot be written costs no crash."""
+"""The compiled 16-bit kernels of the ``[fast]`` extra (rmsnorm_eps.kernels_numba, loaded by
+rmsnorm_eps.kernels_compiled): within the fast path's bound, reports byte-identical to the numpy
+kernels', used only when chosen, numba imported only to compile them once, and a cache location
+that cannot be written costs no crash."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _exact_sums(bits: np.ndarray, kind: str) -> np.ndarray:
 @pytest.mark.parametrize("kind", ["float16", "bfloat16"])
 @pytest.mark.parametrize("d", [1, 3, 64, 4095, 16384])
 def test_compiled_sums_are_within_the_fast_bound(kind: str, d: int) -> None:
-    from rmsnorm_eps.kernels_numba import float32_sums
+    from rmsnorm_eps.kernels_compiled import float32_sums
 
     rng = np.random.default_rng(d)
     rows = max(8, (1 << 17) // d)
@@ -65,7 +66,7 @@ def test_compiled_sums_are_within_the_fast_bound(kind: str, d: int) -> None:
 
 @needs_numba
 def test_compiled_sums_propagate_nan_and_inf() -> None:
-    from rmsnorm_eps.kernels_numba import float32_sums
+    from rmsnorm_eps.kernels_compiled import float32_sums
 
     h = np.array([[np.inf, 1, 0, 6e-8], [np.nan, 1, np.inf, 3], [-np.inf, 2, 2, 2]], np.float16)
     got = float32_sums(h.view(np.uint16), False)
@@ -81,7 +82,7 @@ def test_compiled_sums_propagate_nan_and_inf() -> None:
 @needs_numba
 @pytest.mark.parametrize("bf16", [False, True])
 def test_the_fast_path_uses_the_compiled_kernel_only_when_chosen(bf16: bool) -> None:
-    from rmsnorm_eps.kernels_numba import float32_sums
+    from rmsnorm_eps.kernels_compiled import float32_sums
 
     rng = np.random.default_rng(5)
     bits = _bits(
@@ -238,88 +239,89 @@ with contextlib.redirect_stdout(io.StringIO()):
         runpy.run_module("rmsnorm_eps", run_name="__main__")
     except SystemExit as exc:
         code = exc.code
-print(code, "numba" in sys.modules)
+print(code, "numba" in sys.modules, "rmsnorm_eps.kernels_compiled" in sys.modules)
 """
 
 
-def _probe(*args: str) -> tuple[str, str]:
+def _probe(*args: str, env: dict[str, str] | None = None) -> tuple[str, ...]:
     out = subprocess.run(
         [sys.executable, "-c", PROBE.format(args=list(args))],
         capture_output=True,
         text=True,
         cwd=ROOT,
+        env=env,
         timeout=120,
         check=True,
     ).stdout.split()
-    return out[0], out[1]
+    return tuple(out)
 
 
 @needs_numba
-def test_numba_is_imported_only_for_the_compiled_kernel(tmp_path: Path) -> None:
+def test_numba_is_imported_only_to_compile_the_kernels(tmp_path: Path) -> None:
     path = tmp_path / "x.npy"
     np.save(path, np.ones((16, 64), np.float16))
-    assert _probe("--help") == ("0", "False")
-    assert _probe("bound", "--delta", "0.01") == ("0", "False")
-    assert _probe("ratio", "--help") == ("0", "False")
-    assert _probe("ratio", str(path), "--raw", "--eps", "1e-5") == ("0", "False")  # small
-    assert _probe("ratio", str(path), "--raw", "--eps", "1e-5", "--kernel", "numba") == (
-        "0",
-        "True",
-    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    no = ("0", "False", "False")
+    assert _probe("--help", env=env) == no
+    assert _probe("bound", "--delta", "0.01", env=env) == no
+    assert _probe("ratio", "--help", env=env) == no
+    assert _probe("ratio", str(path), "--raw", "--eps", "1e-5", env=env) == no  # small: numpy
+    numba_run = ("ratio", str(path), "--raw", "--eps", "1e-5", "--kernel", "numba")
+    assert _probe(*numba_run, env=env) == ("0", "True", "True")  # compiled, cached
+    assert _probe(*numba_run, env=env) == ("0", "False", "True")  # from the cache: no numba
 
 
-NO_CACHE = """
-import sys, runpy, io, contextlib
-import numba.core.caching
-numba.core.caching.CacheImpl._locator_classes = []  # no cache location can be written
-from rmsnorm_eps import kernels_numba
-print(kernels_numba.CACHED)
-sys.argv = ["rmsnorm-eps", *{args!r}]
-try:
-    runpy.run_module("rmsnorm_eps", run_name="__main__")
-except SystemExit as exc:
-    print("exit", exc.code)
+LOAD = """
+import sys
+import numpy as np
+from rmsnorm_eps import kernels_compiled as k
+x = np.arange(-8, 8, dtype=np.float16).reshape(2, 8)
+print(k.SOURCE, k.SAVED, k.float32_sums(x.view(np.uint16), False).tolist(), "numba" in sys.modules)
 """
+
+
+def _load(env: dict[str, str]) -> list[str]:
+    return subprocess.run(
+        [sys.executable, "-c", LOAD],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout.split(maxsplit=2)
+
+
+@needs_numba
+def test_the_cache_directory_is_numba_cache_dir_and_a_bad_file_is_replaced(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    sums = "[204.0, 140.0] "  # (-8..-1)**2 and (0..7)**2
+    source, saved, rest = _load(env)
+    assert source == "numba" and rest == sums + "True\n"
+    assert Path(saved).parent == cache / "rmsnorm_eps" and Path(saved).is_file()
+    assert _load(env) == ["cache", "None", sums + "False\n"]
+    Path(saved).write_text('{"float16": ["not IR", "f"], "bfloat16": ["x", "y"]}')
+    source, again, rest = _load(env)  # unusable: compiled anew and replaced
+    assert (source, again, rest) == ("numba", saved, sums + "True\n")
+    assert _load(env) == ["cache", "None", sums + "False\n"]
 
 
 @needs_numba
 def test_no_writable_cache_location_compiles_in_memory(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(blocker / "cache"))  # cannot be created
+    sums = "[204.0, 140.0] True\n"
+    assert _load(env) == ["numba", "None", sums]
+    assert _load(env) == ["numba", "None", sums]  # nothing was written: compiled again
     path = tmp_path / "x.npy"
     _save(path, _report_set("float16"), "float16")
     args = ["ratio", str(path), "--raw", "--eps", "1e-5", "--format", "json"]
-    got = subprocess.run(
-        [sys.executable, "-c", NO_CACHE.format(args=[*args, "--kernel", "numba"])],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=True,
-    ).stdout
-    ref = subprocess.run(
-        [sys.executable, "-m", "rmsnorm_eps", *args, "--kernel", "numpy"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    ).stdout
-    assert got == "False\n" + ref + "exit 1\n"
-
-
-@needs_numba
-def test_the_cache_directory_is_numba_cache_dir(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
-    code = "from rmsnorm_eps import kernels_numba; print(kernels_numba.CACHED)"
-    for _ in range(2):  # compiled and saved, then loaded
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=300,
-            check=True,
-        ).stdout
-        assert out == "True\n"
-    saved = sorted(p.name for p in cache.rglob("*.nbi"))
-    assert len(saved) == 2 and all(n.startswith("kernels_numba.") for n in saved)
+    run = [sys.executable, "-m", "rmsnorm_eps", *args]
+    got = subprocess.run([*run, "--kernel", "numba"], capture_output=True, text=True, env=env)
+    ref = subprocess.run([*run, "--kernel", "numpy"], capture_output=True, text=True, env=env)
+    assert got.returncode == ref.returncode == 1
+    assert got.stdout == ref.stdout and '"count": 1080' in got.stdout

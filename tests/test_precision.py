@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_eps.compare.precision import absorption_thresholds, precision_report, precision_row
-from rmsnorm_eps.compare.rounding import (
+from rmsnorm_eps.dtypes import (
     FORMATS,
     bfloat16_from_float32_bits,
     bfloat16_ml_dtypes,

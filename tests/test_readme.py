@@ -23,46 +23,16 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 from rmsnorm_eps.cli import app
+from tests.helpers import console_blocks, console_commands, run_console
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-
-
-def _blocks(lines: list[str]) -> list[tuple[int, int]]:
-    """(start, end) line indices of the bodies of ```console blocks."""
-    out, start = [], None
-    for i, line in enumerate(lines):
-        if start is None and line.strip() == "```console":
-            start = i + 1
-        elif start is not None and line.strip() == "```":
-            out.append((start, i))
-            start = None
-    return out
-
-
-def _run(command: str) -> str:
-    argv = shlex.split(command)
-    assert argv[0] == "rmsnorm-eps", command
-    res = CliRunner().invoke(app, argv[1:], env={"NO_COLOR": "1", "RMSNORM_EPS_FORMAT": ""})
-    text = res.stdout + res.stderr
-    # only trailing blank lines are dropped: a leading blank line the command prints is shown
-    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
-
-
-def _commands(body: list[str]) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, list[str]]] = []
-    for line in body:
-        if line.startswith("$ "):
-            pairs.append((line[2:], []))
-        elif pairs:
-            pairs[-1][1].append(line.rstrip())
-    return [(cmd, "\n".join(out).rstrip("\n")) for cmd, out in pairs]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_console_blocks(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     lines = doc.read_text(encoding="utf-8").splitlines()
-    blocks = _blocks(lines)
+    blocks = console_blocks(lines)
     if doc.name == "README.md":
         assert blocks, "README has no console blocks"
     update = os.environ.get("RMSNORM_EPS_UPDATE_README") == "1"
@@ -71,11 +41,11 @@ def test_console_blocks(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for start, end in reversed(blocks):
         body = lines[start:end]
         rendered: list[str] = []
-        for cmd, shown in _commands(body):
+        for cmd, shown in console_commands(body):
             if not shown:
                 rendered.append(f"$ {cmd}")
                 continue
-            actual = _run(cmd)
+            actual = run_console(cmd)
             if actual != shown:
                 mismatches.append(f"$ {cmd}\n--- README\n{shown}\n--- actual\n{actual}")
             rendered += [f"$ {cmd}", *actual.splitlines()]

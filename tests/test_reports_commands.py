@@ -355,7 +355,7 @@ def test_cli_help_lists_summary_and_plot(cli: Callable[..., Any]) -> None:
 
 # ----------------------------------------------------------------------------- plots
 def _png_size(data: bytes) -> tuple[int, int]:
-    from test_reports_plot import png_size
+    from tests.helpers import png_size
 
     return png_size(data)
 
@@ -449,6 +449,7 @@ def test_merge_counts_and_locations(in_root: None) -> None:
 
 
 def test_merge_cli_summary_and_plot(cli: Callable[..., Any], in_root: None, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the [plot] extra
     out = tmp_path / "merge.png"
     res = cli("merge", *SHARDS, "-f", "github", "--plot", str(out))
     assert res.exit_code == 1

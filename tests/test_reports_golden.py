@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rmsnorm_eps.reports import FORMATS
+from tests.helpers import GOLDEN_CASES as CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -26,55 +27,6 @@ EXT = {
     "github": "github.txt",
     "junit": "junit.xml",
     "sarif": "sarif",
-}
-
-COMPARE = (
-    "compare",
-    "--q-file",
-    "examples/q_dump.npz",
-    "--from",
-    "eps=1e-6",
-    "--to",
-    "eps=1e-5",
-    "--top",
-    "3",
-)
-PARITY = ("parity", "--probes", "examples/parity/probes.npz", "--actual")
-CASES: dict[str, tuple[tuple[str, ...], int]] = {
-    # name: (arguments, expected exit code)
-    "ratio": (("ratio", "--eps", "1e-5", "--q-file", "examples/ci/q_dump.npz", "--top", "3"), 1),
-    "ratio-budget": (
-        (
-            "ratio",
-            "--eps",
-            "1e-5",
-            "--q-file",
-            "examples/ci/q_dump.npz",
-            "--top",
-            "3",
-            "--max-violations",
-            "10",
-        ),
-        0,
-    ),
-    "bound": (("bound", "--delta", "0.01", "--eps", "1e-5"), 0),
-    "compare": (COMPARE, 1),
-    "compare-budget": ((*COMPARE, "--max-violations", "2"), 0),
-    "precision": (("precision", "--eps", "1e-8"), 1),
-    "parity": ((*PARITY, "examples/parity/torch_eps_none.npy"), 1),
-    "parity-pass": ((*PARITY, "examples/parity/torch_eps_1e-6.npy"), 0),
-    "config-diff": (("config", "diff", "configs/llama-3-8b.yaml", "configs/qwen3-8b.yaml"), 1),
-    # examples/ci/q_dump.npz in two shards (tests/data/merge/make_shards.py)
-    "merge": (
-        (
-            "merge",
-            "tests/data/merge/shard0.summary.json",
-            "tests/data/merge/shard1.summary.json",
-            "--top",
-            "3",
-        ),
-        1,
-    ),
 }
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import struct
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,24 +13,12 @@ import pytest
 from rmsnorm_eps.analysis import analyze_dump
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 from rmsnorm_eps.plot import plot_format, plot_ratio, worst_layers
+from tests.helpers import png_size
 
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ci" / "q_dump.npz"
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk, after checking signature and CRC."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    length, kind = struct.unpack(">I4s", data[8:16])
-    assert kind == b"IHDR" and length == 13
-    body = data[16:29]
-    (crc,) = struct.unpack(">I", data[29:33])
-    assert crc == zlib.crc32(kind + body)
-    width, height = struct.unpack(">II", body[:8])
-    assert data.endswith(b"IEND\xaeB`\x82")
-    return width, height
 
 
 def test_png_of_expected_size() -> None:

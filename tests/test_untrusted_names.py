@@ -22,41 +22,14 @@ import pytest
 
 from rmsnorm_eps import escape
 from tests.conftest import run_module
+from tests.helpers import FORMAT_NAMES as FORMATS
+from tests.helpers import HOSTILE_CONFIG_NAMES as CONFIG_NAMES
+from tests.helpers import HOSTILE_NAMES as NAMES
 from tests.runner_lines import CONTROL, assert_inert, runner_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SARIF_SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))
-FORMATS = ("text", "json", "markdown", "github", "junit", "sarif")
 
-# Member names hold no "::" (such a member is a companion array, e.g. ``x::position``); the
-# ``::`` attacks ride on the file name and on ":" next to the report's own ": ".
-NAMES = (
-    "x##[stop-commands]t",
-    "##vso[task.setvariable variable=a]b",
-    "##[error title=forged]PASS",
-    "[/x]",
-    "[link=http://e]a[/link]",
-    "[conceal]hidden",
-    "\x1b]8;;http://e\x07link\x1b]8;;\x07",
-    "\x1b[2J\x1b[31mred",
-    "<img src=x>",
-    "</details>",
-    "<h1>PASS</h1>",
-    "a\nb",
-    "c\rd",
-    "tab\there",
-    "\u2028sep\u2029",
-    "e\x85f\x9b",
-    "del\x7f",
-    "bidi\u202egnp.exe",
-    "$\\frac{1}{$",
-    ":",
-    " :",
-    "h|i",
-    "&amp;",
-    "`x``",
-    "n" * 10_000,
-)
 DUMP_NAME = "::error::p##[x].npz"  # the file name is data too (it is the report's source)
 
 
@@ -158,6 +131,7 @@ def test_error_lines_are_one_bounded_inert_line(cli: Callable[..., Any], hostile
 def test_plot_draws_mathtext_and_missing_glyphs_silently(hostile: Path) -> None:
     """``$...$`` is literal text; a glyph missing from the font warns nothing (real process:
     warnings and logging go to the real stderr)."""
+    pytest.importorskip("matplotlib")  # the [plot] extra
     dump = Path("plot.npz")
     _write_dump(dump, ("$\\frac{1}{$", "\u6f22\u5b57\u0600\U0001f600", "a\nb", "##[x]", ":"))
     res = run_module(
@@ -227,15 +201,6 @@ def test_plot_label_has_no_mathtext() -> None:
 
 
 # ----------------------------------------------------------------------------- configs
-CONFIG_NAMES = (
-    "##[error]x",
-    "[/x]",
-    "<img src=x>",
-    "a\x1b[31mb",
-    "::warning::w",
-    "$\\frac{1}{$",
-    "p\u2028q",
-)
 
 
 def _hostile_config(path: Path, eps: str) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
 
-__all__ = ["Call", "bind", "probe_inputs", "read_call"]
+__all__ = ["Call", "bind", "padded_length", "probe_inputs", "read_call", "takes_argument"]
 
 #: keyword arguments a layout probe drops (state the rerun must not touch)
 _STATEFUL = ("past_key_values", "cache", "mems", "layer_state", "cache_position")
@@ -49,6 +49,32 @@ def _signature(module: Any) -> inspect.Signature | None:
         except (TypeError, ValueError):
             _SIGNATURES[cls] = None
     return _SIGNATURES[cls]
+
+
+def takes_argument(module: Any, name: str) -> bool:
+    """Whether the module's ``forward`` has a parameter called ``name``."""
+    sig = _signature(module)
+    return sig is not None and name in sig.parameters
+
+
+def padded_length(value: Any, call_mask: Any) -> int | None:
+    """L when ``value`` is a 2-D mask [B, L], L > T, of a layer inside the model whose real
+    tokens are exactly the call's (``call_mask``, host bool [B, T]) followed by padding only;
+    else None. A mask is read as 0/1 (bool or integer: non-zero is real) or, holding a
+    negative value, as additive (0 is real, a large negative value masks)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.ndim != 2:
+        return None
+    b, t = (int(n) for n in call_mask.shape)
+    if int(value.shape[0]) != b or int(value.shape[1]) <= t:
+        return None
+    m = value.detach().to("cpu")
+    additive = m.is_floating_point() and bool((m < 0).any())
+    real = m >= 0 if additive else m != 0
+    if torch.equal(real[:, :t], call_mask) and not bool(real[:, t:].any()):
+        return int(value.shape[1])
+    return None
 
 
 def bind(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

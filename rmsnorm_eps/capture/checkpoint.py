@@ -21,6 +21,7 @@ The sources of the figures are transformers' ``from_pretrained(..., output_loadi
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,10 @@ from rmsnorm_eps.errors import InputFileError, brief
 
 __all__ = [
     "MAX_SHARDS",
+    "PARAMETER_FLOOR",
     "SHOWN",
     "WeightsPresent",
+    "check_parameter_count",
     "check_weights",
     "random_weights_line",
     "unmatched_weights",
@@ -81,7 +84,8 @@ def check_weights(
     found = unmatched_weights(info, model, family)
     if not any(found.values()):
         return ()
-    parts = [f"{len(v)} {what} ({_listed(v)})" for what, v in found.items() if v]
+    labels = {"missing": "missing", "unexpected": "unexpected", "mismatched": "of another shape"}
+    parts = [f"{len(v)} {labels[what]} ({_listed(v)})" for what, v in found.items() if v]
     if allow_random:
         return tuple(found["missing"] + found["mismatched"])
     raise CaptureError(
@@ -94,20 +98,22 @@ def check_weights(
 def random_weights_line(names: tuple[str, ...]) -> str:
     """The warning for a run on weights left random (``--allow-random-weights``)."""
     return (
-        f"warning: {len(names)} weight(s) of the model are not in the checkpoint and were "
-        f"initialized at random ({_listed(names)}): the norms see a model with random "
-        "weights there"
+        f"warning: {len(names)} weight(s) of the model are not in the checkpoint (or of "
+        f"another shape there) and were newly initialized at random ({_listed(names)}): the "
+        "norms see a model with random weights there"
     )
 
 
 @dataclass(frozen=True)
 class WeightsPresent:
     """What a model directory's ``.safetensors`` headers hold: the number of tensors, their
-    largest dimension, and the files read. Read before anything is built: only the headers."""
+    largest dimension, and the files read; ``elements``, the sum over the tensors of the
+    product of their shape. Read before anything is built: only the headers."""
 
     tensors: int
     largest_dim: int
     files: tuple[str, ...]
+    elements: int = 0
 
 
 #: Most weight files (shards) read for :func:`weights_present`.
@@ -142,7 +148,7 @@ def weights_present(directory: Path) -> WeightsPresent | None:
     files = _shard_names(directory)
     if not files:
         return None
-    tensors = largest = 0
+    tensors = largest = elements = 0
     for name in files:
         path = directory / name
         if not path.is_file():
@@ -153,4 +159,37 @@ def weights_present(directory: Path) -> WeightsPresent | None:
             if isinstance(shape, list):
                 dims = [d for d in shape if isinstance(d, int) and not isinstance(d, bool)]
                 largest = max([largest, *dims])
-    return WeightsPresent(tensors, largest, tuple(files))
+                elements += math.prod(dims)
+    return WeightsPresent(tensors, largest, tuple(files), elements)
+
+
+#: Whatever the checkpoint, a model of up to this many parameters is built (2^28: 1 GiB in
+#: float32); above it, at most twice the elements the checkpoint holds.
+PARAMETER_FLOOR = 1 << 28
+
+
+def check_parameter_count(
+    where: Path, cls: Any, config: Any, present: WeightsPresent | None
+) -> None:
+    """Refuse, before the weights are allocated, a model whose parameters (counted on a model
+    built on torch's ``meta`` device: no memory) number more than twice the elements of the
+    checkpoint's tensors (``present``) and more than :data:`PARAMETER_FLOOR`: most of it
+    would be random, and the allocation alone could exhaust the memory. Not checked without
+    a safetensors checkpoint, for a quantized one (its tensors are packed), or when the model
+    cannot be built on the meta device."""
+    if present is None or getattr(config, "quantization_config", None) is not None:
+        return
+    import torch
+
+    try:
+        with torch.device("meta"):
+            meta = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    except Exception:  # a constructor that needs real tensors: the load itself will tell
+        return
+    count = sum(p.numel() for p in meta.parameters())
+    if count > max(2 * present.elements, PARAMETER_FLOOR):
+        raise CaptureError(
+            f"{where}: config.json builds a model of {count} parameters, but the checkpoint "
+            f"holds {present.elements} values: most of the model would be random (and its "
+            "memory allocated for nothing)"
+        )

@@ -161,14 +161,14 @@ def classify_module(
     except Exception as exc:  # any failure makes the kind unknown
         msg = " ".join(str(exc).split())[:120]
         return NormKind("unknown", reason=f"the probe call failed ({type(exc).__name__}: {msg})")
-    if not outs or tuple(getattr(outs[0], "shape", ())) != tuple(px.shape):
+    if not outs or not _same_rows(outs[0], px):
         return NormKind("unknown", reason="its output does not have its input's shape")
     x, g, y = probe.host(px), probe.host(pg), probe.host(outs[0])
     w = _param(dup, "weight", width)
     b = _param(dup, "bias", width)
     sizes = group_sizes(width)
     found, inputs = None, 1
-    if gate_pos and len(outs) > 1 and tuple(getattr(outs[1], "shape", ())) == tuple(px.shape):
+    if gate_pos and len(outs) > 1 and _same_rows(outs[1], px):
         # two tensors in, two out: q and k? probed again with a second input of the same scales
         pk = probe.tensor((rng.standard_normal((rows, width)) + 0.75) * _SCALES[:, None])
         found = _pair_fit(probe, px, pk, w, b, sizes)
@@ -196,6 +196,15 @@ def classify_module(
         inputs=inputs,
         channels_first=channels_first,
     )
+
+
+def _same_rows(out: Any, px: Any) -> bool:
+    """The output holds the input's rows, each of the same number of elements (its own shape,
+    or the normalized axes flattened: xLSTM's multi-head LayerNorm returns [B, T, NH * DH])."""
+    shape = tuple(getattr(out, "shape", ()))
+    if shape == tuple(px.shape):
+        return True
+    return shape[:2] == tuple(px.shape[:2]) and int(out.numel()) == int(px.numel())
 
 
 class _Probe:

@@ -15,17 +15,29 @@ The layout is read from evidence, never from a coincidence of sizes:
   ``[B, T, H, D]`` and in the transposed view ``[B, H, T, D]``); a reading of size-1 axes where
   both readings are the same array needs no evidence;
 * a module whose sequence axis has another length L than the call's: ``[B, L, D]`` with L the
-  length the model padded its input ids to (Longformer pads to a multiple of its attention
-  window; seen at its input embeddings, the input ids followed by pad ids) is the call's tokens
-  followed by the model's padding; any other L (a compressed or block-global sequence: a KV
-  compressor's windows, LongT5's transient-global tokens) is captured on its own axis: position
-  = the index on that axis, every vector kept (no padding mask maps onto it).
+  length the model padded its input to is the call's tokens followed by the model's padding.
+  That length is seen at the input embeddings (Longformer pads its ids to a multiple of its
+  attention window: the input ids followed by pad ids), or in the mask the model's own layers
+  are called with (PEGASUS-X pads its hidden states to a multiple of its block size, LED embeds
+  its window padding in a second call: a 2-D ``attention_mask`` [B, L] whose real tokens are
+  exactly the call's, followed by padding). ``[B, P + T, D]`` with P the prompt vectors the
+  model put before the ids (CPM-Ant: its input embeddings see P prompt ids followed by the
+  input ids) is P prompt vectors, then the call's tokens: the prompt is no token. Any other L
+  (a compressed or block-global sequence: a KV compressor's windows, LongT5's transient-global
+  tokens) is captured on its own axis: position = the index on that axis, every vector kept
+  (no padding mask maps onto it); such a q waits for the end of the forward pass, so that a
+  later layer's mask may still show L to be the padded length;
+* an input that is a weight of the model (a parameter or buffer, or a view of one) has no
+  token axis whatever its sizes: ``[B, L, D]`` (learned queries expanded over the batch) is on
+  its own axis, anything else (DeBERTa-v2's relative-position embeddings ``[2 * buckets, D]``,
+  whose row count may equal B * T) has no layout.
 
 Nothing else is guessed: :class:`LayoutUnknown` (the module is listed, not analysed).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
@@ -42,6 +54,7 @@ __all__ = [
 
 OWN_AXIS = "own axis"
 MODEL_PADDED = "model-padded"
+PROMPTED = "prompted"
 
 
 class LayoutUnknown(CaptureError):
@@ -86,10 +99,12 @@ def plan(
     spec: NormModule,
     known: str | None,
     forced: str | None = None,
-    padded: int | None = None,
+    evidence: dict[str, int] | None = None,
 ) -> tuple[str, bool]:
     """The layout of a q of shape ``lead + (groups,)`` (see the module docstring) and whether
-    it is evidence (False: size-1 axes where every reading is the same array).
+    it is evidence (False: size-1 axes where every reading is the same array). ``evidence``:
+    what the call showed (``padded``: the model's padded length; ``prefix``: its prompt
+    vectors before the ids; ``weight_input``: the input is a weight of the model).
 
     Raises :class:`LayoutAmbiguous` or :class:`LayoutUnknown`.
     """
@@ -102,7 +117,10 @@ def plan(
             "with input_ids or inputs_embeds)"
         )
     b, t = bt
-    if len(lead) == 2 and (found := _plan_2d(lead, groups, b, t, known, padded, where)):
+    if (evidence or {}).get("weight_input"):
+        return _weight_rows(lead, groups, b, where)
+    extra = (evidence or {}).get("padded"), (evidence or {}).get("prefix")
+    if len(lead) == 2 and (found := _plan_2d(lead, groups, (b, t), known, extra, where)):
         return found
     if len(lead) == 1 and b * t > 0 and lead[0] % (b * t) == 0:
         h = lead[0] // (b * t)
@@ -112,8 +130,8 @@ def plan(
     if len(lead) == 3 and lead[0] == b:
         layout = head_layout(lead, strides, t, known, spec, forced)
         if layout is not None:
-            evidence = not (lead[1] == lead[2] == t == 1)
-            return ("heads [B, T, H, D]" if layout == "bthd" else "heads [B, H, T, D]"), evidence
+            told = not (lead[1] == lead[2] == t == 1)
+            return ("heads [B, T, H, D]" if layout == "bthd" else "heads [B, H, T, D]"), told
     raise LayoutUnknown(
         f"layout unknown: {where} does not match the call's batch {b} and sequence length {t}"
     )
@@ -122,14 +140,15 @@ def plan(
 def _plan_2d(
     lead: tuple[int, ...],
     groups: int,
-    b: int,
-    t: int,
+    bt: tuple[int, int],
     known: str | None,
-    padded: int | None,
+    extra: tuple[int | None, int | None],
     where: str,
 ) -> tuple[str, bool] | None:
-    """A ``[?, ?]`` lead: batch-first, sequence-first, flattened heads, model-padded, own axis
-    (None: none of them)."""
+    """A ``[?, ?]`` lead: batch-first, sequence-first, flattened heads, model-padded, prompted,
+    own axis (None: none of them). ``extra``: the model's padded length and prompt length."""
+    b, t = bt
+    padded, prefix = extra
     bf, sf = lead == (b, t), lead == (t, b)
     if bf and sf:  # B == T
         if b == 1:
@@ -153,15 +172,29 @@ def _plan_2d(
     if lead[0] == b and orientation(known) != "tb":
         if padded is not None and lead[1] == padded and padded > t:
             return _tokens(groups, MODEL_PADDED, "B, T+pad"), True
+        if prefix is not None and prefix > 0 and lead[1] == t + prefix:
+            return _tokens(groups, PROMPTED, "B, P+T"), True
         return _tokens(groups, OWN_AXIS, "B, L"), True
     return None
+
+
+def _weight_rows(lead: tuple[int, ...], groups: int, b: int, where: str) -> tuple[str, bool]:
+    """The layout of a weight's rows: its own axis when expanded over the batch ([B, L]),
+    else no layout (DeBERTa-v2's relative-position embeddings, [2 * buckets, D])."""
+    if len(lead) == 2 and lead[0] == b:
+        return _tokens(groups, OWN_AXIS, "B, L"), True
+    raise LayoutUnknown(
+        f"layout unknown: {where}: its input is a weight of the model (a parameter or buffer), "
+        "whose rows are no tokens"
+    )
 
 
 def place(q: Any, layout: str, bt: tuple[int, int] | None) -> Any:
     """q (lead axes + groups) arranged [B, L, H] for a layout of :func:`plan` (L = T, except
     on a module's own axis or the model's padded length)."""
-    if bt is None or any(a in layout for a in ("[B, T, D]", "[B, T, G, D]", "[B, L", "[B, T+pad")):
-        return q.reshape(int(q.shape[0]), int(q.shape[1]), -1)
+    flat = ("[B, T, D]", "[B, T, G, D]", "[B, L", "[B, T+pad", "[B, P+T")
+    if bt is None or any(a in layout for a in flat):  # an empty axis (L = 0) stays empty
+        return q.reshape(int(q.shape[0]), int(q.shape[1]), math.prod(int(n) for n in q.shape[2:]))
     b, t = bt
     if "[T, B" in layout:
         return q.transpose(0, 1).reshape(b, t, -1)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_eps.capture.errors import CaptureError
+from rmsnorm_eps.dtypes import DTYPE_ALIASES
 from rmsnorm_eps.errors import InputFileError, MissingExtraError
 
 __all__ = [
@@ -199,14 +200,11 @@ def model_class(config: Any, family: str | None = None) -> Any:
     )
 
 
-# --dtype names and their aliases -> the torch dtype name
+# The --dtype spellings a model may be loaded in -> the torch dtype name, from the one dtype
+# vocabulary (rmsnorm_eps.dtypes); float64 and the other spellings are not offered here.
 DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
+    alias: DTYPE_ALIASES[alias]
+    for alias in ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 }
 
 
@@ -291,7 +289,7 @@ def load_model(
     some of the model's weights, or holds tensors the model has no place for, is refused
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
     when the names left random are in :attr:`LoadedModel.random_weights`."""
-    from rmsnorm_eps.capture.checkpoint import check_weights
+    from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
     from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
 
     for package in ("torch", "transformers", "accelerate"):
@@ -311,7 +309,7 @@ def load_model(
         raise InputFileError(
             d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
         )
-    check_model_config(d)
+    present = check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -333,8 +331,16 @@ def load_model(
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
+            check_parameter_count(d, cls, config, present)
+            # a tensor of another shape than the config's is listed (mismatched_keys) and
+            # refused by check_weights with its name, not raised as transformers' RuntimeError
             model, info = cls.from_pretrained(
-                str(d), config=config, output_loading_info=True, **where_to, **kw
+                str(d),
+                config=config,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+                **where_to,
+                **kw,
             )
     except (OSError, ValueError, KeyError) as exc:
         raise InputFileError(

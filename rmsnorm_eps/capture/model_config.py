@@ -21,6 +21,7 @@ from rmsnorm_eps.errors import InputFileError
 
 __all__ = [
     "EPS_KEYS",
+    "EXPERT_KEYS",
     "LAYER_KEYS",
     "MAX_LAYERS",
     "MAX_WIDTH",
@@ -53,6 +54,7 @@ SIZE_KEYS = frozenset(
         "decoder_attention_heads",
         "encoder_layers",
         "decoder_layers",
+        "num_decoder_layers",
     }
 )
 #: Keys of a transformers config (at any depth up to 4) that hold a norm's eps.
@@ -75,8 +77,18 @@ EPS_KEYS = frozenset(
 PER_LAYER_KEYS = frozenset({"intermediate_size"})
 #: Size keys that count layers; the others are widths or counts of heads.
 LAYER_KEYS = frozenset(
-    {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers"}
+    {
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "encoder_layers",
+        "decoder_layers",
+        "num_decoder_layers",
+    }
 )
+#: Keys that count a mixture of experts' experts (0 or null: no experts, not checked). Each
+#: expert holds weights of its own, or its weights are one tensor with an axis per expert.
+EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts"})
 #: Most layers a layer key may ask for, whatever the weights (no real model has 200).
 MAX_LAYERS = 1024
 #: Widest width (or most heads) a size key may ask for, whatever the weights.
@@ -98,16 +110,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def check_model_config(directory: Path) -> None:
+def check_model_config(directory: Path) -> WeightsPresent | None:
     """Refuse, with one line naming the file and key, a ``config.json`` in ``directory`` whose
     sizes (:data:`SIZE_KEYS`, at any depth up to 4) are not integers >= 1 (a per-layer list:
     each one), whose eps values (:data:`EPS_KEYS`) are not finite numbers > 0, or that repeats
     a key; and one whose sizes are out of proportion with the weights present
-    (:func:`check_sizes`). A directory without config.json (a GGUF model) is left to the
+    (:func:`check_sizes`). Returns the weights present (:func:`weights_present`; None without
+    a safetensors checkpoint). A directory without config.json (a GGUF model) is left to the
     loader."""
     path = directory / "config.json"
     if not path.is_file():
-        return
+        return None
     try:
         with open(path, "rb") as fh:
             data = fh.read(_MAX_BYTES + 1)
@@ -121,7 +134,9 @@ def check_model_config(directory: Path) -> None:
         raise InputFileError(path, f"not a JSON model config ({exc})") from None
     sizes: list[tuple[str, str, int]] = []
     _check(path, doc, "", 0, sizes)
-    check_sizes(path, sizes, weights_present(directory))
+    present = weights_present(directory)
+    check_sizes(path, sizes, present)
+    return present
 
 
 def check_sizes(
@@ -132,9 +147,24 @@ def check_sizes(
     the fixed caps): a layer count (:data:`LAYER_KEYS`) above the number of tensors present
     (every layer holds weights of its own; layers that share one set still number far fewer
     than the tensors) or :data:`MAX_LAYERS`; any other size above the largest tensor
-    dimension present (at least :data:`WIDTH_FLOOR`) or :data:`MAX_WIDTH`. ``sizes`` holds
-    ``(shown key, key, value)``."""
+    dimension present (at least :data:`WIDTH_FLOOR`) or :data:`MAX_WIDTH`; an expert count
+    (:data:`EXPERT_KEYS`) above both the tensors and the largest dimension present. ``sizes``
+    holds ``(shown key, key, value)``."""
     for name, key, value in sizes:
+        if key in EXPERT_KEYS:
+            if present is not None and value > max(present.tensors, present.largest_dim):
+                raise InputFileError(
+                    path,
+                    f"{value} experts, but the checkpoint holds {present.tensors} tensor(s) "
+                    f"of at most {present.largest_dim} along any axis: so many experts cannot "
+                    "come from these weights",
+                    key=name,
+                )
+            if value > MAX_WIDTH:
+                raise InputFileError(
+                    path, f"{value} experts, over the {MAX_WIDTH} a capture builds", key=name
+                )
+            continue
         if key in LAYER_KEYS:
             if present is not None and value > present.tensors:
                 raise InputFileError(
@@ -179,6 +209,8 @@ def _check(path: Path, obj: Any, where: str, depth: int, sizes: list[tuple[str, 
             sizes.extend((name, key, int(v)) for v in (value if per_layer else [value]))
         elif key in EPS_KEYS:
             _check_eps(path, value, name)
+        elif key in EXPERT_KEYS and _is_size(value):
+            sizes.append((name, key, value))
         elif isinstance(value, dict):
             _check(path, value, f"{name}.", depth + 1, sizes)
 

@@ -142,6 +142,32 @@ class _Command(TyperCommand):
                     formatter.write_dl(sections[key])
 
 
+class CommandGroup(TyperGroup):
+    """A group that also runs itself (``parity`` and ``parity onnx``): its own options get
+    :class:`_Command`'s plain help and repeated-option check, then its commands are listed."""
+
+    context_class = HelpContext
+    _argument_help = _Command._argument_help
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Refuse a repeated single-value option of the group, then parse as click does."""
+        repeated = _repeated_option(self, ctx, args)
+        if repeated is not None:
+            raise _cx.UsageError(f"{repeated} given more than once (give it once)", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        _Command.format_options(self, ctx, formatter)  # type: ignore[arg-type]
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:  # whole, wrapped, never cut
+                rows.append((name, command.get_short_help_str(1 << 16)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 class Typer(typer.Typer):
     """``typer.Typer`` whose commands are :class:`_Command` (plain help, no repeated options)."""
 

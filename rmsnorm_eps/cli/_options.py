@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import click
 import typer
 
-from rmsnorm_eps.dtype_names import DTYPE_ALIASES, canonical_dtype
+from rmsnorm_eps.dtypes import DTYPE_ALIASES, canonical_dtype
 from rmsnorm_eps.reports.options import Format
 
 

@@ -1,4 +1,5 @@
-"""Nothing destroyed: an output may never be an input, nor another output of the same run.
+"""Nothing destroyed: an output may never be an input, nor another output of the same run, nor
+lie inside a model folder that is read as input (:func:`check_outside_model`).
 
 Files are compared by identity, not spelling: an existing regular file by ``(st_dev, st_ino)``
 (so ``./q.npz``, ``q.npz``, a symlink or a hard link to it are all the same file); an output
@@ -14,7 +15,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["Named", "check_outputs"]
+__all__ = ["MODEL_FILE_SUFFIXES", "Named", "check_outputs", "check_outside_model"]
 
 #: ``(label, path)``: how the user named the file (``-o/--output``, ``the dump``) and its path.
 Named = tuple[str, Path | None]
@@ -69,3 +70,51 @@ def check_outputs(inputs: Sequence[Named], outputs: Sequence[Named]) -> None:
                 f"overwrite {what} (give the output its own path)"
             )
         seen[ident] = f"output {_show(label, Path(path))}"
+
+
+#: Suffixes of the files a model folder is loaded from (transformers' config, tokenizer,
+#: weights, chat templates, remote code; llama.cpp's GGUF): an output with one of these names
+#: inside the folder may be read as the model next time, even when no such file exists now.
+MODEL_FILE_SUFFIXES = (
+    ".json",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".msgpack",
+    ".gguf",
+    ".onnx",
+    ".model",
+    ".vocab",
+    ".tiktoken",
+    ".txt",
+    ".jinja",
+    ".py",
+)
+
+
+def check_outside_model(label: str, folder: Path | None, outputs: Sequence[Named]) -> None:
+    """Exit 2 with one line, before anything is written, when an output resolves (symlinks
+    followed: ``os.path.realpath``) into the model folder ``folder`` given as ``label``
+    (``--model``), at any depth, with a name a model is loaded from
+    (:data:`MODEL_FILE_SUFFIXES`: config.json, the tokenizer files, the weights, a chat
+    template...), also one that does not exist yet: a new ``tokenizer.json`` beside a
+    ``tokenizer.model`` changes the next load. (An existing file of the folder is an input,
+    refused by :func:`check_outputs`.) ``None`` paths (options not given) are ignored."""
+    from rmsnorm_eps.cli._app import fail
+
+    if folder is None or not Path(folder).is_dir():
+        return
+    root = os.path.join(os.path.realpath(folder), "")
+    for name, path in outputs:
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(root) and real.lower().endswith(MODEL_FILE_SUFFIXES):
+            fail(
+                f"{_show(name, Path(path))} lies inside the model folder {label} {folder}: "
+                "refusing to write a file a model is loaded from (give the output a path "
+                "outside it)"
+            )

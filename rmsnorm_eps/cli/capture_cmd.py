@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
@@ -34,35 +33,6 @@ from rmsnorm_eps.cli._options import (
 from rmsnorm_eps.cli._output import summary_line
 
 
-def _read_texts(
-    texts: list[str],
-    text_file: Path | None,
-    field: str | None,
-    dataset: Path | None,
-    split: str,
-    max_samples: int | None,
-) -> tuple[str, ...]:
-    """The texts of the one source given (``--text``, ``--text-file`` or ``--dataset``), at
-    most ``max_samples`` of them."""
-    from rmsnorm_eps.capture.inputs import check_texts, read_dataset, read_text_file
-
-    given = [
-        n for n, v in (("--text", texts), ("--text-file", text_file), ("--dataset", dataset)) if v
-    ]
-    if len(given) > 1:
-        raise usage_error(f"give one input: {' or '.join(given)}, not both")
-    if not given:
-        raise usage_error(
-            'give the input: --text "..." (repeatable), --text-file F or --dataset PATH'
-        )
-    if field is not None and text_file is None and dataset is None:
-        raise usage_error("--field applies to --text-file (JSON Lines) and --dataset")
-    if dataset is not None:
-        return read_dataset(dataset, split=split, field=field or "text", max_samples=max_samples)
-    out = read_text_file(text_file, field) if text_file is not None else check_texts(texts)
-    return out[:max_samples] if max_samples is not None else out
-
-
 @app.command(
     "capture",
     short_help=short_help("capture"),
@@ -79,7 +49,10 @@ def _read_texts(
         "  torchrun --nproc-per-node 4 -m rmsnorm_eps capture --model DIR --device cuda "
         "--dataset data.parquet --summary-only --save-data s.json\n\n"
         "  rmsnorm-eps merge s.json s2.json   (summaries of capture runs merge exactly)\n\n"
-        "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text)."
+        "  rmsnorm-eps capture --model DIR --text-file t.txt --allow-random-weights "
+        "--save-data q.npz   (a checkpoint without some weights: run on random ones, warned)\n\n"
+        "Exit codes: 0 captured, 2 usage or input error (no model, missing extras, bad text, a "
+        "checkpoint without some of the model's weights, a text over 8192 tokens)."
     ),
 )
 def capture(
@@ -185,10 +158,18 @@ def capture(
     from rmsnorm_eps.analysis import resolve_bound
     from rmsnorm_eps.capture.checkpoint import random_weights_line
     from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
+    from rmsnorm_eps.capture.job import (
+        Job,
+        close_group,
+        finish_capture,
+        leave,
+        read_texts,
+        run_capture,
+    )
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.capture.output import rank_outputs
     from rmsnorm_eps.cli._app import _debug_enabled
-    from rmsnorm_eps.cli._paths import check_outputs
+    from rmsnorm_eps.cli._paths import check_outputs, check_outside_model
 
     out = data_output(save_data, out, "the dump or summary to write")
     inputs: list[tuple[str, Path | None]] = [
@@ -199,17 +180,16 @@ def capture(
     if model.is_dir():  # its config.json, tokenizer and weights are inputs too
         inputs += [("--model", f) for f in sorted(model.iterdir()) if f.is_file()]
     world_size = job_from_env()[1]  # every rank's {rank} file is checked, before anything runs
-    check_outputs(
-        inputs,
-        [
-            *rank_outputs("--save-data", out, world_size),
-            ("--config-out", config_out),
-            ("-o/--output", output),
-        ],
-    )
+    outputs = [
+        *rank_outputs("--save-data", out, world_size),
+        ("--config-out", config_out),
+        ("-o/--output", output),
+    ]
+    check_outputs(inputs, outputs)
+    check_outside_model("--model", model, outputs)
     if (delta is not None or min_ratio is not None) and not summary_only:
         raise usage_error("--delta and --min-ratio apply to --summary-only")
-    texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
+    texts = read_texts(text or [], text_file, field, dataset, split, max_samples)
     d_value, ratio = resolve_bound(delta, min_ratio)
     where = resolve_device(rank_device(device))
     rank, world = init_from_env(where)
@@ -221,167 +201,48 @@ def capture(
         )
         if loaded.random_weights and rank == 0:
             summary_line(random_weights_line(loaded.random_weights))
-        job = _Job(rank, world, summary_only, ratio if summary_only else None)
+        job = Job(rank, world, summary_only, ratio if summary_only else None)
         ran_at = time.perf_counter()
-        result, order = _capture(
-            loaded, texts, job, module or (), max_tokens, batch_size, sort_by_length
+        run = run_capture(
+            loaded,
+            texts,
+            job,
+            module or (),
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            sort_by_length=sort_by_length,
+            progress=lambda n: _progress(n, rank == 0),
         )
         if _debug_enabled(ctx) and rank == 0:  # where the time went: loading vs the forward passes
             summary_line(
                 f"timing: load {loaded.load_seconds:.2f} s (config, tokenizer, weights), "
                 f"forward {time.perf_counter() - ran_at:.2f} s (tokenize, "
-                f"{len(order)} text(s) under the hooks)"
+                f"{len(run.order)} text(s) under the hooks)"
             )
-        _report(result, order, loaded, job, d_value, out, config_out, fmt.value, output)
+        finished = finish_capture(run, loaded, job, d_value, out, config_out)
+        if rank == 0:
+            _report(finished, out, world, fmt.value, output)
     finally:
         if world > 1:
-            _close_group()
+            close_group()
     if world > 1:
-        _leave(EXIT_OK)
+        leave(EXIT_OK)
     raise typer.Exit(EXIT_OK)
 
 
-def _close_group() -> None:
-    """Under torchrun: end the process group (also after an error)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _leave(code: int) -> NoReturn:
-    """Under torchrun, once every file is written: end the group, flush, and leave at once
-    with ``code``. gloo's worker threads can abort the interpreter's own shutdown ("terminate
-    called without an active exception", SIGABRT) after a successful run, which torchrun
-    would report as a failure."""
-    import os
-
-    _close_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-@dataclass(frozen=True)
-class _Job:
-    """This process's place in the job and the capture mode."""
-
-    rank: int
-    world: int
-    summary_only: bool
-    min_ratio: float | None
-
-
-def _capture(
-    loaded: Any,
-    texts: tuple[str, ...],
-    job: _Job,
-    modules: Sequence[str],
-    max_tokens: int | None,
-    batch_size: int,
-    sort_by_length: bool,
-) -> tuple[Any, list[int]]:
-    """Tokenize every text, plan the batches, run this rank's share under the hooks; returns
-    the capture and the sample index of each sequence it ran, in run order."""
-    from rmsnorm_eps.capture.hooks import QCapture
-    from rmsnorm_eps.capture.inputs import plan_batches, run_batches, shard_batches, tokenize
-    from rmsnorm_eps.capture.loading import input_device
-
-    ids = tokenize(loaded.tokenizer, texts, max_tokens)
-    plan = plan_batches([len(r) for r in ids], batch_size, sort_by_length)
-    mine = shard_batches(plan, job.rank, job.world)
-    order = [i for b in mine for i in b.samples]
-    pad = loaded.tokenizer.pad_token_id
-    with (
-        QCapture(
-            loaded.model, names=modules, summary_only=job.summary_only, min_ratio=job.min_ratio
-        ) as cap,
-        _progress(len(order), job.rank == 0) as progress,
-    ):
-        run_batches(
-            loaded.model,
-            ids,
-            mine,
-            pad_id=int(pad if pad is not None else 0),
-            device=input_device(loaded.model),
-            progress=progress,
-            family=loaded.family,
-        )
-    return cap.result(), order
-
-
-def _report(
-    result: Any,
-    order: list[int],
-    loaded: Any,
-    job: _Job,
-    d_value: float,
-    out: Path,
-    config_out: Path | None,
-    fmt: str,
-    output: Path | None,
-) -> None:
-    """Write this rank's files, reduce over the ranks, and print the report from rank 0."""
-    from rmsnorm_eps.capture.distributed import (
-        reduce_capture_documents,
-        reduce_summary,
-        sum_across_ranks,
-    )
-    from rmsnorm_eps.capture.output import rank_path, write_config, write_dump
-    from rmsnorm_eps.capture.report import (
-        CaptureReport,
-        capture_document,
-        not_analysed,
-        summary_report,
-    )
+def _report(finished: Any, out: Path, world: int, fmt: str, output: Path | None) -> None:
+    """Rank 0's report of a finished capture: the report, the modules never analysed, and
+    the summary line."""
     from rmsnorm_eps.cli._output import emit
-    from rmsnorm_eps.merge import write_summary
 
-    ran = any(m.count for m in result.modules)
-    lead = job.rank == 0
-    if job.summary_only:
-        mine = summary_report(result, d_value, str(out)) if ran else None
-        report = reduce_summary(mine, str(out))
-        if lead:
-            write_summary(report, out)  # the summary `rmsnorm-eps merge` reads
-            emit(report, fmt, output)
-            for line in not_analysed(result):  # unknown kinds: listed, never analysed
-                summary_line(line)
-    else:
-        result = _with_sample_indices(result, order)
-        path = rank_path(out, job.rank)
-        if ran:
-            write_dump(result, path)
-        outputs = {"dump": str(out), "config": str(config_out) if config_out else None}
-        doc = reduce_capture_documents(
-            capture_document(result, loaded.name, outputs) if ran else None
-        )
-        if lead:
-            emit(CaptureReport(result, loaded.name, outputs, document=doc), fmt, output)
-    if lead and config_out is not None:
-        write_config(result, config_out, loaded.name, loaded.source)
-    ran_modules = [1 if m.count else 0 for m in result.modules]
-    totals = sum_across_ranks([result.sequences, result.tokens, *ran_modules])
-    if lead:
-        count = sum(1 for n in totals[2:] if n)
-        ranks = f" over {job.world} ranks" if job.world > 1 else ""
-        summary_line(
-            f"captured {count} norm module(s), {totals[0]} text(s), "
-            f"{totals[1]} tokens{ranks} -> {out}"
-        )
-
-
-def _with_sample_indices(result: Any, order: list[int]) -> Any:
-    """The capture with each ``::batch`` value (the sequence's rank in run order) replaced by
-    the index of its text in the input."""
-    import numpy as np
-
-    lookup = np.asarray(order, dtype=np.int64)
-    modules = tuple(
-        replace(m, batch=lookup[m.batch]) if m.batch is not None and m.batch.size else m
-        for m in result.modules
+    emit(finished.report, fmt, output)
+    for line in finished.not_analysed:  # unknown kinds: listed, never analysed
+        summary_line(line)
+    ranks = f" over {world} ranks" if world > 1 else ""
+    summary_line(
+        f"captured {finished.modules} norm module(s), {finished.sequences} text(s), "
+        f"{finished.tokens} tokens{ranks} -> {out}"
     )
-    return replace(result, modules=modules)
 
 
 @contextmanager

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rmsnorm_eps.cli._app import EXIT_FINDINGS, EXIT_OK, Typer, app
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import ExitZeroOpt, Format, FormatOpt, OutputOpt, SummaryOpt
+
+if TYPE_CHECKING:
+    from rmsnorm_eps.cli._paths import Named
+    from rmsnorm_eps.config.model import NormConfig
+
+
+def _load(file: Path) -> tuple[NormConfig, list[Named]]:
+    """The config of ``file`` and the files it reads besides itself (an .onnx model's
+    external data files: an output must never replace one of them)."""
+    if file.suffix.lower() == ".onnx" and not file.is_dir():
+        from rmsnorm_eps.config.onnx_graph import read_onnx_config_and_files
+
+        config, files = read_onnx_config_and_files(file)
+        return config, [(f"external data of {file}", p) for p in files]
+    from rmsnorm_eps.config import load_config
+
+    return load_config(file), []
+
 
 config_app = Typer(
     help="Model normalization configs (our YAML, Hugging Face config.json, GGUF metadata): "
@@ -54,10 +72,10 @@ def show(
     each with its provenance (file and key, framework default, derived, or missing)."""
     from rmsnorm_eps.cli._output import emit, summary_line
     from rmsnorm_eps.cli._paths import check_outputs
-    from rmsnorm_eps.config import load_config
 
     check_outputs([("config", file)], [("-o/--output", output)])
-    config = load_config(file)
+    config, data_files = _load(file)
+    check_outputs([("config", file), *data_files], [("-o/--output", output)])
     emit(config, fmt, output)
     eps = config.defaults.eps
     if config.kind == "onnx":
@@ -81,7 +99,8 @@ def show(
         "  rmsnorm-eps config diff config.json model.gguf\n\n"
         "  rmsnorm-eps config diff train.yaml serve.yaml --format json\n\n"
         "Exit codes: 0 equivalent, 1 eps (relative tolerance 1e-6), placement, gain or norm "
-        "type differ (or cannot be compared because one is missing), 2 unreadable input. "
+        "type differ (or cannot be compared because one is missing), 2 unreadable input, an "
+        "ONNX graph without any norm, or a YAML pattern that matches no norm of the graph. "
         "--exit-zero turns 1 into 0."
     ),
 )
@@ -107,14 +126,16 @@ def diff(
     """
     from rmsnorm_eps.cli._output import append_step_summary, emit, summary_line
     from rmsnorm_eps.cli._paths import check_outputs
-    from rmsnorm_eps.config import diff_configs, load_config
+    from rmsnorm_eps.config import diff_configs
 
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY", "") if summary else ""
-    check_outputs(
-        [("config", a), ("config", b)],
-        [("-o/--output", output), ("--summary", Path(summary_file) if summary_file else None)],
-    )
-    ca, cb = load_config(a), load_config(b)
+    outputs: list[Named] = [
+        ("-o/--output", output),
+        ("--summary", Path(summary_file) if summary_file else None),
+    ]
+    check_outputs([("config", a), ("config", b)], outputs)
+    (ca, files_a), (cb, files_b) = _load(a), _load(b)
+    check_outputs([("config", a), ("config", b), *files_a, *files_b], outputs)
     if "onnx" in (ca.kind, cb.kind):
         from rmsnorm_eps.config.resolve import diff_by_names
 

@@ -1,4 +1,5 @@
-"""``rmsnorm-eps parity``: judge an implementation's outputs on a probe set."""
+"""``rmsnorm-eps parity``: judge an implementation's outputs on a probe set; ``rmsnorm-eps
+parity onnx MODEL``: measure every norm of an ONNX graph with onnxruntime (its own options)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rmsnorm_eps.cli._app import app, usage_error
+from rmsnorm_eps.cli._app import CommandGroup, Typer, app, usage_error
 from rmsnorm_eps.cli._commands import short_help
 from rmsnorm_eps.cli._options import (
     ExitZeroOpt,
@@ -44,9 +45,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@app.command(
-    "parity",
-    short_help=short_help("parity"),
+parity_app = Typer(cls=CommandGroup, rich_markup_mode=None)
+app.add_typer(parity_app, name="parity", short_help=short_help("parity"))
+
+
+@parity_app.callback(
+    invoke_without_command=True,
     epilog=(
         "Examples:\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npy\n\n"
@@ -54,13 +58,15 @@ def _sha256(path: Path) -> str:
         "--record parity.yaml\n\n"
         "  rmsnorm-eps parity --probes probes.npz --actual out.npz --rule polygraphy "
         "--atol 1e-4 --rtol 1e-3\n\n"
-        "  rmsnorm-eps parity --onnx model.onnx --config config.json --optimized-out opt.onnx\n\n"
+        "  rmsnorm-eps parity onnx model.onnx --config config.json  # see `parity onnx --help`"
+        "\n\n"
         "Plot: the max abs and rel error per probe category against the tolerance.\n\n"
         "Exit codes: 0 every category passes, 1 some element fails (or is nonfinite), "
         "2 usage or input error. --exit-zero turns 1 into 0, never 2."
     ),
 )
 def parity(
+    ctx: typer.Context,
     probes_path: Annotated[
         Path | None,
         typer.Option(
@@ -125,40 +131,7 @@ def parity(
     ] = None,
     onnx_path: Annotated[
         Path | None,
-        typer.Option(
-            "--onnx",
-            metavar="MODEL",
-            help="Measure every norm of an .onnx graph with onnxruntime (all graph "
-            "optimizations on) on probes made for its stored eps, instead of --probes/--actual; "
-            "exit 1 when a norm's effective eps differs from the stored (or --config) one.",
-            dir_okay=False,
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            metavar="FILE",
-            help="With --onnx: the model's config (config.json, YAML, GGUF, .onnx, model "
-            "directory) whose eps per norm the effective eps must also match.",
-        ),
-    ] = None,
-    eps_rtol: Annotated[
-        float,
-        typer.Option(
-            "--eps-rtol",
-            help="With --onnx: relative tolerance between effective and stored/configured eps.",
-        ),
-    ] = 0.05,
-    optimized_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--optimized-out",
-            metavar="FILE",
-            help="With --onnx: save onnxruntime's optimized model there (audit it with "
-            "`config show`).",
-            dir_okay=False,
-        ),
+        typer.Option("--onnx", hidden=True, help="Moved: `parity onnx MODEL`."),
     ] = None,
 ) -> None:
     """Compare outputs with the float64 reference per probe category; infer eps and placement.
@@ -170,20 +143,15 @@ def parity(
 
     from rmsnorm_eps.cli._gate import finish, tail_options
 
+    if ctx.invoked_subcommand is not None:
+        _refuse_before_subcommand(ctx)
+        return
     if onnx_path is not None:
-        if probes_path is not None or actual is not None or record is not None:
-            raise usage_error("--onnx measures the graph itself: no --probes/--actual/--record")
-        if plot is not None or norm is not None:
-            raise usage_error("--onnx takes neither --plot nor --norm")
-        inputs = [("--onnx", onnx_path), ("--config", config)]
-        extra = [("--optimized-out", optimized_out)]
-    else:
-        if probes_path is None or actual is None:
-            raise usage_error("give --probes and --actual (or --onnx MODEL)")
-        if config is not None or optimized_out is not None:
-            raise usage_error("--config and --optimized-out go with --onnx")
-        inputs = [("--probes", probes_path), ("--actual", actual)]
-        extra = [("--record", record)]
+        raise usage_error(f"`parity --onnx {onnx_path}` is now `parity onnx {onnx_path}`")
+    if probes_path is None or actual is None:
+        raise usage_error("give --probes and --actual (or `parity onnx MODEL`)")
+    inputs = [("--probes", probes_path), ("--actual", actual)]
+    extra = [("--record", record)]
     options = tail_options(
         fmt,
         output,
@@ -194,9 +162,6 @@ def parity(
         inputs=inputs,
         extra_outputs=extra,
     )
-    if onnx_path is not None:
-        _parity_onnx(onnx_path, config, eps_rtol, optimized_out, options)
-    assert probes_path is not None and actual is not None  # checked above, for mypy
     from rmsnorm_eps.parity.actual import read_actual
     from rmsnorm_eps.parity.api import compare_outputs
     from rmsnorm_eps.parity.probe_file import load_probes
@@ -242,21 +207,121 @@ def parity(
     finish(result, None, options, passed=result.passed, draw=draw, message=result.diagnosis)
 
 
-def _parity_onnx(
-    path: Path, config: Path | None, rel_tol: float, optimized_out: Path | None, options: object
+def _refuse_before_subcommand(ctx: typer.Context) -> None:
+    """``parity --probes p onnx m.onnx``: the probe options belong to ``parity`` alone."""
+    from click.core import ParameterSource
+
+    given = [
+        name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        shown = ", ".join("--" + n.replace("_", "-") for n in given)
+        raise usage_error(
+            f"{shown}: options of `parity` itself; `parity {ctx.invoked_subcommand}` takes its "
+            "own, after its name"
+        )
+
+
+@parity_app.command(
+    "onnx",
+    short_help="Measure the eps each norm of an ONNX graph runs with in onnxruntime.",
+    epilog=(
+        "Examples:\n\n"
+        "  rmsnorm-eps parity onnx model.onnx\n\n"
+        "  rmsnorm-eps parity onnx model.onnx --config config.json --format json\n\n"
+        "  rmsnorm-eps parity onnx model.onnx --optimized-out opt.onnx  "
+        "# then: rmsnorm-eps config show opt.onnx\n\n"
+        "Each norm runs in a child process with a 30 s wall limit and a 1 GiB address-space "
+        "limit; onnxruntime's log never reaches the terminal.\n\n"
+        "Exit codes: 0 every norm measured and agreeing, 1 a norm differs, stores no eps or a "
+        "schema default, or was not measured (unless --allow-skipped; 0 measured is always 1), "
+        "2 usage or input error. --exit-zero turns a differing norm's 1 into 0, never an "
+        "unmeasured one's."
+    ),
+)
+def parity_onnx(
+    model: Annotated[
+        Path,
+        typer.Argument(metavar="MODEL", help="The .onnx graph.", dir_okay=False),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="The model's config (config.json, YAML, GGUF, .onnx, model directory) whose eps "
+            "per norm the effective eps must also match; a YAML pattern that matches no norm is "
+            "an error.",
+        ),
+    ] = None,
+    eps_rtol: Annotated[
+        float,
+        typer.Option(
+            "--eps-rtol",
+            help="Relative tolerance between the effective and the stored/configured eps.",
+        ),
+    ] = 0.05,
+    optimized_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--optimized-out",
+            metavar="FILE",
+            help="Save onnxruntime's optimized model there (audit it with `config show`); "
+            "refused for a model with external data.",
+            dir_okay=False,
+        ),
+    ] = None,
+    allow_skipped: Annotated[
+        bool,
+        typer.Option(
+            "--allow-skipped",
+            help="A norm that cannot be measured (listed with the reason) does not fail the "
+            "run; 0 norms measured still fails.",
+        ),
+    ] = False,
+    exit_zero: ExitZeroOpt = False,
+    fmt: FormatOpt = Format.TEXT,
+    output: OutputOpt = None,
+    report_to: ReportOpt = None,
+    summary: SummaryOpt = False,
 ) -> None:
-    """``parity --onnx``: measure each norm of the graph (see rmsnorm_eps.parity.onnx_runtime)."""
-    from rmsnorm_eps.cli._gate import TailOptions, finish
+    """Measure the eps every norm of an ONNX graph really runs with: each norm's subgraph in
+    onnxruntime (CPU, every graph optimization on) on probes made for its stored eps, the
+    effective eps and placement fitted to the outputs."""
+    from dataclasses import replace
+
+    from rmsnorm_eps.cli._gate import finish, tail_options
     from rmsnorm_eps.config import load_config
     from rmsnorm_eps.parity.onnx_runtime import measure_onnx
 
-    if not 0.0 < rel_tol < 1.0:
-        raise usage_error(f"--eps-rtol must be in (0, 1), got {rel_tol!r}")
-    assert isinstance(options, TailOptions)
+    if not 0.0 < eps_rtol < 1.0:
+        raise usage_error(f"--eps-rtol must be in (0, 1), got {eps_rtol!r}")
+    options = tail_options(
+        fmt,
+        output,
+        reports=report_to,
+        summary=summary,
+        exit_zero=exit_zero,
+        inputs=[("MODEL", model), ("--config", config)],
+        extra_outputs=[("--optimized-out", optimized_out)],
+    )
     cfg = load_config(config) if config is not None else None
-    result = measure_onnx(path, config=cfg, rel_tol=rel_tol, optimized_out=optimized_out)
+    result = measure_onnx(
+        model,
+        config=cfg,
+        rel_tol=eps_rtol,
+        optimized_out=optimized_out,
+        allow_skipped=allow_skipped,
+    )
     message = (
         f"{len(result.norms)} norm(s) measured, {result.findings} differ, "
         f"{len(result.skipped)} skipped"
     )
+    if result.skipped:
+        names = ", ".join(s.name for s in result.skipped[:5])
+        more = " ..." if len(result.skipped) > 5 else ""
+        allowed = " (allowed)" if allow_skipped else " (--allow-skipped accepts them)"
+        message += f": {names}{more}{allowed}"
+    if not result.norms or (result.skipped and not allow_skipped):
+        options = replace(options, exit_zero=False)  # unmeasured norms: never exit 0
     finish(result, None, options, passed=result.passed, message=message)

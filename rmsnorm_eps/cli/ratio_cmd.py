@@ -154,7 +154,7 @@ def ratio(
             "--threads",
             min=1,
             help="Threads reading and computing chunks (more than 1: parallel positioned reads).",
-            show_default="1 where files are mapped (Linux); else 2 when a second CPU is free",
+            show_default="2 when a second CPU is free, else 1",
         ),
     ] = None,
     dtype: DumpDtypeOpt = None,
@@ -169,9 +169,9 @@ def ratio(
         typer.Option(
             "--kernel",
             help="What sums float16/bfloat16 --raw rows: numpy, or numba (the [fast] extra: "
-            "compiled, about float32's speed, ~0.5 s start-up); auto = numba for float16 "
-            "dumps from 2 GiB and bfloat16 ones from 4 GiB when it is installed. Reports "
-            "are identical.",
+            "compiled, about float32's speed, ~0.1 s start-up once cached); auto = numba for "
+            "float16 dumps from 512 MiB and bfloat16 ones from 1 GiB when it is installed. "
+            "Reports are identical.",
         ),
     ] = KernelOpt.AUTO,
 ) -> None:

@@ -30,7 +30,6 @@ from rmsnorm_eps.cli._options import (
     SummaryOpt,
     TextOpt,
 )
-from rmsnorm_eps.cli.capture_cmd import _close_group, _leave, _read_texts
 
 
 @app.command(
@@ -150,22 +149,26 @@ def sensitivity(
     NMSE and perplexity, beside each norm's min q/eps.
     """
     from rmsnorm_eps.capture.distributed import init_from_env, rank_device
+    from rmsnorm_eps.capture.job import close_group, leave, read_texts
     from rmsnorm_eps.capture.loading import DTYPES, load_model, resolve_device
     from rmsnorm_eps.cli._app import _debug_enabled
     from rmsnorm_eps.cli._gate import finish, tail_options
+    from rmsnorm_eps.cli._paths import check_outside_model
     from rmsnorm_eps.sensitivity.result import evaluate_gate
 
     inputs = [("--text-file", text_file), ("--dataset", dataset), ("--model", model)]
     options = tail_options(
         fmt, output, reports=report_to, summary=summary, exit_zero=exit_zero, inputs=inputs
     )
+    # -o, --report, --summary: never a file the model folder is loaded from (config.json, ...)
+    check_outside_model("--model", model, options.outputs())
     changes = _changes(eps, spec_from, spec_to)
     if exact_top is not None and not per_norm:
         raise usage_error("--exact-top applies to --per-norm")
     if suggest and max_kl is None:
         raise usage_error("--suggest needs --max-kl (the KL a suggested eps must keep)")
     _require_torch()
-    texts = _read_texts(text or [], text_file, field, dataset, split, max_samples)
+    texts = read_texts(text or [], text_file, field, dataset, split, max_samples)
     where = resolve_device(rank_device(device))
     rank, world = init_from_env(where)
     from rmsnorm_eps.sensitivity.run import measure
@@ -209,11 +212,11 @@ def sensitivity(
         )
     except typer.Exit as done:
         if world > 1:
-            _leave(int(done.exit_code))
+            leave(int(done.exit_code))
         raise
     finally:
         if world > 1:
-            _close_group()
+            close_group()
 
 
 def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None) -> list[Any]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -53,7 +53,13 @@ from rmsnorm_eps.compare.spec import (
     parse_spec,
     specs_from_config,
 )
-from rmsnorm_eps.dumps import DumpReading, ReadingFields, read_layers, reuse_shared
+from rmsnorm_eps.dumps import (
+    DumpReading,
+    ReadingFields,
+    layer_settings,
+    open_layers,
+    read_layers,
+)
 from rmsnorm_eps.engine import (
     PositionSplit,
     Quantity,
@@ -493,27 +499,27 @@ def compare_dump(
         raise InvalidParameterError(f"tolerance must be finite and >= 0, got {tolerance!r}")
     c = validate_eps(scale, "scale")
     how = replace(reading or DumpReading(), **fields)
-    sides: list[EpsSpec | LayerSpecs] = []
-
-    def prepare(
-        sources: list[ArraySource], skipped: tuple[str, ...]
-    ) -> Callable[[ArraySource, Quantity], CompareLayer]:
-        a = _side(spec_from, "--from", how, sources, skipped)
-        b = _side(spec_to, "--to", how, sources, skipped)
-        sides.extend((a, b))
-        return reuse_shared(
-            lambda src, quantity: _compare_layer(
-                src, (a.for_layer(src.name), b.for_layer(src.name)), tol, c, how, quantity
-            ),
-            lambda name: (a.for_layer(name), b.for_layer(name)),
-        )
-
-    read = read_layers(path, how, prepare)
+    opened = open_layers(path, how)
+    skipped = tuple(u.name for u in opened.unreadable)
+    a = _side(spec_from, "--from", how, opened.sources, skipped)
+    b = _side(spec_to, "--to", how, opened.sources, skipped)
+    quantities = layer_settings(opened, how)
+    # each layer's settings, resolved from its name before any layer is read
+    settings = {
+        src.name: (a.for_layer(src.name), b.for_layer(src.name), quantities[src.name])
+        for src in opened.sources
+    }
+    read = read_layers(
+        opened,
+        how,
+        settings,
+        lambda src, s: _compare_layer(src, (s[0], s[1]), tol, c, how, s[2]),
+    )
     return CompareReport(
         source=str(Path(path)),
         raw=how.raw,
-        spec_from=sides[0],
-        spec_to=sides[1],
+        spec_from=a,
+        spec_to=b,
         tolerance=tol,
         scale=c,
         top_k=how.top_k,

@@ -13,7 +13,7 @@ Denominators in exact (float64) arithmetic:
 * sum: ``sqrt((d*q + eps) / d) = sqrt(q + eps/d)``.
 
 Rounding model for ``dtype = T`` (float32, float16 or bfloat16); ``R`` = round to nearest T
-(ties to even, overflow to inf, gradual underflow; :func:`~rmsnorm_eps.compare.rounding.round_to`):
+(ties to even, overflow to inf, gradual underflow; :func:`~rmsnorm_eps.dtypes.round_to`):
 
 * eps is stored as ``e = R(eps)``; q arrives as ``t = R(q)`` (``R(c**2 q)`` with a scale): the
   reduction that produced q is taken as exact and rounded once (its own rounding error, a few
@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from rmsnorm_eps.compare.rounding import round_to
 from rmsnorm_eps.compare.spec import EpsSpec
+from rmsnorm_eps.dtypes import round_to
 from rmsnorm_eps.numerics import validate_eps
 
 __all__ = ["change", "denominator", "factor"]

@@ -13,7 +13,7 @@ For a dtype ``T`` with ``p`` significand bits (float16 11, bfloat16 8, float32 2
   (a tie), else the same ``2**(F+p+1)`` (``absorbed_from``). Below ``absorbed_from`` eps acts
   on ``q + eps``; above ``always_absorbed_from`` it has no effect at all in T. Both thresholds
   are verified by adding in T (numpy float16/float32; ml_dtypes bfloat16 when installed,
-  otherwise :func:`~rmsnorm_eps.compare.rounding.round_to` of the float64 sum) on the 2048
+  otherwise :func:`~rmsnorm_eps.dtypes.round_to` of the float64 sum) on the 2048
   consecutive T values either side of each threshold.
 * **range of q**: q rounds to inf from ``max + ulp(max)/2`` on; ``x*x`` is finite up to
   ``square_finite_max`` (float16: 255.875; from 256 on it overflows); q at or below half the
@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rmsnorm_eps.compare.rounding import FORMATS, FloatFormat, get_format, round_to
+from rmsnorm_eps.dtypes import FORMATS, FloatFormat, get_format, round_to
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.numerics import attenuation_loss, validate_eps
 

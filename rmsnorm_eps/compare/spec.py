@@ -102,7 +102,7 @@ class EpsSpec:
 
 def stored_eps(eps: float, dtype: str) -> float:
     """eps as ``dtype`` stores it: rounded to nearest, ties to even (float64: unchanged)."""
-    from rmsnorm_eps.compare.rounding import round_to
+    from rmsnorm_eps.dtypes import round_to
 
     return eps if dtype == "float64" else float(round_to(eps, dtype))
 
@@ -110,7 +110,7 @@ def stored_eps(eps: float, dtype: str) -> float:
 def stored_eps_note(eps: float, dtype: str) -> str | None:
     """The finding when ``dtype`` stores ``eps`` as 0 (below half its smallest subnormal) or
     as inf (above its largest finite value); None when the stored eps is finite and > 0."""
-    from rmsnorm_eps.compare.rounding import get_format
+    from rmsnorm_eps.dtypes import get_format
 
     stored = stored_eps(eps, dtype)
     if stored == 0.0:
@@ -184,7 +184,7 @@ def _dim(kv: dict[str, str], placement: str, where: str) -> int | None:
 
 def _dtype(kv: dict[str, str], where: str) -> str | None:
     """``dtype=`` in any spelling ``--dtype`` accepts (bf16, fp16, fp32, ...), as numpy's name."""
-    from rmsnorm_eps.dtype_names import canonical_dtype
+    from rmsnorm_eps.dtypes import canonical_dtype
 
     dtype = kv.get("dtype")
     if dtype is None:

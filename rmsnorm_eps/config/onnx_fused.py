@@ -22,6 +22,8 @@ from rmsnorm_eps.config.onnx_nodes import (
     _onnx,
     _scale_name,
     _skip_cast_up,
+    folded_gain,
+    judge_eps,
 )
 
 MS = "com.microsoft"
@@ -118,10 +120,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
     else:
         a = _attr(node, "epsilon")
         if a is not None:
-            import numpy as np
-
-            eps, dtype = float(np.float32(a.f)), "float32"
-            where, default = f"attribute epsilon of {node.name!r}", False
+            eps, dtype, where = _epsilon_attribute(node, a)
+            default = False
         else:
             found = schema_default(domain, node.op_type, opset.get(domain))
             default = True
@@ -136,7 +136,8 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
     add_dtype, add_from = _stash_dtype(node)
     scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
-    module, name_from = _from_weight(*_module_name([node]), scale)
+    gain, gain_where = folded_gain(g, [node], (gain, gain_where), scale)
+    module, name_from = _from_weight(g, *_module_name([node]), scale)
     return GraphNorm(
         name=module or node.name or (node.output[0] if node.output else op),
         norm=norm,
@@ -159,6 +160,22 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         scale=scale,
         bias=_bias_name(g, node, domain),
     )
+
+
+def _epsilon_attribute(node: Any, a: Any) -> tuple[float | None, str | None, str]:
+    """(eps, dtype, where) of a fused op's ``epsilon`` attribute: a FLOAT attribute's value
+    judged by :func:`judge_eps`; any other attribute type (STRING, TENSOR, INT, FLOATS...) is
+    no eps (None, and where names the type), never read as 0.0."""
+    import numpy as np
+
+    onnx = _onnx()
+    where = f"attribute epsilon of {node.name!r}"
+    if a.type != onnx.AttributeProto.FLOAT:
+        names = dict(onnx.AttributeProto.AttributeType.items())
+        kind = next((k for k, v in names.items() if v == a.type), str(a.type))
+        return None, None, f"{where} has type {kind}, not FLOAT"
+    eps, where = judge_eps(float(np.float32(a.f)), where)
+    return eps, "float32", where
 
 
 def _stash_dtype(node: Any) -> tuple[str | None, str]:

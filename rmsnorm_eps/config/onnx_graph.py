@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_eps.config.model import ConfigEntry, NormConfig, NormSettings
-from rmsnorm_eps.config.onnx_decomposed import _decomposed
+from rmsnorm_eps.config.fields import shorten
+from rmsnorm_eps.config.model import ConfigEntry, NormConfig, NormSettings, Provenance, Resolved
+from rmsnorm_eps.config.onnx_decomposed import decomposed_norms
 from rmsnorm_eps.config.onnx_fused import _fused
 from rmsnorm_eps.config.onnx_nodes import GraphNorm, _Graph, _index, _onnx
 from rmsnorm_eps.config.onnx_settings import _settings, _sibling_notes
@@ -41,10 +43,13 @@ __all__ = [
     "MAX_NODES",
     "MAX_ONNX_BYTES",
     "escape_glob",
+    "external_data_files",
     "find_norms",
     "load_onnx_model",
     "onnx_findings",
     "read_onnx_config",
+    "read_onnx_config_and_files",
+    "scan_graph",
 ]
 
 #: Largest .onnx file read (protobuf's own limit for one message is 2 GiB).
@@ -84,10 +89,32 @@ def load_onnx_model(path: Path) -> Any:
     return model
 
 
-class _Budget:
-    def __init__(self, path: Path) -> None:
-        self.nodes = 0
-        self.path = path
+#: Domains whose ops are read (ONNX's own, onnxruntime's contrib ops, ONNX-ML); the model's
+#: own function domains are added per model. A node of any other domain is not read as an op
+#: this reader knows, and the domain is a finding.
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+@dataclass(frozen=True)
+class GraphScan:
+    """What :func:`scan_graph` found: the live norms (each name unique: a second norm of the
+    same module is ``name#2``), the dead ones (no graph output depends on them), the names that
+    more than one live norm had, and the unknown domains (domain -> (nodes, a node's name))."""
+
+    norms: tuple[GraphNorm, ...]
+    dead: tuple[GraphNorm, ...]
+    shared_names: dict[str, tuple[str, ...]]
+    unknown_domains: dict[str, tuple[int, str]]
+
+
+@dataclass
+class _Scan:
+    path: Path
+    known: frozenset[str]
+    nodes: int = 0
+    live: list[GraphNorm] = dc_field(default_factory=list)
+    dead: list[GraphNorm] = dc_field(default_factory=list)
+    unknown: dict[str, tuple[int, str]] = dc_field(default_factory=dict)
 
     def take(self, n: int) -> None:
         self.nodes += n
@@ -96,58 +123,158 @@ class _Budget:
                 self.path, f"over {MAX_NODES} nodes (graphs, functions, subgraphs)"
             )
 
+    def domain_of(self, node: Any) -> None:
+        if node.domain not in self.known:
+            n, first = self.unknown.get(node.domain, (0, f"{node.op_type} {node.name!r}"))
+            self.unknown[node.domain] = (n + 1, first)
+
+
+def _subgraphs(node: Any) -> Iterator[tuple[str, Any]]:
+    for a in node.attribute:
+        subs = [a.g] if a.HasField("g") else list(a.graphs)
+        for i, sub in enumerate(subs):
+            yield a.name + (f"[{i}]" if len(subs) > 1 else ""), sub
+
+
+def _names_read_inside(node: Any, depth: int = 0) -> Iterator[str]:
+    """Every name the subgraphs of ``node`` read (outer-scope values among them)."""
+    if depth > MAX_DEPTH:
+        return
+    for _, sub in _subgraphs(node):
+        for inner in sub.node:
+            yield from (x for x in inner.input if x)
+            yield from _names_read_inside(inner, depth + 1)
+
+
+def _live_outputs(graph: Any) -> set[str]:
+    """The tensor names a graph output depends on (its nodes' outputs among them): walked
+    backwards from the outputs, through the names read inside a node's subgraphs."""
+    producer = {out: node for node in graph.node for out in node.output if out}
+    outputs = graph.output
+    todo = [o if isinstance(o, str) else o.name for o in outputs]
+    live: set[str] = set()
+    done: set[int] = set()
+    while todo:
+        name = todo.pop()
+        if name in live:
+            continue
+        live.add(name)
+        node = producer.get(name)
+        if node is None or id(node) in done:
+            continue
+        done.add(id(node))
+        live.update(x for x in node.output if x)
+        todo.extend(x for x in node.input if x)
+        todo.extend(_names_read_inside(node))
+    return live
+
 
 def _walk_graph(
     graph: Any,
     label: str,
     outer: _Graph | None,
     opset: dict[str, int],
-    budget: _Budget,
+    scan: _Scan,
     depth: int,
-) -> Iterator[GraphNorm]:
+    alive: bool = True,
+) -> None:
     if depth > MAX_DEPTH:
-        raise InputFileError(budget.path, f"subgraphs nested deeper than {MAX_DEPTH}")
-    budget.take(len(graph.node))
-    g = _index(graph, label, outer)
+        raise InputFileError(scan.path, f"subgraphs nested deeper than {MAX_DEPTH}")
+    scan.take(len(graph.node))
+    g = _index(graph, label, outer, scan.path.parent)
+    live = _live_outputs(graph) if alive else set()
     for node in graph.node:
-        found = _fused(g, node, opset) or _decomposed(g, node)
-        if found is not None:
-            yield found
-        for a in node.attribute:
-            subs = [a.g] if a.HasField("g") else list(a.graphs)
-            for i, sub in enumerate(subs):
-                sub_label = f"{label}/{node.op_type} {node.name!r}.{a.name}" + (
-                    f"[{i}]" if len(subs) > 1 else ""
-                )
-                yield from _walk_graph(sub, sub_label, g, opset, budget, depth + 1)
+        scan.domain_of(node)
+        fused = _fused(g, node, opset)
+        for norm in [fused] if fused is not None else decomposed_norms(g, node):
+            (scan.live if norm.output in live else scan.dead).append(norm)
+        node_alive = any(x in live for x in node.output)
+        for name, sub in _subgraphs(node):
+            sub_label = f"{label}/{node.op_type} {node.name!r}.{name}"
+            _walk_graph(sub, sub_label, g, opset, scan, depth + 1, node_alive)
 
 
-def find_norms(model: Any, path: Path) -> tuple[GraphNorm, ...]:
-    """Every normalization of ``model``: main graph, its subgraphs, then each function."""
+def scan_graph(model: Any, path: Path) -> GraphScan:
+    """Every normalization of ``model``: main graph, its subgraphs, then each function; those
+    no graph output depends on are kept apart (``dead``), each live one named uniquely."""
     opset = {
         ("" if o.domain in ("", "ai.onnx") else o.domain): int(o.version)
         for o in model.opset_import
     }
-    budget = _Budget(path)
-    norms = list(_walk_graph(model.graph, "graph", None, opset, budget, 0))
+    known = KNOWN_DOMAINS | {fn.domain for fn in model.functions}
+    scan = _Scan(path, frozenset(known))
+    _walk_graph(model.graph, "graph", None, opset, scan, 0)
     for fn in model.functions:
-        budget.take(len(fn.node))
         fopset = dict(opset)
         fopset.update({o.domain: int(o.version) for o in fn.opset_import})
         label = f"function {fn.domain}.{fn.name}"
-        for norm in _walk_graph(fn, label, None, fopset, budget, 1):
-            if norm.name_from == "node name":
-                norm = replace(norm, name=f"{label}/{norm.name}")
-            norms.append(norm)
-    return tuple(_unique(norms))
+        first = len(scan.live)
+        _walk_graph(fn, label, None, fopset, scan, 1)
+        scan.live[first:] = [
+            replace(n, name=f"{label}/{n.name}") if n.name_from == "node name" else n
+            for n in scan.live[first:]
+        ]
+    norms, shared = _unique(scan.live)
+    return GraphScan(norms, tuple(scan.dead), shared, dict(scan.unknown))
 
 
-def _unique(norms: list[GraphNorm]) -> Iterator[GraphNorm]:
-    seen: dict[str, int] = {}
+def find_norms(model: Any, path: Path) -> tuple[GraphNorm, ...]:
+    """The live normalizations of ``model`` (see :func:`scan_graph`), each name unique."""
+    return scan_graph(model, path).norms
+
+
+def _unique(norms: list[GraphNorm]) -> tuple[tuple[GraphNorm, ...], dict[str, tuple[str, ...]]]:
+    """The norms with the second, third ... of one name renamed ``name#2``, ``name#3``, and
+    each shared name with the names given to its norms."""
+    seen: dict[str, list[str]] = {}
+    out = []
     for norm in norms:
-        n = seen.get(norm.name, 0)
-        seen[norm.name] = n + 1
-        yield norm if n == 0 else replace(norm, name=f"{norm.name}#{n + 1}")
+        names = seen.setdefault(norm.name, [])
+        new = norm.name if not names else f"{norm.name}#{len(names) + 1}"
+        names.append(new)
+        out.append(norm if new == norm.name else replace(norm, name=new))
+    return tuple(out), {k: tuple(v) for k, v in seen.items() if len(v) > 1}
+
+
+def _tensors(graph: Any, depth: int = 0) -> Iterator[Any]:
+    """Every TensorProto of ``graph``: initializers, sparse initializers, Constant-node and
+    other tensor attributes, in subgraphs too (the node cap was checked by :func:`find_norms`)."""
+    if depth > MAX_DEPTH:
+        return
+    yield from getattr(graph, "initializer", ())
+    for sparse in getattr(graph, "sparse_initializer", ()):
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield from (a.sparse_tensor.values, a.sparse_tensor.indices)
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                yield from _tensors(sub, depth + 1)
+
+
+def external_data_files(model: Any, path: Path) -> tuple[Path, ...]:
+    """The external data files ``model`` (read from ``path``) names, resolved against the
+    model's folder, each once, in first-use order; none of them is opened. An output written
+    by a command reading the model must never be one of them."""
+    onnx = _onnx()
+    found: dict[str, Path] = {}
+    graphs = [model.graph, *model.functions]
+    for t in (t for g in graphs for t in _tensors(g)):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        for entry in t.external_data:
+            if entry.key == "location" and entry.value not in found:
+                found[entry.value] = path.parent / entry.value
+    return tuple(found.values())
+
+
+def read_onnx_config_and_files(path: Path) -> tuple[NormConfig, tuple[Path, ...]]:
+    """:func:`read_onnx_config` of ``path`` and its :func:`external_data_files` (one parse)."""
+    model = load_onnx_model(path)
+    return _config(model, path), external_data_files(model, path)
 
 
 def read_onnx_config(path: Path) -> NormConfig:
@@ -155,13 +282,63 @@ def read_onnx_config(path: Path) -> NormConfig:
     path, glob characters escaped); the defaults are all missing (an ONNX graph has no
     model-wide setting), and notes list the findings (eps absent, schema default used, one
     norm's eps unlike its siblings')."""
-    model = load_onnx_model(path)
-    norms = find_norms(model, path)
+    return _config(load_onnx_model(path), path)
+
+
+def _shared_name_settings(
+    settings: dict[str, dict[str, Resolved]], shared: dict[str, tuple[str, ...]], path: str
+) -> None:
+    """For a name several norms have: each setting they disagree on becomes a conflict in the
+    entry of that name, so ``ratio --config`` refuses the layer rather than take one of them
+    (the others keep their own ``name#2`` entries)."""
+    for name, names in shared.items():
+        first = settings[name]
+        for key in list(first):
+            values = [settings[n][key].value if key in settings[n] else None for n in names]
+            same = all(v == values[0] for v in values)  # stored values, exactly
+            if not same:
+                shown = ", ".join(f"{n}: {v!r}" for n, v in zip(names, values, strict=True))
+                note = f"{len(names)} norms are named {name} and disagree on {key} ({shown})"
+                first[key] = Resolved(None, Provenance("conflict", path, note=note))
+
+
+def _scan_notes(scan: GraphScan) -> list[str]:
+    """The findings of a scan besides the eps ones: dead norms, shared names, unknown domains."""
+    notes = []
+    for norm in scan.dead:
+        notes.append(
+            f"FINDING {shorten(norm.name, 120)}: ignored, no graph output depends on it "
+            f"(output {shorten(norm.output, 80)!r} of {norm.graph}: {norm.op})"
+        )
+    for name, names in scan.shared_names.items():
+        notes.append(
+            f"FINDING {len(names)} norms are named {shorten(name, 120)} (kept as "
+            f"{', '.join(shorten(n, 120) for n in names)}): the graph does not tell them apart"
+        )
+    for domain, (n, first) in sorted(scan.unknown_domains.items()):
+        notes.append(
+            f"FINDING {n} node(s) of unknown domain {shorten(domain, 80)!r} (first: "
+            f"{shorten(first, 120)}) not read: a norm computed by them is not found"
+        )
+    return notes
+
+
+def _config(model: Any, path: Path) -> NormConfig:
+    scan = scan_graph(model, path)
+    norms = scan.norms
     spath = str(path)
-    entries = tuple(ConfigEntry(escape_glob(n.name), _settings(n, spath)) for n in norms)
+    settings = {n.name: dict(_settings(n, spath)) for n in norms}
+    _shared_name_settings(settings, scan.shared_names, spath)
+    entries = tuple(
+        ConfigEntry(escape_glob(n.name), tuple(settings[n.name].items())) for n in norms
+    )
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in list(model.opset_import)[:8])
-    notes = [f"{len(norms)} normalization(s) found; opsets {opsets}", *_sibling_notes(norms)]
+    notes = [
+        f"{len(norms)} normalization(s) found; opsets {opsets}",
+        *_sibling_notes(norms),
+        *_scan_notes(scan),
+    ]
     if not norms:
         notes.append("FINDING no normalization found in the graph")
     return NormConfig(

@@ -414,12 +414,26 @@ def diff_by_names(a: NormConfig, b: NormConfig) -> ConfigDiff:
     :func:`diff_configs` does (eps within DIFF_REL_TOL: 1e-5 stored as float32 agrees, as
     float16 1.0013580322265625e-05 does not). A setting the graph cannot show (gain_baked,
     weight_after_cast) is not compared when only one side knows it. Returns a
-    :class:`ConfigDiff` whose ``patterns`` are the compared names.
+    :class:`ConfigDiff` whose ``patterns`` are the compared names. An ONNX side without any
+    norm, or a YAML pattern that matches none of the graph's norms, is a ConfigError: the
+    comparison would otherwise pass on nothing compared.
     """
+    for side in (a, b):
+        if side.kind == "onnx" and not side.entries:
+            raise ConfigError(
+                f"{side.path}: no normalization found in the ONNX graph: nothing to compare"
+            )
     onnx = [e.pattern for side in (a, b) if side.kind == "onnx" for e in side.entries]
     patterns = list(dict.fromkeys(onnx))
     grouped: Grouped = {}
     probes = [(unescape_glob(pattern), pattern) for pattern in patterns]
+    for side in (a, b):
+        unused = unused_patterns(side, (name for name, _ in probes))
+        if unused:  # a typo'd override would otherwise pass (as ratio --config refuses it)
+            raise ConfigError(
+                f"{side.path}: {len(unused)} layer pattern(s) match no norm of the ONNX "
+                f"graph: {_listed(unused)}; fix the pattern(s)"
+            )
     _diff_names(a, b, probes, DIFF_REL_TOL, grouped, one_sided=True)
     return _result(a, b, patterns, grouped, DIFF_REL_TOL)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from rmsnorm_eps.dtypes import coarser, name_of, numpy_dtype
 from rmsnorm_eps.errors import InputFileError, InvalidParameterError
 from rmsnorm_eps.parity.diagnose import diagnose
-from rmsnorm_eps.parity.dtypes import coarser, name_of, numpy_dtype
 from rmsnorm_eps.parity.infer import Inference, infer
 from rmsnorm_eps.parity.probe_set import CATEGORIES, ProbeSet
 from rmsnorm_eps.parity.probes import ProbeFields, make_probes

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmsnorm_eps.parity.dtypes import DTYPES
+from rmsnorm_eps.dtypes import FORMATS
 from rmsnorm_eps.parity.probe_set import CATEGORIES, SMALL_CATEGORIES, ProbeSet
 
 __all__ = ["GainFinding", "Inference", "PlacementFit", "infer"]
@@ -241,7 +241,7 @@ def _fit(
 
 def infer(probes: ProbeSet, actual: np.ndarray, output_dtype: str) -> Inference:
     """Infer the gain convention, effective eps and placement from the outputs on the probes."""
-    u = DTYPES[output_dtype].unit_roundoff
+    u = FORMATS[output_dtype].unit_roundoff
     n, rms = _normalized(probes)
     f = _channel_factors(probes, actual)
     gain = _gain_finding(probes, f, u)

@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, ClassVar, TypedDict
 import numpy as np
 
 from rmsnorm_eps import numerics
+from rmsnorm_eps.dtypes import get_format, round_to
 from rmsnorm_eps.errors import InvalidParameterError
 from rmsnorm_eps.kernels import mean_square_rows, variance_rows
-from rmsnorm_eps.parity.dtypes import dtype_info, round_to
 from rmsnorm_eps.parity.probe_set import (
     CATEGORIES,
     GAIN_CONVENTIONS,
@@ -105,7 +105,7 @@ def _large_scales(dtype: str, d: int) -> tuple[float, ...]:
     dtypes: 1/16, 1/4 and 1/2 of sqrt(max / d), so x**2 nears the dtype's overflow while the
     sum of squares still fits in it.
     """
-    info = dtype_info(dtype)
+    info = get_format(dtype)
     if dtype == "float16":
         root = math.sqrt(info.max)
         return (0.5 * root, 2.0 * root, 8.0 * root)
@@ -116,7 +116,7 @@ def _large_scales(dtype: str, d: int) -> tuple[float, ...]:
 def _category_rows(
     rng: np.random.Generator, d: int, eps: float, dtype: str, bound: float, gain: np.ndarray
 ) -> list[tuple[str, np.ndarray]]:
-    info = dtype_info(dtype)
+    info = get_format(dtype)
     rows: list[tuple[str, np.ndarray]] = [("zero", np.zeros(d))]
     tiny_q = [r * eps for r in (1e-4, 1e-3, 1e-2)]
     tiny_q += [k * k * eps * eps for k in (0.3, 1.0, 3.0) if k * k * eps < 0.05]
@@ -240,7 +240,7 @@ def make_probes(dim: int, eps: float, **fields: Unpack[ProbeFields]) -> ProbeSet
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise InvalidParameterError(f"dim must be an integer >= 1, got {dim!r}")
     e = numerics.validate_eps(eps)
-    dtype_info(dtype)
+    get_format(dtype)
     if gain_convention not in GAIN_CONVENTIONS:
         raise InvalidParameterError(
             f"gain convention must be 'w' or '1+w', got {gain_convention!r}"

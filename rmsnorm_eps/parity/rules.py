@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmsnorm_eps.dtypes import get_format
 from rmsnorm_eps.errors import InvalidParameterError
-from rmsnorm_eps.parity.dtypes import dtype_info
 
 __all__ = ["RULES", "CategoryResult", "Tolerance", "compare", "resolve_tolerance"]
 
@@ -61,7 +61,7 @@ def resolve_tolerance(
     """Thresholds for ``rule``: the given ones, else the rule's defaults for ``dtype``."""
     if rule not in RULES:
         raise InvalidParameterError(f"rule must be 'torch' or 'polygraphy', got {rule!r}")
-    info = dtype_info(dtype)
+    info = get_format(dtype)
     if rule == "torch":
         d_atol, d_rtol = info.torch_atol, info.torch_rtol
         default_source = f"torch.testing defaults for {dtype}"

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rmsnorm_eps.dtypes import FORMATS
 from rmsnorm_eps.errors import InvalidParameterError, MissingExtraError
 from rmsnorm_eps.parity.api import ParityResult, compare_outputs
-from rmsnorm_eps.parity.dtypes import DTYPES
 from rmsnorm_eps.parity.probes import ProbeFields, make_probes
 
 if TYPE_CHECKING:
@@ -33,15 +33,15 @@ def run_torch(fn: Callable[[Any], Any], inputs: np.ndarray, dtype: str) -> tuple
         import torch
     except ImportError:
         raise MissingExtraError("torch", "torch", "the torch adapter") from None
-    if dtype not in DTYPES:
-        raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)}")
+    if dtype not in FORMATS:
+        raise InvalidParameterError(f"dtype must be one of {', '.join(FORMATS)}")
     x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float64)).to(getattr(torch, dtype))
     with torch.no_grad():
         y = fn(x)
     if not isinstance(y, torch.Tensor):
         raise InvalidParameterError(f"the module returned {type(y).__name__}, not a tensor")
     name = str(y.dtype).removeprefix("torch.")
-    if name not in DTYPES:
+    if name not in FORMATS:
         raise InvalidParameterError(f"the module returned dtype {y.dtype}, not a float dtype")
     out = y.detach().to("cpu").to(torch.float64).numpy()
     return out, name

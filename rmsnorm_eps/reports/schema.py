@@ -18,16 +18,16 @@ from typing import Any
 
 __all__ = ["SCHEMA_COMMANDS", "load_schema", "schema_text"]
 
-SCHEMA_COMMANDS = (
-    "ratio",
-    "bound",
-    "compare",
-    "precision",
-    "parity",
-    "config-diff",
-    "merge",
-    "sensitivity",
-)
+
+def _shipped() -> tuple[str, ...]:
+    data = resources.files("rmsnorm_eps") / "data"
+    suffix = ".schema.json"
+    return tuple(sorted(p.name[: -len(suffix)] for p in data.iterdir() if p.name.endswith(suffix)))
+
+
+#: The commands with a schema: one per file shipped in ``rmsnorm_eps/data`` (the files are
+#: the list; ``config diff`` is ``config-diff``).
+SCHEMA_COMMANDS = _shipped()
 
 
 def schema_text(command: str) -> str:

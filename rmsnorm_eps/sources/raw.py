@@ -6,19 +6,17 @@ members, and equally safetensors tensors (``data_offset`` = 8 + header length + 
 begin offset) and the stored members of a ``torch.save`` zip. A reader for such a format only
 parses its header and builds these; the streaming is here.
 
-A source read in place (``data_offset`` set: a plain file, a stored zip member) is mapped a
-window of :data:`MAP_WINDOW` bytes at a time (``MAP_POPULATE``: the kernel maps the window's
-pages in one call) and its chunks are views of the window: nothing is copied out of the page
-cache, which was most of the time of a warm read (1 GiB of float32: 0.14 s mapped against
-0.22 s read into a buffer, benchmarks/bench_stream.py). Each window is unmapped when its last
-view goes, so resident memory stays bounded by a window or two whatever the file's size. A
-file shorter than its header says is read the buffered way, which reports where it ends. Other
-sources (compressed members, platforms without ``MAP_POPULATE``) are read with ``readinto``
-into one reused buffer. With ``threads`` > 1 and an in-place source, chunks are read with
-``os.preadv`` in parallel instead.
-
-A mapped file that another process truncates *while* it is read raises SIGBUS (the process
-ends), as with any memory map; a file that is short before the read starts is an error line.
+A source read in place (``data_offset`` set: a plain file, a stored zip member) is read with
+positioned reads (``os.preadv``) into one reused buffer of a chunk, small enough to stay in
+the cache; with ``threads`` > 1, in parallel into one buffer per task. It is never memory
+mapped: a mapped file that another process truncates while it is read raises SIGBUS, which
+ends the process with nothing on stderr (Python cannot catch it). A read that comes up short
+is the one-line error "file changed while being read" instead. The copy out of the page cache
+costs a warm read about 0.024 s per 512 MiB: ``analyze_dump`` of a 512 MiB float32 file
+with ``raw=True`` on one thread took 0.063 s against 0.039 s mapped, of a 400 MB q dump 0.197 s
+against 0.177 s (medians of 5 interleaved runs on a shared 2-CPU machine). A file shorter
+than its header says before the read starts is read the buffered way, which reports where it
+ends. Other sources (compressed members) are read with ``readinto`` into one reused buffer.
 
 Why one module: the sequential, positioned-parallel and ranged readers share one buffer and
 CRC discipline; split, each would re-state the same invariants.
@@ -28,7 +26,6 @@ from __future__ import annotations
 
 import lzma
 import math
-import mmap
 import os
 import zipfile
 import zlib
@@ -41,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from rmsnorm_eps.dtypes import STORED_FLOATS
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.ziparchive import ZipArchive, ZipEntry
 
@@ -63,13 +61,6 @@ T = TypeVar("T")
 #: Bytes of stored data read per chunk. Small enough to stay in the last-level cache.
 DEFAULT_CHUNK_BYTES = 1 << 22
 
-#: Bytes of a file mapped at a time when a source is read in place (whole chunks; measured:
-#: 8 MiB windows 0.16 s, 32 MiB 0.14 s, 256 MiB 0.13 s for 1 GiB of float32, warm cache).
-MAP_WINDOW = 1 << 25
-
-_POPULATE: int | None = getattr(mmap, "MAP_POPULATE", None)  # Linux
-
-_FLOAT_KINDS = {"float16", "float32", "float64"}
 
 #: What reading a damaged or unusual zip member can raise: a bad CRC or header (BadZipFile), a
 #: corrupt deflate/lzma stream (zlib.error, LZMAError; bz2 raises OSError), an encrypted member
@@ -127,7 +118,7 @@ def check_float_dtype(
     if dtype.fields is None and dtype.kind == "f" and dtype.itemsize in (2, 4, 8):
         return  # float16, float32 or float64 in either byte order (the test below, faster)
     name = describe_dtype(dtype)
-    if dtype.fields is not None or dtype.kind != "f" or name not in _FLOAT_KINDS:
+    if dtype.fields is not None or dtype.kind != "f" or name not in STORED_FLOATS:
         hint = (
             " (bfloat16 stored as int16, uint16 or V2? pass --dtype bfloat16)"
             if stored_as is None and is_bf16_storage(dtype)
@@ -141,21 +132,16 @@ def check_float_dtype(
 
 
 def default_threads() -> int:
-    """Worker threads used when none are asked for: one where sources are mapped (Linux),
-    else 2 when a second CPU is free now, else 1.
+    """Worker threads used when none are asked for: 2 when a second CPU is free now, else 1.
 
-    Measured (benchmarks/bench_stream.py, N x 4096 float32, warm page cache, idle 2-CPU
-    machine): one thread reading a mapped file does 1 GiB in 0.14 s, where two threads reading
-    with ``os.preadv`` took 0.21 s and one reading into a buffer 0.26 s: the copy out of the
-    page cache was the cost that a second thread shared, and a map has no copy. Without
-    ``MAP_POPULATE`` the earlier rule holds: two threads were faster than one on an idle
-    machine (0.214 s against 0.264 s) and slower on a busy one (load average about 4: 2.09 s
-    against 1.83 s for 4 GiB), so the CPUs this process may use, less the 1-minute load
-    average, rounded down, capped at 2, at least 1 (:func:`threads_for`).
+    Measured (benchmarks/bench_stream.py, N x 4096 float32, warm page cache, 2-CPU machine):
+    the copy out of the page cache is the cost a second thread shares (sources are read with
+    positioned reads, never mapped: module docstring). Two threads were faster than one on an
+    idle machine (0.214 s against 0.264 s for 1 GiB) and slower on a busy one (load average
+    about 4: 2.09 s against 1.83 s for 4 GiB), so the CPUs this process may use, less the
+    1-minute load average, rounded down, capped at 2, at least 1 (:func:`threads_for`).
     ``--threads N`` overrides it.
     """
-    if _POPULATE is not None:
-        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -286,12 +272,14 @@ class RawArraySource:
         except ZIP_ERRORS as exc:
             raise InputFileError(self.path, f"cannot read: {exc}", key=self.key) from None
 
-    def _crc_start(self, stream: IO[bytes]) -> int | None:
-        """CRC-32 of the member's bytes before the data, when read in place; else None."""
+    def _crc_start(self, stream: IO[bytes] | int) -> int | None:
+        """CRC-32 of the member's bytes before the data, when read in place; else None
+        (``stream``: an open file or its descriptor)."""
         if self.member_crc is None or self.data_offset is None or self.member_suffix is None:
             return None
+        fd = stream if isinstance(stream, int) else stream.fileno()
         try:
-            head = os.pread(stream.fileno(), self.skip, self.data_offset - self.skip)
+            head = os.pread(fd, self.skip, self.data_offset - self.skip)
         except OSError as exc:
             raise InputFileError(self.path, f"cannot read: {exc.strerror or exc}") from None
         return zlib.crc32(head)
@@ -299,6 +287,16 @@ class RawArraySource:
     def _bad_crc(self) -> InputFileError:
         return InputFileError(
             self.path, f"cannot read data: Bad CRC-32 for file {self.member!r}", key=self.key
+        )
+
+    def _changed(self) -> InputFileError:
+        """A file long enough when the read began came up short: another process truncated
+        (or replaced) it while it was read."""
+        return InputFileError(
+            self.path,
+            f"file changed while being read: it ended before the {self.nbytes} bytes of shape "
+            f"{self.shape} (was it rewritten or truncated by another process?)",
+            key=self.key,
         )
 
     def _truncated(self, start: int, got: int) -> InputFileError:
@@ -312,84 +310,56 @@ class RawArraySource:
     def iter_elements(self, elems_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, values)``: consecutive 1-D runs of stored elements in file order.
 
-        ``values`` is a native-byte-order, read-only array, valid until the next iteration
-        (a view of a reused buffer or of a mapped window): copy what you keep. ``start`` is the
+        ``values`` is a native-byte-order array, valid until the next iteration (a view of a
+        reused buffer): copy what you keep. ``start`` is the
         position of ``values[0]`` in file order.
         """
         per = max(1, min(elems_per_chunk, self.size))
-        mapped = self._mapped(per) if self.data_offset is not None else None
-        if mapped is None:
+        in_place = self._in_place(per) if self.data_offset is not None else None
+        if in_place is None:
             yield from self._read_chunks(per)
         else:
-            yield from mapped
+            yield from in_place
 
-    def _mapped(self, per: int) -> Iterator[tuple[int, np.ndarray]] | None:
-        """:meth:`iter_elements` of a source read in place, by mapped windows (module
-        docstring); None where the file cannot be mapped or is shorter than its header says
-        (then it is read into a buffer, which says where it ends)."""
-        if _POPULATE is None or self.data_offset is None or self.size == 0:
+    def _in_place(self, per: int) -> Iterator[tuple[int, np.ndarray]] | None:
+        """:meth:`iter_elements` of a source read in place: positioned reads (``os.preadv``)
+        into one reused buffer, never a memory map (module docstring: a mapped file truncated
+        while read kills the process with SIGBUS). None where the file cannot be opened or is
+        shorter than its header says before the read starts (then it is read the buffered way,
+        which says where it ends)."""
+        if self.data_offset is None or self.size == 0:
             return None
         try:
             stream = self._open()  # a stored member: the archive's own open file
         except InputFileError:
             return None  # the buffered reader reports it
         try:
-            fd = stream.fileno()
-            item = self._read_dtype.itemsize
-            if os.fstat(fd).st_size < self.data_offset + self.size * item:
-                stream.close()
-                return None
-            first = self._map(fd, 0, min(self.size, per))
+            fd = stream.fileno()  # none for bytes already in memory (a shared torch storage)
+            short = os.fstat(fd).st_size < self.data_offset + self.nbytes
         except (OSError, ValueError):
+            short = True
+        if short:
             stream.close()
             return None
-        return self._windows(stream, per, first)
+        return self._positioned(stream, fd, per)
 
-    def _map(self, fd: int, start: int, count: int) -> np.ndarray:
-        """Elements ``start`` to ``start + count`` of the file, mapped (read-only)."""
-        assert self.data_offset is not None and _POPULATE is not None
-        dtype = self._read_dtype
-        byte0 = self.data_offset + start * dtype.itemsize
-        base = byte0 - byte0 % mmap.ALLOCATIONGRANULARITY
-        length = byte0 + count * dtype.itemsize - base
-        mm = mmap.mmap(
-            fd, length, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ, offset=base
-        )
-        return np.frombuffer(mm, dtype=dtype, count=count, offset=byte0 - base)
-
-    def _windows(
-        self, stream: IO[bytes], per: int, first: np.ndarray
-    ) -> Iterator[tuple[int, np.ndarray]]:
-        """The chunks of every window, the first one (``first``, one chunk) already mapped; the
-        CRC-32 of a stored member is checked before a window's chunks are used, as zipfile
-        checks it before the end of a member is read."""
-        dtype = self._read_dtype
-        native = dtype.newbyteorder("=") if not dtype.isnative else None
+    def _positioned(self, stream: IO[bytes], fd: int, per: int) -> Iterator[tuple[int, np.ndarray]]:
+        """The chunks of :meth:`_in_place` (``stream``, whose descriptor is ``fd``, is closed at
+        the end); the CRC-32 of a stored member is checked before its last chunk is used, as
+        zipfile checks it."""
+        _, buf, raw, native = self._buffer(per)
+        itemsize = buf.dtype.itemsize
         total = self.size
-        step = max(per, MAP_WINDOW // (per * dtype.itemsize) * per)
-        fd = stream.fileno()
         try:
-            crc = self._crc_start(stream)
-            start = 0
-            window: np.ndarray | None = first
-            while start < total:
-                n = min(per if start == 0 else step, total - start)
-                if window is None:
-                    try:
-                        window = self._map(fd, start, n)
-                    except (OSError, ValueError) as exc:
-                        raise InputFileError(
-                            self.path, f"cannot read data: {exc}", key=self.key
-                        ) from None
+            crc = self._crc_start(fd)
+            for start in range(0, total, per):
+                n = min(per, total - start)
+                chunk = self._pread(fd, start, n, buf, None, changed=True)
                 if crc is not None:
-                    crc = zlib.crc32(window.data.cast("B"), crc)
+                    crc = zlib.crc32(raw[: n * itemsize], crc)
                     if start + n >= total and crc != self.member_crc:
                         raise self._bad_crc()
-                for s in range(0, n, per):
-                    chunk = window[s : s + per]
-                    yield start + s, chunk if native is None else chunk.byteswap().view(native)
-                window = None  # unmapped once the consumer has let go of its chunks too
-                start += n
+                yield start, chunk if native is None else chunk.byteswap().view(native)
         finally:
             stream.close()
 
@@ -458,10 +428,19 @@ class RawArraySource:
             os.close(fd)
 
     def _pread(
-        self, fd: int, start: int, n: int, buf: np.ndarray, native: np.dtype[Any] | None
+        self,
+        fd: int,
+        start: int,
+        n: int,
+        buf: np.ndarray,
+        native: np.dtype[Any] | None,
+        *,
+        changed: bool = False,
     ) -> np.ndarray:
         """Elements ``start`` to ``start + n`` of a source read in place, read into ``buf`` with
-        positioned reads (the file position never moves), in native byte order."""
+        positioned reads (the file position never moves), in native byte order. A short read
+        is :meth:`_changed` when the file was checked long enough before (``changed``), else
+        :meth:`_truncated`."""
         assert self.data_offset is not None
         itemsize = buf.dtype.itemsize
         view = buf.data.cast("B")[: n * itemsize]
@@ -474,7 +453,7 @@ class RawArraySource:
                     self.path, f"cannot read data: {exc.strerror or exc}", key=self.key
                 ) from None
             if k <= 0:
-                raise self._truncated(start, got)
+                raise self._changed() if changed else self._truncated(start, got)
             got += k
         return buf[:n] if native is None else buf[:n].byteswap().view(native)
 

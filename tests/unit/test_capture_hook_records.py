@@ -1,6 +1,7 @@
-"""capture/hook_records.py: the one host copy of the pending q (per device, float64), what a
-call stores (real tokens only, positions = cumsum(mask) - 1, batch offset, heads, call index,
-float32 rounding when asked), the summary-only fold, and the frozen module record."""
+"""capture/hooks.py, its host copy and records: the one host copy of the pending q (per
+device, float64), what a call stores (real tokens only, positions = cumsum(mask) - 1, batch
+offset, heads, call index, float32 rounding when asked), the summary-only fold, and the frozen
+module record."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rmsnorm_eps.capture.hook_records import copy_to_host, module_record, store  # noqa: E402
-from rmsnorm_eps.capture.hook_state import NormState, PendingQ  # noqa: E402
+from rmsnorm_eps.capture.hooks import NormState, PendingQ, copy_to_host, module_record, store  # noqa: E402
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
 SPEC = NormModule("layers.0.q_norm", "RMSNorm", "torch.nn.RMSNorm", 1, "w")

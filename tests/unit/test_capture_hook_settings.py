@@ -1,6 +1,7 @@
-"""capture/hook_settings.py: on a module's first call its kind is classified, every call reads
-the live eps and refuses one that changed; torch.nn.RMSNorm(eps=None) gets torch's default for
-the input dtype; a probe rerun's shape can tell a layout. Checked on tiny torch modules."""
+"""capture/hooks.py, the settings of a call: on a module's first call its kind is classified,
+every call reads the live eps and refuses one that changed; torch.nn.RMSNorm(eps=None) gets
+torch's default for the input dtype; a probe rerun's shape can tell a layout. Checked on tiny
+torch modules."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rmsnorm_eps.capture.errors import CaptureError  # noqa: E402
-from rmsnorm_eps.capture.hook_settings import call_settings, probe_layout  # noqa: E402
-from rmsnorm_eps.capture.hook_state import CallContext, NormState  # noqa: E402
+from rmsnorm_eps.capture.hooks import CallContext, NormState, call_settings, probe_layout  # noqa: E402
 from rmsnorm_eps.capture.modules import find_norm_modules, iter_named  # noqa: E402
 
 

@@ -1,5 +1,5 @@
-"""capture/hook_state.py: the per-module state starts empty with its own lists (no state shared
-between modules), and the call context and pending record are frozen."""
+"""capture/hooks.py, its shared state: the per-module state starts empty with its own lists
+(no state shared between modules), and the call context and pending record are frozen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rmsnorm_eps.capture.hook_state import CallContext, NormState, PendingQ  # noqa: E402
+from rmsnorm_eps.capture.hooks import CallContext, NormState, PendingQ  # noqa: E402
 from rmsnorm_eps.capture.modules import NormModule  # noqa: E402
 
 SPEC = NormModule("n", "RMSNorm", "torch.nn.RMSNorm", 1, "w")

@@ -21,33 +21,7 @@ from rmsnorm_eps.capture.inputs import (
     shard_batches,
 )
 from rmsnorm_eps.errors import InputFileError
-
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello"]
-# token counts 9, 3, 1, 5, 3 (word-level tokenizer, no special tokens)
-TEXTS = [
-    "the quick brown fox jumps over the lazy dog",
-    "hello w1 w2",
-    "fox",
-    "w3 w4 w5 w6 w7",
-    "dog w8 hello",
-]
-
-
-def make_model_dir(d: Path) -> Path:
-    """A tiny random Llama with a word-level tokenizer, saved as a model directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from tests.test_capture_hook_models import tiny_llama
-
-    tiny_llama().save_pretrained(d)  # type: ignore[attr-defined]
-    vocab = ["[UNK]", "[PAD]"] + [f"w{i}" for i in range(40)] + WORDS  # 51 ids < vocab 64
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]"
-    ).save_pretrained(d)
-    return d
+from tests.helpers import TEXTS
 
 
 # ---------------------------------------------------------------- readers

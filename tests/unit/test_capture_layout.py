@@ -68,12 +68,15 @@ def test_plan_b_equals_t_needs_evidence() -> None:
 
 def test_plan_own_axis_and_model_padding() -> None:
     assert plan((2, 8), 1, (8, 1), (2, 5), SPEC, None) == ("own axis [B, L, D]", True)
-    assert plan((2, 8), 1, (8, 1), (2, 5), SPEC, None, padded=8) == (
+    assert plan((2, 8), 1, (8, 1), (2, 5), SPEC, None, evidence={"padded": 8}) == (
         "model-padded [B, T+pad, D]",
         True,
     )
     # a padded length that is not this axis's: still its own axis
-    assert plan((2, 8), 1, (8, 1), (2, 5), SPEC, None, padded=6)[0] == "own axis [B, L, D]"
+    assert (
+        plan((2, 8), 1, (8, 1), (2, 5), SPEC, None, evidence={"padded": 6})[0]
+        == "own axis [B, L, D]"
+    )
 
 
 def test_plan_unknown_layouts_name_the_module() -> None:

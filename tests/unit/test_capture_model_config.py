@@ -6,6 +6,7 @@ line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,50 @@ def test_a_per_layer_intermediate_size_list_is_a_size(tmp_path: Path) -> None:
         check_model_config(_write(tmp_path, json.dumps({"intermediate_size": []})))
     with pytest.raises(InputFileError, match="is not a size"):  # only intermediate_size
         check_model_config(_write(tmp_path, json.dumps({"num_hidden_layers": [2]})))
+
+
+def test_sizes_are_capped_by_the_weights_present() -> None:
+    from rmsnorm_eps.capture.checkpoint import WeightsPresent
+    from rmsnorm_eps.capture.model_config import MAX_LAYERS, WIDTH_FLOOR, check_sizes
+
+    path = Path("m/config.json")
+    present = WeightsPresent(tensors=12, largest_dim=64, files=("model.safetensors",))
+    check_sizes(path, [("num_hidden_layers", "num_hidden_layers", 12)], present)
+    check_sizes(path, [("hidden_size", "hidden_size", WIDTH_FLOOR)], present)  # the floor
+    check_sizes(path, [("num_experts", "num_experts", 64)], present)  # one axis per expert
+    cases = [
+        ("num_decoder_layers", 13, "13 layers, but the checkpoint holds 12 tensor(s)"),
+        ("text_config.num_layers", 10**9, "1000000000 layers, but the checkpoint holds 12"),
+        ("intermediate_size", WIDTH_FLOOR + 1, "too large a size for these weights"),
+        ("num_local_experts", 65, "65 experts, but the checkpoint holds 12 tensor(s)"),
+    ]
+    for name, value, message in cases:
+        with pytest.raises(InputFileError, match=re.escape(message)) as info:
+            check_sizes(path, [(name, name.rpartition(".")[2], value)], present)
+        assert info.value.key == name
+    with pytest.raises(InputFileError, match=f"over the {MAX_LAYERS} a capture builds"):
+        check_sizes(path, [("n_layer", "n_layer", MAX_LAYERS + 1)], None)  # no safetensors
+
+
+def test_a_missing_pooler_and_a_head_do_not_count_for_an_encoder() -> None:
+    torch = pytest.importorskip("torch")
+    from rmsnorm_eps.capture.checkpoint import unmatched_weights
+
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Linear(2, 2)
+    model.pooler = torch.nn.Linear(2, 2)
+    info = {
+        "missing_keys": {"pooler.weight", "pooler.bias"},
+        "unexpected_keys": {"cls.predictions.bias", "encoder.extra"},
+        "mismatched_keys": [],
+    }
+    assert unmatched_weights(info, model, "encoder") == {
+        "missing": [],
+        "unexpected": ["encoder.extra"],
+        "mismatched": [],
+    }
+    assert unmatched_weights(info, model, "causal") == {
+        "missing": ["pooler.bias", "pooler.weight"],
+        "unexpected": ["cls.predictions.bias", "encoder.extra"],
+        "mismatched": [],
+    }

@@ -130,7 +130,8 @@ def test_norms_in_if_branches_and_functions_are_found_and_named_once(tmp_path: P
 
 
 def test_the_node_cap_and_the_depth_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = _model([_rms(f"n{i}", 1e-6, y=f"y{i}") for i in range(3)])
+    chain = ["x", "y0", "y1", "y"]  # three norms in a row, each live
+    model = _model([_rms(f"n{i}", 1e-6, x=chain[i], y=chain[i + 1]) for i in range(3)])
     path = tmp_path / "m.onnx"
     monkeypatch.setattr(onnx_graph, "MAX_NODES", 3)
     assert len(find_norms(model, path)) == 3  # at the cap

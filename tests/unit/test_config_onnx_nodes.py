@@ -92,7 +92,7 @@ def test_tensor_constants_all_equal_small_and_inline() -> None:
     assert empty.value is None and empty.elements == 0
     ext = _arr("e", 1e-6)
     ext.data_location = TensorProto.EXTERNAL
-    assert _tensor_const(ext, "w").where == "w (external data, not read)"
+    assert _tensor_const(ext, "w").where == "w (external data, no location)"
     ints = _tensor_const(_arr("k", 2, np.int64), "w")
     assert ints.dtype == "int64" and ints.value == 2.0
 
@@ -188,14 +188,24 @@ def test_module_name_from_scopes_then_legacy_names_then_none() -> None:
 
 
 def test_from_weight_names_a_norm_by_its_scale_only_without_a_module() -> None:
-    assert _from_weight(None, "node name", "model.norm.weight") == (
+    def graph(readers: int) -> Any:
+        nodes = [
+            helper.make_node("Mul", ["x", "model.norm.weight"], [f"y{i}"]) for i in range(readers)
+        ]
+        return _index(helper.make_graph(nodes, "g", [], []), "graph", None)
+
+    g = graph(1)
+    assert _from_weight(g, None, "node name", "model.norm.weight") == (
         "model.norm",
         "scale initializer name",
     )
-    assert _from_weight("a.b", "legacy node name", "model.norm.weight") == (
+    assert _from_weight(g, "a.b", "legacy node name", "model.norm.weight") == (
         "a.b",
         "legacy node name",
     )
-    assert _from_weight(None, "node name", ".weight") == (None, "node name")
-    assert _from_weight(None, "node name", "w") == (None, "node name")
-    assert _from_weight(None, "node name", None) == (None, "node name")
+    assert _from_weight(g, None, "node name", ".weight") == (None, "node name")
+    assert _from_weight(g, None, "node name", "w") == (None, "node name")
+    assert _from_weight(g, None, "node name", None) == (None, "node name")
+    # one initializer read by two norms (onnxruntime keeps one of equal all-ones weights):
+    # its name is the first module's, so it names neither
+    assert _from_weight(graph(2), None, "node name", "model.norm.weight") == (None, "node name")

@@ -25,6 +25,7 @@ from rmsnorm_eps.parity.onnx_runtime import (  # noqa: E402
     DEFAULT_REL_TOL,
     NormMeasurement,
     OnnxParityReport,
+    SkippedNorm,
     _array,
     _configured,
     _slice,
@@ -120,11 +121,13 @@ def test_a_faithful_eps_of_1e_3_outside_the_sqrt_agrees(tmp_path: Path) -> None:
 def test_a_dropped_eps_and_a_configured_eps_unlike_the_stored_one(tmp_path: Path) -> None:
     path = _save(tmp_path, [("a", None, "inside"), ("b", 1e-4, "inside")])
     eps = Resolved(1e-5, Provenance("file", "cfg.yaml", key="defaults.eps"))
-    config = SimpleNamespace(path="cfg.yaml", settings_for=lambda name: NormSettings(eps=eps))
+    config = SimpleNamespace(
+        path="cfg.yaml", kind="json", settings_for=lambda name: NormSettings(eps=eps)
+    )
     report = measure_onnx(path, config=config)
     a, b = report.norms
     assert a.stored is None and a.probe_eps == 1e-5  # probes designed for the configured eps
-    assert a.findings[0].startswith("the graph stores no eps (eps dropped")
+    assert a.findings[0].startswith("the graph stores no eps (eps is 0")
     assert b.configured == 1e-5 and b.configured_from == "cfg.yaml: defaults.eps"
     assert b.effective is not None
     (finding,) = b.findings
@@ -166,7 +169,7 @@ def test_the_slice_cap_skips_the_norm(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(onnx_runtime, "MAX_SLICE_NODES", 5)  # the pattern has 6 nodes
     report = measure_onnx(_save(tmp_path, [("a", 1e-4, "inside")]))
     assert report.norms == ()
-    assert report.skipped == (("a", "more than 5 nodes between input and output"),)
+    assert report.skipped == (SkippedNorm("a", "more than 5 nodes between input and output"),)
     assert not report.passed  # nothing measured is no pass
 
 
@@ -204,3 +207,39 @@ def test_the_report_verdict() -> None:
     assert report(m(()), m(())).passed and report(m(()), m(())).findings == 0
     assert not report(m(()), m(("x",))).passed and report(m(("x",)), m(("y",))).findings == 2
     assert not report().passed
+
+
+def _weight_as_input(tmp_path: Path) -> Path:
+    """Norm a measured, then norm b whose weight is a graph input (not measurable)."""
+    model = onnx.load(str(_save(tmp_path, [("a", 1e-4, "inside"), ("b", 1e-4, "inside")])))
+    graph = model.graph
+    w = next(t for t in graph.initializer if t.name == "b.weight")
+    graph.initializer.remove(w)
+    graph.input.append(helper.make_tensor_value_info("b.weight", TensorProto.FLOAT, [D]))
+    path = tmp_path / "winput.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_skipped_norm_fails_the_report_unless_allowed(tmp_path: Path) -> None:
+    path = _weight_as_input(tmp_path)
+    report = measure_onnx(path)
+    assert [n.name for n in report.norms] == ["a"] and report.norms[0].agrees
+    (skip,) = report.skipped
+    assert skip.name == "b" and ("graph input 'b.weight'" in skip.why or "no scale" in skip.why)
+    assert report.findings == 0 and not report.passed  # one measured, one skipped: no PASS
+    allowed = measure_onnx(path, allow_skipped=True)
+    assert allowed.passed and allowed.allow_skipped and allowed.skipped == report.skipped
+
+
+def test_a_config_pattern_that_matches_no_norm_is_an_error(tmp_path: Path) -> None:
+    from rmsnorm_eps.config import load_config
+    from rmsnorm_eps.errors import ConfigError
+
+    path = _save(tmp_path, [("a", 1e-4, "inside")])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("schema_version: 1\ndefaults: {eps: 1.0e-4}\nlayers:\n  a: {}\n  'x*': {}\n")
+    with pytest.raises(ConfigError, match=r"pattern\(s\) match no norm of the graph: 'x\*'"):
+        measure_onnx(path, config=load_config(cfg))
+    cfg.write_text("schema_version: 1\ndefaults: {eps: 1.0e-4}\nlayers:\n  a: {}\n")
+    assert measure_onnx(path, config=load_config(cfg)).passed

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport
+from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport, SkippedNorm
 from rmsnorm_eps.reports.commands.parity_onnx import (
     OnnxParityReporter,
     norm_line,
@@ -51,7 +51,7 @@ BAD = replace(
 )
 
 
-def _report(*norms: NormMeasurement, skipped: tuple[tuple[str, str], ...] = ()) -> OnnxParityReport:
+def _report(*norms: NormMeasurement, skipped: tuple[SkippedNorm, ...] = ()) -> OnnxParityReport:
     return OnnxParityReport(
         path="model.onnx",
         config="cfg.yaml",
@@ -91,13 +91,24 @@ def test_one_check_per_norm_failing_exactly_with_findings() -> None:
     assert report.source == "model.onnx" and report.command == "parity-onnx"
     ok = OnnxParityReporter().checks(_report(GOOD))
     assert ok.passed and ok.verdict == "every norm's effective eps within 1% of the stored eps"
-    empty = OnnxParityReporter().checks(_report(skipped=(("x", "no probe input"),)))
-    assert not empty.passed and empty.verdict == "no norm measured"
+    empty = OnnxParityReporter().checks(_report(skipped=(SkippedNorm("x", "no probe input"),)))
+    assert not empty.passed and empty.verdict == "no norm measured (1 skipped)"
+    assert [(c.rule, c.name, c.passed, c.level) for c in empty.checks] == [
+        ("parity-onnx/measured", "x", False, "error")
+    ]
+    allowed = OnnxParityReporter().checks(
+        replace(_report(GOOD, skipped=(SkippedNorm("x", "why"),)), allow_skipped=True)
+    )
+    assert allowed.passed and allowed.checks[1].level == "warning"
+    assert allowed.verdict.endswith("of the stored eps (1 skipped, allowed)")
+    refused = OnnxParityReporter().checks(_report(GOOD, skipped=(SkippedNorm("x", "why"),)))
+    assert not refused.passed
+    assert refused.verdict == "1 norm(s) not measured (--allow-skipped accepts that)"
     assert ("measured", "0 norm(s), 1 skipped") in empty.facts
 
 
 def test_document_keeps_names_and_numbers_exact() -> None:
-    doc = OnnxParityReporter().document(_report(GOOD, BAD, skipped=(("m", "why"),)))
+    doc = OnnxParityReporter().document(_report(GOOD, BAD, skipped=(SkippedNorm("m", "why"),)))
     assert (doc["command"], doc["path"], doc["passed"], doc["rel_tol"]) == (
         "parity onnx",
         "model.onnx",
@@ -112,7 +123,7 @@ def test_document_keeps_names_and_numbers_exact() -> None:
 
 
 def test_text_one_line_per_norm_escaped_and_verdict() -> None:
-    report = _report(GOOD, BAD, skipped=(("m", "why"),))
+    report = _report(GOOD, BAD, skipped=(SkippedNorm("m", "why"),))
     out = OnnxParityReporter(RenderOptions()).text(report)
     lines = out.splitlines()
     assert lines[0] == (
@@ -123,7 +134,8 @@ def test_text_one_line_per_norm_escaped_and_verdict() -> None:
     assert lines[3].startswith("n\\x1b[2J\\x0a\\x3a:error\\x3a:x \\x23#[group]</testcase>: ")
     assert lines[4:] == [
         "skipped m: why",
-        "FAIL: 1 of 2 norm(s) run a different eps than stored or configured",
+        "FAIL: 1 of 2 norm(s) run a different eps than stored or configured; 1 norm(s) not "
+        "measured (--allow-skipped accepts that)",
     ]
     assert "\x1b" not in out and "##[" not in out and len(lines) == 6
 

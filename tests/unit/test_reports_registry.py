@@ -30,7 +30,7 @@ from rmsnorm_eps.reports.registry import (
     reporter_for,
     supported_formats,
 )
-from tests.test_reports_golden import CASES as GOLDEN_CASES
+from tests.helpers import GOLDEN_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rmsnorm_eps.dumps import npy_bytes
 from rmsnorm_eps.errors import InputFileError
 from rmsnorm_eps.sources.sniff import Kind, check_regular_file, read_head, sniff
 
@@ -29,15 +30,9 @@ def _safetensors() -> bytes:
     return struct.pack("<Q", len(header)) + header + b"\0\0\0\0"
 
 
-def _npy() -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ones(2))
-    return buf.getvalue()
-
-
 CASES = [
     ("a.bin", b"", Kind.EMPTY),
-    ("q.txt", _npy(), Kind.NPY),  # binary formats ignore the extension
+    ("q.txt", npy_bytes(np.ones(2)), Kind.NPY),  # binary formats ignore the extension
     ("q.npy", _zip("a.npy"), Kind.ZIP),
     ("model.npz", _zip("archive/data.pkl"), Kind.TORCH_ZIP),
     ("x.json", _safetensors(), Kind.SAFETENSORS),

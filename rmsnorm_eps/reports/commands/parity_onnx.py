@@ -1,8 +1,9 @@
-"""``parity --onnx`` reports: each norm of an ONNX graph, its stored eps, the configured eps
+"""``parity onnx`` reports: each norm of an ONNX graph, its stored eps, the configured eps
 (``--config``) and the effective eps and placement onnxruntime runs with (measured on the
 probes): the document, the text (one block of lines per norm), and one check per norm for the
 CI formats (a norm whose effective eps differs from the stored or configured one beyond the
-relative tolerance, or that stores no eps or a schema default, fails)."""
+relative tolerance, or that stores no eps or a schema default, fails; a norm that was not
+measured fails too, unless ``--allow-skipped`` made it a warning)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 from rmsnorm_eps.escape import visible as _e
 from rmsnorm_eps.jsonvalues import head as _head
-from rmsnorm_eps.reports.checks import Check, CheckReport, Number, Rule, verdict_fact
+from rmsnorm_eps.reports.checks import Check, CheckReport, Level, Number, Rule, verdict_fact
 from rmsnorm_eps.reports.checks import g as _g
 from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, TextRole
 
 if TYPE_CHECKING:
     from rmsnorm_eps.parity.onnx_runtime import NormMeasurement, OnnxParityReport
 
-__all__ = ["OnnxParityReporter", "norm_line"]
+__all__ = ["OnnxParityReporter", "norm_line", "skipped_line"]
 
+_MEASURED = Rule(
+    "parity-onnx/measured",
+    "norm measured",
+    "Every norm the graph holds must be measured by onnxruntime; a norm that could not be "
+    "(inside an If or Loop branch, its weight a graph input, refused by onnxruntime, its "
+    "dimension unknown, over a limit) fails unless --allow-skipped is given.",
+)
 _RULE = Rule(
     "parity-onnx/effective-eps",
     "effective eps",
@@ -71,10 +79,25 @@ def _norm_doc(n: NormMeasurement) -> dict[str, Any]:
 
 def _verdict(r: OnnxParityReport) -> str:
     if not r.norms:
-        return "no norm measured"
-    if r.passed:
-        return f"every norm's effective eps within {100 * r.rel_tol:g}% of the stored eps"
-    return f"{r.findings} of {len(r.norms)} norm(s) run a different eps than stored or configured"
+        return "no norm measured" + (f" ({len(r.skipped)} skipped)" if r.skipped else "")
+    unmeasured = ""
+    if r.skipped and not r.allow_skipped:
+        unmeasured = f"{len(r.skipped)} norm(s) not measured (--allow-skipped accepts that)"
+        if not r.findings:
+            return unmeasured
+        unmeasured = "; " + unmeasured
+    if r.findings:
+        return (
+            f"{r.findings} of {len(r.norms)} norm(s) run a different eps than stored or "
+            f"configured{unmeasured}"
+        )
+    extra = f" ({len(r.skipped)} skipped, allowed)" if r.skipped else ""
+    return f"every norm's effective eps within {100 * r.rel_tol:g}% of the stored eps{extra}"
+
+
+def skipped_line(r: OnnxParityReport, name: str, why: str) -> str:
+    """One line for a norm that was not measured."""
+    return f"skipped {name}: {why}" + (" (allowed)" if r.allow_skipped else "")
 
 
 class OnnxParityReporter(
@@ -83,7 +106,7 @@ class OnnxParityReporter(
     DocumentRole["OnnxParityReport"],
     ChecksRole["OnnxParityReport"],
 ):
-    """``parity --onnx``: every format."""
+    """``parity onnx``: every format."""
 
     def text(self, result: OnnxParityReport) -> str:
         from rmsnorm_eps.escape import no_ci_command
@@ -97,7 +120,7 @@ class OnnxParityReporter(
         if result.optimized_out:
             lines.append(f"onnxruntime's optimized model saved to {result.optimized_out}")
         lines += [norm_line(n) for n in result.norms]
-        lines += [f"skipped {name}: {why}" for name, why in result.skipped]
+        lines += [skipped_line(result, s.name, s.why) for s in result.skipped]
         lines.append(("PASS: " if result.passed else "FAIL: ") + _verdict(result))
         return no_ci_command("".join(f"{_e(line)}\n" for line in lines))
 
@@ -110,9 +133,10 @@ class OnnxParityReporter(
                 "optimized_out": result.optimized_out,
                 "runtime": result.optimization,
                 "rel_tol": result.rel_tol,
+                "allow_skipped": result.allow_skipped,
                 "passed": result.passed,
                 "norms": [_norm_doc(n) for n in result.norms],
-                "skipped": [{"name": name, "why": why} for name, why in result.skipped],
+                "skipped": [{"name": s.name, "why": s.why} for s in result.skipped],
             }
         )
         return doc
@@ -128,6 +152,10 @@ class OnnxParityReporter(
                 "rel_tol": result.rel_tol,
             }
             made.append(Check(_RULE.id, n.name, n.agrees, "error", norm_line(n), nums))
+        level: Level = "warning" if result.allow_skipped else "error"
+        for s in result.skipped:
+            line = skipped_line(result, s.name, s.why)
+            made.append(Check(_MEASURED.id, s.name, False, level, line))
         facts = (
             ("model", result.path),
             ("runtime", result.optimization),
@@ -136,10 +164,10 @@ class OnnxParityReporter(
         )
         return CheckReport(
             command="parity-onnx",
-            title=f"rmsnorm-eps parity --onnx: {result.path}",
+            title=f"rmsnorm-eps parity onnx: {result.path}",
             source=result.path,
             subject="norm",
-            rules=(_RULE,),
+            rules=(_RULE, _MEASURED),
             checks=tuple(made),
             passed=result.passed,
             verdict=_verdict(result),

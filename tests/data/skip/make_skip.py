@@ -13,21 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
+from rmsnorm_eps.dumps import npy_bytes
+
 HERE = Path(__file__).resolve().parent
 _DATE = (1980, 1, 1, 0, 0, 0)
 
 
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
 def mixed_bytes() -> bytes:
     members = {
-        "a.npy": _npy(np.array([[1e-3, 2e-3, 1.0]], np.float64)),
-        "b.npy": _npy(np.full(1000, 1.0)),
-        "c.npy": _npy(np.array([-1.0, 2.0])),
+        "a.npy": npy_bytes(np.array([[1e-3, 2e-3, 1.0]], np.float64)),
+        "b.npy": npy_bytes(np.full(1000, 1.0)),
+        "c.npy": npy_bytes(np.array([-1.0, 2.0])),
     }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
