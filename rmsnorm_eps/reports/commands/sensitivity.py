@@ -14,6 +14,7 @@ from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, Te
 
 if TYPE_CHECKING:
     from rmsnorm_eps.sensitivity.result import (
+        ChangeResult,
         Metrics,
         NormRow,
         PassCount,
@@ -162,6 +163,44 @@ def _rows_table(label: str, rows: tuple[NormRow, ...], width: int | None) -> lis
     return _table([*heads, *_HEADS, "share", "min q/eps"], body, width)
 
 
+def _change_lines(c: ChangeResult, width: int | None) -> list[str]:
+    """One change's tables: each norm alone (with how sure the screen is), each role alone."""
+    lines: list[str] = []
+    if c.per_norm:
+        est = sum(1 for r in c.per_norm if r.estimated)
+        note = f" ({est} estimated, marked ~)" if est else ""
+        lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
+        lines += _screen_lines(c.screen, sum(1 for r in c.per_norm if r.uncertain))
+        lines += _rows_table("norm", c.per_norm, width)
+    if c.per_role:
+        lines += ["", f"{_e(c.change.label)}: each role alone"]
+        lines += _rows_table("role", c.per_role, width)
+    return lines
+
+
+def _suggestion_lines(result: SensitivityResult, width: int | None) -> list[str]:
+    """The --suggest table; a limit beyond the sweep is marked <= / >=, with a note."""
+    if not result.suggestions:
+        return []
+    lines = ["", "suggested eps (KL of both position classes within --max-kl)"]
+    srows = [
+        [
+            _e(s.group),
+            _g(s.eps, 4),
+            ("<=" if s.smallest_beyond else "") + _g(s.smallest, 4),
+            (">=" if s.largest_beyond else "") + _g(s.largest, 4),
+        ]
+        for s in result.suggestions
+    ]
+    lines += _table(["group", "configured", "smallest", "largest"], srows, width)
+    if any(s.largest_beyond or s.smallest_beyond for s in result.suggestions):
+        lines.append(
+            "<= / >=: no point failed up to the sweep's edge: the limit lies beyond "
+            "the sweep (the value shown is the edge, not a limit found)"
+        )
+    return lines
+
+
 def _wrapped(lines: list[str], width: int) -> list[str]:
     """Prose lines longer than ``width`` wrapped (continuations indented two spaces); the
     tables already fit."""
@@ -261,32 +300,8 @@ class SensitivityReporter(
         width = self.options.width
         lines += _table(["change in every norm", *_HEADS], rows, width)
         for c in result.changes:
-            if c.per_norm:
-                est = sum(1 for r in c.per_norm if r.estimated)
-                note = f" ({est} estimated, marked ~)" if est else ""
-                lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
-                lines += _screen_lines(c.screen, sum(1 for r in c.per_norm if r.uncertain))
-                lines += _rows_table("norm", c.per_norm, width)
-            if c.per_role:
-                lines += ["", f"{_e(c.change.label)}: each role alone"]
-                lines += _rows_table("role", c.per_role, width)
-        if result.suggestions:
-            lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
-            srows = [
-                [
-                    _e(s.group),
-                    _g(s.eps, 4),
-                    ("<=" if s.smallest_beyond else "") + _g(s.smallest, 4),
-                    (">=" if s.largest_beyond else "") + _g(s.largest, 4),
-                ]
-                for s in result.suggestions
-            ]
-            lines += _table(["group", "configured", "smallest", "largest"], srows, width)
-            if any(s.largest_beyond or s.smallest_beyond for s in result.suggestions):
-                lines.append(
-                    "<= / >=: no point failed up to the sweep's edge: the limit lies beyond "
-                    "the sweep (the value shown is the edge, not a limit found)"
-                )
+            lines += _change_lines(c, width)
+        lines += _suggestion_lines(result, width)
         lines += ["", *_cost_lines(p)]
         if gate is not None:
             lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
