@@ -138,9 +138,9 @@ def _check_doc(text: str) -> None:
 #: ~u * 20 * (30 layers) ~ 4e-5 of rounding, a change of that size a KL of ~1e-9 at most
 NOISE_KL = 1e-9
 #: lines whose figures are not the model's (their words are checked, not their figures): the
-#: timed cost, and the screen's extension, which stops on rows of KL ~1e-11 (the 10th exact
-#: KL here), below NOISE_KL: their order, hence the count, is the CPU's
-TIMED = ("cost:", "measured:", "exact:")
+#: timed cost, and the screen's extension (and so the passes counted), which stops on rows of
+#: KL ~1e-11 (the 10th exact KL here), below NOISE_KL: their order is the CPU's
+TIMED = ("cost:", "measured:", "exact:", "counted:")
 
 
 def _noise(cells: list[str]) -> bool:
