@@ -384,6 +384,48 @@ class GgufParses:
     name_maps: dict[tuple[Any, int], Any] = field(default_factory=dict)
 
 
+#: Bytes copied at a time by :func:`private_copy`.
+_COPY_CHUNK = 1 << 24
+
+
+def private_copy(path: Path) -> Any:
+    """An anonymous in-memory file (``memfd``) holding a copy of ``path``, as a file object
+    that ``np.memmap`` (which ``gguf.GGUFReader`` uses) maps; None where Linux's
+    ``memfd_create`` is missing (the file itself is mapped then).
+
+    Why: the gguf package memory-maps the file and transformers reads the weights out of that
+    map (F32/F16 tensors stay views of it); a mapped file that another process truncates kills
+    the process by SIGBUS with nothing on stderr. No other process can shrink the copy. A copy
+    that comes up short of the size the file had when opened is the one line "file changed
+    while being read". Cost: the file's size in memory while the model is loaded.
+    """
+    memfd_create: Any = getattr(os, "memfd_create", None)
+    if memfd_create is None:  # pragma: no cover - not Linux
+        return None
+    try:
+        with open(path, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            dst = os.fdopen(memfd_create("rmsnorm-eps-gguf", os.MFD_CLOEXEC), "w+b")
+            done = 0
+            while done < size:
+                part = os.pread(src.fileno(), min(_COPY_CHUNK, size - done), done)
+                if not part:
+                    dst.close()
+                    raise InputFileError(
+                        path,
+                        f"file changed while being read: it had {size} bytes when opened, "
+                        f"{done} when copied for loading (was it rewritten or truncated by "
+                        "another process?)",
+                    )
+                dst.write(part)
+                done += len(part)
+            dst.flush()
+            dst.seek(0)
+            return dst
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
 @contextmanager
 def gguf_parsed_once() -> Iterator[GgufParses]:
     """For the ``with`` block only: every ``gguf.GGUFReader(path)`` of one file returns the
@@ -393,6 +435,8 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
     for every submodule of the model while it maps the weights' names (about 400 times for
     SmolLM2), is built once per ``(arch, n_blocks)``. All three are put back when the block
     ends, also on an error.
+
+    The reader maps a private in-memory copy of the file (:func:`private_copy`), not the file.
 
     Why this is sound: a ``GGUFReader`` opened read-only is a memory map plus the parsed
     field and tensor tables; transformers only reads them (the weights are dequantized into
@@ -420,7 +464,8 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
             return make_reader(path, mode)
         key = os.path.realpath(path)
         if key not in parses.readers:
-            parses.readers[key] = make_reader(path, mode)
+            private = private_copy(Path(path))
+            parses.readers[key] = make_reader(path if private is None else private, mode)
         return parses.readers[key]
 
     def shared_checkpoint(path: str, return_tensors: bool = False, **kw: Any) -> Any:
