@@ -290,7 +290,11 @@ def load_model(
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
     when the names left random are in :attr:`LoadedModel.random_weights`."""
     from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
-    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+    from rmsnorm_eps.capture.model_config import (
+        check_config_document,
+        check_model_config,
+        model_build_error,
+    )
 
     for package in ("torch", "transformers", "accelerate"):
         _require(package)
@@ -328,6 +332,9 @@ def load_model(
     try:
         with gguf_parsed_once() if gguf is not None else nullcontext():
             config = AutoConfig.from_pretrained(str(d), **kw)
+            if gguf is not None:  # the sizes its metadata gives, against its tensor table
+                present = _gguf_present(d / gguf)
+                check_config_document(d / gguf, config.to_dict(), present)
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
@@ -371,6 +378,16 @@ def load_model(
         time.perf_counter() - started,
         random,
     )
+
+
+def _gguf_present(path: Path) -> Any:
+    """The tensor table of a GGUF file (``checkpoint.gguf_weights_present``), read through
+    ``gguf.GGUFReader`` (within :func:`gguf_parsed_once`: the shared parse)."""
+    import gguf
+
+    from rmsnorm_eps.capture.checkpoint import gguf_weights_present
+
+    return gguf_weights_present(gguf.GGUFReader(str(path)), path)
 
 
 @dataclass
