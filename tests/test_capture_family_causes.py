@@ -391,3 +391,34 @@ def test_xlstm_multi_head_layer_norm_is_probed_with_its_head_axes() -> None:
     assert (m.norm, m.group_size, m.heads, m.eps) == ("layer", 8, 4, 1e-6)
     want = x.var(-1, unbiased=False)[mask.bool()].reshape(-1).numpy()
     np.testing.assert_allclose(m.q, want, rtol=1e-12)
+
+
+def test_learned_queries_expanded_over_the_batch_are_on_their_own_axis() -> None:
+    """A norm of a learned [L, D] parameter expanded to [B, L, D] (a Q-Former's query tokens):
+    with L == T the sizes read as tokens, but its rows are weights: its own axis, every row
+    kept, position = the row index."""
+
+    class Queries(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 8)
+            self.queries = torch.nn.Parameter(torch.randn(4, 8))
+            self.norm = torch.nn.LayerNorm(8, eps=1e-6)
+            self.token_norm = torch.nn.LayerNorm(8, eps=1e-6)
+
+        def forward(self, input_ids: Any, attention_mask: Any = None) -> Any:
+            x = self.token_norm(self.embed(input_ids))
+            return x.mean() + self.norm(self.queries.expand(input_ids.shape[0], -1, -1)).mean()
+
+    torch.manual_seed(0)
+    model = Queries().eval()
+    ids, mask = padded_batch((4, 3, 2))  # B = 3, T = 4 = L
+    with QCapture(model) as cap, torch.no_grad():
+        model(input_ids=ids % 16, attention_mask=mask)
+    mods = {m.name: m for m in cap.result().modules}
+    m = mods["norm"]
+    assert (m.layout, m.count) == ("own axis [B, L, D]", 12)
+    assert m.position is not None and list(m.position[:4]) == [0, 1, 2, 3]
+    want = model.queries.detach().double().var(-1, unbiased=False).repeat(3).numpy()
+    np.testing.assert_allclose(m.q, want, rtol=1e-12)
+    assert (mods["token_norm"].layout, mods["token_norm"].count) == ("tokens [B, T, D]", 9)

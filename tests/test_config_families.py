@@ -72,6 +72,7 @@ def expected(mtype: str, c: dict[str, Any]) -> Expected:
         "falcon": lambda: ("layer", "w", {}),
         "gpt_neox": lambda: ("layer", "w", {}),
         "bert": lambda: ("layer", "w", {}),
+        "roberta": lambda: ("layer", "w", {}),
         "mamba2": lambda: (
             "rms",
             "w",
@@ -138,7 +139,7 @@ FAMILIES = (
     *("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_next"),
     *("gemma", "gemma2", "gemma3_text", "gemma3n_text", "recurrent_gemma", "phi3"),
     *("olmo", "olmo2", "cohere", "falcon", "gpt_neox", "mamba2", "bamba", "nemotron_h"),
-    *("falcon_h1", "llama4_text", "granite", "smollm3", "deepseek_v3", "t5", "bert"),
+    *("falcon_h1", "llama4_text", "granite", "smollm3", "deepseek_v3", "t5", "bert", "roberta"),
 )
 #: Options that switch a family's extra norms on (off in the config class default).
 SWITCHES: dict[str, dict[str, Any]] = {

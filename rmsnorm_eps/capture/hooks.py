@@ -18,9 +18,8 @@ need be from a probe: a rerun of the forward pass with one sequence fewer (B == 
 shorter (T == H). A module of unknown kind or layout, or that fails in any other way, is listed
 with the reason and not analysed; the capture goes on.
 
-A norm whose input is a weight of the model (a parameter or buffer, or a view of one: the
-relative-position embeddings DeBERTa-v2 normalizes) has no token axis, whatever its row count:
-it is listed with that reason, not analysed.
+A norm whose input is a weight of the model (a parameter or buffer, or a view of one) has no
+token axis, whatever its sizes (:func:`rmsnorm_eps.capture.layout.plan`).
 
 Padding tokens (attention mask 0) are dropped. A token's position is its rank among the real
 tokens of its sequence (``cumsum(mask) - 1``): position 0 is the first real token. Batch indices
@@ -111,6 +110,7 @@ class NormState:
     inner_ndim: int = 1
     max_calls: int = 0
     skipped: str | None = None  # why the module is listed, not analysed (layout unknown, ...)
+    weight_input: bool = False  # its input is a weight of the model (or a view of one)
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def probe_layout(st: NormState, x: Any, ctx: CallContext) -> None:
     """In a probe rerun: the layout this call's shape tells, when it tells one."""
     import torch
 
-    if st.layout is not None or st.skipped is not None or st.kind is None:
+    if st.layout is not None or st.skipped is not None or st.kind is None or st.weight_input:
         return
     if not isinstance(x, torch.Tensor) or x.ndim <= st.inner_ndim:
         return
@@ -675,11 +675,7 @@ class QCapture:
         waiting for a probe when its layout is ambiguous)."""
 
         k = st.inner_ndim
-        if _storage(x) in self._weights:
-            raise LayoutUnknown(
-                f"layout unknown: module {st.spec.name!r} ({st.spec.class_name}): its input is "
-                "a weight of the model (a parameter or buffer), whose rows are no tokens"
-            )
+        st.weight_input = st.weight_input or _storage(x) in self._weights
         if nk.channels_first:  # [B, C, T]: the normalized axis 1 goes last
             x = x.movedim(1, -1)
             gate = gate.movedim(1, -1) if gate is not None else None
@@ -721,15 +717,9 @@ class QCapture:
         import torch
 
         lead = tuple(int(n) for n in q.shape[:-1])
+        told = {**ctx.evidence, "weight_input": 1} if st.weight_input else ctx.evidence
         layout, evidence = plan(
-            lead,
-            int(q.shape[-1]),
-            strides,
-            ctx.bt,
-            st.spec,
-            st.layout,
-            self.head_layout,
-            ctx.evidence,
+            lead, int(q.shape[-1]), strides, ctx.bt, st.spec, st.layout, self.head_layout, told
         )
         if "[B, L" in layout and not final and self._stack:
             return PendingQ(st, q, None, self._sequences, call, "evidence", ctx, strides)

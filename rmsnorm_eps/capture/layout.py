@@ -26,7 +26,11 @@ The layout is read from evidence, never from a coincidence of sizes:
   (a compressed or block-global sequence: a KV compressor's windows, LongT5's transient-global
   tokens) is captured on its own axis: position = the index on that axis, every vector kept
   (no padding mask maps onto it); such a q waits for the end of the forward pass, so that a
-  later layer's mask may still show L to be the padded length.
+  later layer's mask may still show L to be the padded length;
+* an input that is a weight of the model (a parameter or buffer, or a view of one) has no
+  token axis whatever its sizes: ``[B, L, D]`` (learned queries expanded over the batch) is on
+  its own axis, anything else (DeBERTa-v2's relative-position embeddings ``[2 * buckets, D]``,
+  whose row count may equal B * T) has no layout.
 
 Nothing else is guessed: :class:`LayoutUnknown` (the module is listed, not analysed).
 """
@@ -100,7 +104,7 @@ def plan(
     """The layout of a q of shape ``lead + (groups,)`` (see the module docstring) and whether
     it is evidence (False: size-1 axes where every reading is the same array). ``evidence``:
     what the call showed (``padded``: the model's padded length; ``prefix``: its prompt
-    vectors before the ids).
+    vectors before the ids; ``weight_input``: the input is a weight of the model).
 
     Raises :class:`LayoutAmbiguous` or :class:`LayoutUnknown`.
     """
@@ -113,6 +117,8 @@ def plan(
             "with input_ids or inputs_embeds)"
         )
     b, t = bt
+    if (evidence or {}).get("weight_input"):
+        return _weight_rows(lead, groups, b, where)
     extra = (evidence or {}).get("padded"), (evidence or {}).get("prefix")
     if len(lead) == 2 and (found := _plan_2d(lead, groups, (b, t), known, extra, where)):
         return found
@@ -170,6 +176,17 @@ def _plan_2d(
             return _tokens(groups, PROMPTED, "B, P+T"), True
         return _tokens(groups, OWN_AXIS, "B, L"), True
     return None
+
+
+def _weight_rows(lead: tuple[int, ...], groups: int, b: int, where: str) -> tuple[str, bool]:
+    """The layout of a weight's rows: its own axis when expanded over the batch ([B, L]),
+    else no layout (DeBERTa-v2's relative-position embeddings, [2 * buckets, D])."""
+    if len(lead) == 2 and lead[0] == b:
+        return _tokens(groups, OWN_AXIS, "B, L"), True
+    raise LayoutUnknown(
+        f"layout unknown: {where}: its input is a weight of the model (a parameter or buffer), "
+        "whose rows are no tokens"
+    )
 
 
 def place(q: Any, layout: str, bt: tuple[int, int] | None) -> Any:

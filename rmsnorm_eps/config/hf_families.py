@@ -145,6 +145,7 @@ HF_FAMILIES: dict[str, Family] = {
     "falcon": _layer(_TORCH_LAYER_NORM, "falcon", class_eps=1e-5),
     "gpt_neox": _layer(_TORCH_LAYER_NORM, "gpt_neox", class_eps=1e-5),
     "bert": _layer(_TORCH_LAYER_NORM, "bert", class_eps=1e-12),
+    "roberta": _layer(_TORCH_LAYER_NORM, "roberta", class_eps=1e-12),
     "gpt2": _layer(_TORCH_LAYER_NORM, "gpt2", class_eps=1e-5),
     "stablelm": _layer(_TORCH_LAYER_NORM, "stablelm", class_eps=1e-5),
 }

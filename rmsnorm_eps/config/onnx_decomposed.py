@@ -26,6 +26,7 @@ from rmsnorm_eps.config.onnx_nodes import (
     _scale_name,
     _skip_cast_down,
     _skip_cast_up,
+    folded_gain,
     judge_eps,
 )
 
@@ -141,30 +142,31 @@ def _times(g: _Graph, walk: _Walk, r: str) -> str | None:
 
 
 def _divide(g: _Graph, walk: _Walk, r: str) -> str | None:
-    """The output of x / r (Div, or Mul by Reciprocal)."""
-    for node, _ in _skip_cast_down(g, r):
-        if _op(node) == "Div" and len(node.input) == 2:
+    """The output of x / r: ``Div(x, r)``, or ``Mul(x, 1 / r)`` with ``Reciprocal(r)`` or
+    ``Div(1, r)`` (torch's TorchScript exporter writes the latter)."""
+    for node, via in _skip_cast_down(g, r):
+        if _op(node) == "Div" and len(node.input) == 2 and node.input[1] == via:
             walk.nodes.append(node)
+            one = _const(g, node.input[0])
+            if one is not None and one.value == 1.0 and one.elements == 1:
+                return _times(g, walk, node.output[0])
             return str(node.output[0])
         if _op(node) == "Reciprocal":
             walk.nodes.append(node)
-            for nxt, _ in _skip_cast_down(g, node.output[0]):
-                if _op(nxt) == "Mul":
-                    walk.nodes.append(nxt)
-                    return str(nxt.output[0])
+            return _times(g, walk, node.output[0])
     return None
 
 
 def _weight(g: _Graph, walk: _Walk, y: str) -> tuple[str, str, int | None, str | None, str]:
     """The gain after the normalization y: (gain, where, dim, scale initializer, output).
 
-    ``Mul(y, w)`` with w an initializer, a graph input or an ``Add`` (1 + w) is the gain (its
-    Mul is added to ``walk.nodes``); otherwise ``"none"`` and the output stays y.
+    ``Mul(y, w)`` with w a weight (:func:`_is_weight`; never x itself) is the gain (its Mul is
+    added to ``walk.nodes``); otherwise ``"none"`` and the output stays y.
     """
     for nxt, via in _skip_cast_down(g, y):
         if _op(nxt) == "Mul" and len(nxt.input) == 2:
             other = nxt.input[1] if nxt.input[0] == via else nxt.input[0]
-            if _is_weight(g, other):
+            if _skip_cast_up(g, other) != _skip_cast_up(g, walk.x) and _is_weight(g, other):
                 gain, gain_where, dim = _gain_of(g, other)
                 walk.nodes.append(nxt)
                 return gain, gain_where, dim, _scale_name(g, other), str(nxt.output[0])
@@ -229,6 +231,7 @@ def decomposed_norms(g: _Graph, node: Any) -> list[GraphNorm]:
 
 def _norm_of(g: _Graph, node: Any, walk: _Walk, y: str) -> GraphNorm:
     gain, gain_where, dim, scale, out = _weight(g, walk, y)
+    gain, gain_where = folded_gain(g, walk.nodes, (gain, gain_where), scale)
     if walk.norm == "rms" and gain == "none":  # x * rsqrt(mean(x^2) + eps), no weight
         walk.norm = "l2"
     # the last nodes first: a reduction shared by several norms is named by the first of them

@@ -22,6 +22,7 @@ from rmsnorm_eps.config.onnx_nodes import (
     _onnx,
     _scale_name,
     _skip_cast_up,
+    folded_gain,
     judge_eps,
 )
 
@@ -135,6 +136,7 @@ def _fused(g: _Graph, node: Any, opset: dict[str, int]) -> GraphNorm | None:
         gain, gain_where, dim = _gain_of(g, node.input[scale_index])
     add_dtype, add_from = _stash_dtype(node)
     scale = _scale_name(g, node.input[scale_index]) if 0 <= scale_index < len(node.input) else None
+    gain, gain_where = folded_gain(g, [node], (gain, gain_where), scale)
     module, name_from = _from_weight(g, *_module_name([node]), scale)
     return GraphNorm(
         name=module or node.name or (node.output[0] if node.output else op),

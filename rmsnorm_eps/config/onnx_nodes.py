@@ -405,6 +405,48 @@ def _from_weight(
     return scale[: -len(".weight")], "scale initializer name"
 
 
+def _one_plus_w_classes() -> frozenset[str]:
+    """The transformers norm classes whose gain is 1 + w (the family table's)."""
+    from rmsnorm_eps.config.hf_families import HF_FAMILIES
+
+    return frozenset(f.impl.split()[0] for f in HF_FAMILIES.values() if f.gain == "1+w")
+
+
+def _classes(nodes: list[Any]) -> list[str]:
+    """The classes of torch's dynamo metadata ``pkg.torch.onnx.class_hierarchy`` of the nodes
+    (``['__main__.M', 'transformers...GemmaRMSNorm', 'aten.mul.Tensor']``), short names."""
+    import ast
+
+    found: list[str] = []
+    for node in nodes:
+        for p in node.metadata_props:
+            if p.key != "pkg.torch.onnx.class_hierarchy" or len(p.value) > 65536:
+                continue
+            try:
+                names = ast.literal_eval(p.value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(names, list):
+                found += [n.rsplit(".", 1)[-1] for n in names if isinstance(n, str)]
+    return found
+
+
+def folded_gain(
+    g: _Graph, nodes: list[Any], gain: tuple[str, str], scale: str | None
+) -> tuple[str, str]:
+    """(gain, where): a ``w`` read from an initializer the exporter folded (not a parameter
+    ``*.weight``) is ``1+w`` when the nodes' class is one whose gain is 1 + w: torch's dynamo
+    exporter folds Gemma's ``1 + w`` into one initializer (``add_1``)."""
+    if gain[0] != "w" or scale is None or scale.endswith(".weight"):
+        return gain
+    if scale not in g.initializers or scale in g.graph_inputs:
+        return gain
+    cls = next((c for c in _classes(nodes) if c in _one_plus_w_classes()), None)
+    if cls is None:
+        return gain
+    return "1+w", f"1 + w folded by the exporter into {scale!r} ({cls} multiplies by 1 + w)"
+
+
 def _scale_name(g: _Graph, name: str) -> str | None:
     """The initializer holding w (for 1 + w: the w)."""
     src = _skip_cast_up(g, name)
