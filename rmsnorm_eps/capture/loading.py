@@ -296,23 +296,7 @@ def load_model(
         model_build_error,
     )
 
-    for package in ("torch", "transformers", "accelerate"):
-        _require(package)
-    if gguf is not None:
-        _require("gguf")
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
-    if gguf is not None:
-        gpath = d / gguf
-        if Path(gguf).name != gguf:
-            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
-        if not gpath.is_file():
-            raise InputFileError(gpath, "no such GGUF file in the model directory")
-    elif not (d / "config.json").is_file():
-        raise InputFileError(
-            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
-        )
+    d = _check_paths(Path(directory), gguf)
     present = check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
@@ -378,6 +362,28 @@ def load_model(
         time.perf_counter() - started,
         random,
     )
+
+
+def _check_paths(d: Path, gguf: str | None) -> Path:
+    """The extras a load needs are installed, ``d`` is a model directory (config.json, or the
+    GGUF file ``gguf`` inside it); returns ``d``."""
+    for package in ("torch", "transformers", "accelerate"):
+        _require(package)
+    if gguf is not None:
+        _require("gguf")
+    if not d.is_dir():
+        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
+    if gguf is not None:
+        gpath = d / gguf
+        if Path(gguf).name != gguf:
+            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
+        if not gpath.is_file():
+            raise InputFileError(gpath, "no such GGUF file in the model directory")
+    elif not (d / "config.json").is_file():
+        raise InputFileError(
+            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
+        )
+    return d
 
 
 def _gguf_present(path: Path) -> Any:
