@@ -290,25 +290,13 @@ def load_model(
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
     when the names left random are in :attr:`LoadedModel.random_weights`."""
     from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
-    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+    from rmsnorm_eps.capture.model_config import (
+        check_config_document,
+        check_model_config,
+        model_build_error,
+    )
 
-    for package in ("torch", "transformers", "accelerate"):
-        _require(package)
-    if gguf is not None:
-        _require("gguf")
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
-    if gguf is not None:
-        gpath = d / gguf
-        if Path(gguf).name != gguf:
-            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
-        if not gpath.is_file():
-            raise InputFileError(gpath, "no such GGUF file in the model directory")
-    elif not (d / "config.json").is_file():
-        raise InputFileError(
-            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
-        )
+    d = _check_paths(Path(directory), gguf)
     present = check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
@@ -328,6 +316,9 @@ def load_model(
     try:
         with gguf_parsed_once() if gguf is not None else nullcontext():
             config = AutoConfig.from_pretrained(str(d), **kw)
+            if gguf is not None:  # the sizes its metadata gives, against its tensor table
+                present = _gguf_present(d / gguf)
+                check_config_document(d / gguf, config.to_dict(), present)
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
@@ -371,6 +362,38 @@ def load_model(
         time.perf_counter() - started,
         random,
     )
+
+
+def _check_paths(d: Path, gguf: str | None) -> Path:
+    """The extras a load needs are installed, ``d`` is a model directory (config.json, or the
+    GGUF file ``gguf`` inside it); returns ``d``."""
+    for package in ("torch", "transformers", "accelerate"):
+        _require(package)
+    if gguf is not None:
+        _require("gguf")
+    if not d.is_dir():
+        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
+    if gguf is not None:
+        gpath = d / gguf
+        if Path(gguf).name != gguf:
+            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
+        if not gpath.is_file():
+            raise InputFileError(gpath, "no such GGUF file in the model directory")
+    elif not (d / "config.json").is_file():
+        raise InputFileError(
+            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
+        )
+    return d
+
+
+def _gguf_present(path: Path) -> Any:
+    """The tensor table of a GGUF file (``checkpoint.gguf_weights_present``), read through
+    ``gguf.GGUFReader`` (within :func:`gguf_parsed_once`: the shared parse)."""
+    import gguf
+
+    from rmsnorm_eps.capture.checkpoint import gguf_weights_present
+
+    return gguf_weights_present(gguf.GGUFReader(str(path)), path)
 
 
 @dataclass
