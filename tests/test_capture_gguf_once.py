@@ -19,12 +19,13 @@ TEXTS = [
 ]
 
 
-def _tiny_gguf(path: Path) -> Path:
+def _tiny_gguf(path: Path, values: np.ndarray | None = None) -> Path:
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_uint32("llama.block_count", 2)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    embd = np.zeros((4, 8), np.float32) if values is None else values.reshape(4, 8)
+    writer.add_tensor("token_embd.weight", embd)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -77,7 +78,7 @@ def test_smollm2_gguf_is_parsed_once_and_captures_the_same_q(monkeypatch: Any) -
 
     monkeypatch.setattr(gguf_reader.GGUFReader, "__init__", counting)
     loaded = load_model(smollm2_dir(), GGUF)
-    assert len(made) == 1 and made[0].endswith(GGUF)
+    assert len(made) == 1 and made[0].startswith("<_io.BufferedRandom")  # its private copy
     assert loaded.load_seconds > 0
 
     name = "model.layers.0.input_layernorm"
@@ -113,3 +114,63 @@ def test_debug_prints_load_and_forward_times_apart(
     assert "1 text(s) under the hooks" in line
     r = cli(*args, *out)  # without --debug: no timing line
     assert r.exit_code == 0 and "timing:" not in r.stderr
+
+
+#: Open the reader inside the block, truncate the file, then read a tensor: a reader that maps
+#: the file itself died of SIGBUS here (exit -7, nothing on stderr).
+_TRUNCATE_AFTER_OPEN = """
+import os, sys
+import numpy as np
+import gguf
+from rmsnorm_eps.capture.loading import gguf_parsed_once
+path = sys.argv[1]
+with gguf_parsed_once():
+    reader = gguf.GGUFReader(path)
+    os.truncate(path, 0)
+    print(float(np.asarray(reader.tensors[0].data).sum()))
+"""
+
+
+def test_a_gguf_truncated_while_loaded_is_read_from_a_private_copy(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    import subprocess
+    import sys
+
+    path = _tiny_gguf(tmp_path / "a.gguf", np.arange(32, dtype=np.float32))
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_AFTER_OPEN, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr)  # a SIGBUS death is -7
+    assert out.stdout.strip() == "496.0"  # sum(range(32)), read after the file was emptied
+    assert path.stat().st_size == 0
+
+
+def test_a_gguf_truncated_while_copied_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    gguf = pytest.importorskip("gguf")
+    import os
+
+    from rmsnorm_eps.capture.loading import gguf_parsed_once
+    from rmsnorm_eps.errors import InputFileError
+
+    path = _tiny_gguf(tmp_path / "a.gguf")
+    real = os.pread
+
+    def cut_then_read(fd: int, n: int, offset: int) -> bytes:
+        os.truncate(path, 0)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", cut_then_read)
+    with gguf_parsed_once(), pytest.raises(InputFileError) as err:
+        gguf.GGUFReader(str(path))
+    assert str(err.value).startswith(f"{path}: file changed while being read: it had ")
+    assert "\n" not in str(err.value)

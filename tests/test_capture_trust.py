@@ -239,3 +239,28 @@ def test_widths_that_would_allocate_gigabytes_of_random_weights_are_refused(
     assert r.exit_code == 2, r  # about 2.7e9 parameters: 11 GB in float32
     assert "config.json builds a model of" in r.stderr
     assert "but the checkpoint holds 22688 values: most of the model would be random" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_gguf_whose_block_count_far_exceeds_its_tensors_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    gguf = pytest.importorskip("gguf")
+    from tests.conftest import smollm2_dir
+
+    d = tmp_path / "g"
+    d.mkdir()
+    shutil.copy(Path(smollm2_dir()) / "SmolLM2-135M-Instruct.Q4_1.gguf", d / "m.gguf")
+    reader = gguf.GGUFReader(str(d / "m.gguf"), "r+")
+    field = reader.get_field("llama.block_count")
+    field.parts[field.data[0]][0] = 10**9  # in place, as gguf's gguf_set_metadata does
+    del reader
+    r = cli(
+        "capture", "--model", str(d), "--gguf", "m.gguf", "--text", "Hello", "--save-data",
+        str(tmp_path / "q.npz"),
+    )  # fmt: skip
+    assert r.exit_code == 2, r
+    assert r.stderr.strip() == (
+        f"rmsnorm-eps: error: {d / 'm.gguf'} [num_hidden_layers]: 1000000000 layers, but the "
+        "checkpoint holds 272 tensor(s): a model this deep cannot come from these weights"
+    )

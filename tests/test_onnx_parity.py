@@ -200,3 +200,32 @@ def test_json_output_validates_against_its_schema(tmp_path: Path, cli: Any) -> N
     doc["norms"][0]["surprise"] = 1  # an undocumented key fails
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(doc)
+
+
+def test_a_norm_inside_an_if_branch_is_skipped_and_fails(tmp_path: Path, cli: Any) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    out = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, fx.DIM])
+    then = helper.make_graph(
+        [
+            helper.make_node(
+                "RMSNormalization", ["x", "norm.weight"], ["b"], name="/encoder/ln/RMS",
+                epsilon=1e-5,
+            )
+        ],
+        "then",
+        [],
+        [out],
+    )  # fmt: skip
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["b"])], "else", [], [out])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    inits = [
+        numpy_helper.from_array(np.ones(fx.DIM, np.float32), "norm.weight"),
+        numpy_helper.from_array(np.array(True), "cond"),
+    ]
+    path = tmp_path / "if.onnx"
+    onnx.save(fx._model([node], inits, opset=23), str(path))
+    res = cli("parity", "onnx", str(path))
+    assert res.exit_code == 1, res.stdout
+    assert "only main-graph norms are measured" in res.stdout
+    assert "FAIL: no norm measured (1 skipped)" in res.stdout

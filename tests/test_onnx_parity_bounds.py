@@ -187,3 +187,21 @@ def test_a_float16_norm_whose_weight_is_a_cast_is_measured(tmp_path: Path) -> No
     (n,) = report.norms
     assert n.dtype == "float16" and n.agrees and report.passed
     assert n.effective is not None and abs(n.effective - 1e-5) <= 0.05 * 1e-5
+
+
+def test_the_parent_never_imports_onnxruntime(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.onnx"
+    onnx.save(fx.hand_model(), str(path))
+    code = (
+        "import sys; from pathlib import Path; "
+        "from rmsnorm_eps.parity.onnx_runtime import measure_onnx; "
+        f"r = measure_onnx(Path({str(path)!r})); "
+        "print(r.passed, 'onnxruntime' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["True", "False"]

@@ -4,10 +4,12 @@ the gates and the formats."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -296,7 +298,11 @@ def test_json_validates_and_every_format_renders(
     for key in ("name", "kl", "kl_first", "top1_agreement", "max_abs_logit_change", "nmse_last"):
         assert key in change
     rows = change["per_norm"]
-    assert sum(not row["estimated"] for row in rows) == 2
+    screen = change["screen"]
+    exact = sum(not row["estimated"] for row in rows)
+    # the 2 asked, then extended until the others are clearly below (at most 2 K = 4)
+    assert screen["asked"] == 2 and exact == screen["exact"] and 2 <= exact <= 4
+    assert screen["sure"] == (not any(row["uncertain"] for row in rows))
     for row in rows:
         assert {"name", "kl", "kl_first", "share", "min_q_over_eps"} <= set(row)
     for fmt in ("markdown", "github", "junit", "sarif", "text"):
@@ -386,7 +392,8 @@ def test_torchrun_two_ranks_reduce_to_one_process(tiny_dir: Path, tmp_path: Path
     for key in ("kl", "kl_first", "top1_agreement", "max_abs_logit_change", "nmse_last"):
         assert b[key] == pytest.approx(a[key], rel=1e-9), key
     assert [r["name"] for r in b["per_norm"]] == [r["name"] for r in a["per_norm"]]
-    assert two["passes"] == one["passes"]
+    # the timing is each process's own
+    assert {**two["passes"], "timing": None} == {**one["passes"], "timing": None}
 
 
 @pytest.mark.parametrize(
@@ -433,3 +440,70 @@ def test_a_spec_never_replaces_a_norm_it_cannot_write(variant: dict[str, object]
     with pytest.raises(CaptureError, match=re.escape(why)), replace_forward(module, record, spec):
         pass
     assert "forward" not in module.__dict__  # nothing was replaced
+
+
+def test_without_torch_the_sensitivity_extra_is_named(
+    cli: Callable[..., Any], tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find(name: str, *args: Any) -> Any:
+        return None if name == "torch" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find)
+    r = _run(cli, tiny_dir, "--eps", "1e-3")
+    assert r.exit_code == 2
+    assert "sensitivity needs the 'torch' package: install the [torch] extra" in r.stderr
+    assert "capture needs" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_from_to_shows_the_from_specs_base_perplexity(loaded: Any) -> None:
+    """The --from base is every norm under the SPEC: at the model's own eps (1e-6) and
+    formula, its perplexity is the model's as loaded (to float32 rounding), and says so."""
+    from rmsnorm_eps.reports import render
+    from rmsnorm_eps.reports.options import RenderOptions
+
+    as_is = measure(loaded, TEXTS, [Change("eps=0.001", None, "eps=0.001", True)])
+    spec = measure(loaded, TEXTS, [Change("a -> b", "eps=1e-6", "eps=1e-3", False)])
+    assert as_is.perplexity_base_from is None and spec.perplexity_base_from == "eps=1e-6"
+    assert as_is.perplexity_base is not None and spec.perplexity_base is not None
+    assert spec.perplexity_base == pytest.approx(as_is.perplexity_base, rel=1e-5)
+    line = render(spec, "text", RenderOptions()).splitlines()[1]
+    assert line.startswith("base perplexity ") and line.endswith(" (--from eps=1e-6)")
+    assert "-" not in line.split()[2]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_only_and_not_with_quiet(
+    cli: Callable[..., Any], tiny_dir: Path, loaded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmsnorm_eps.cli.sensitivity_cmd import _progress
+
+    # off a terminal (CliRunner's stderr is not one): the report and the summary line only
+    r = _run(cli, tiny_dir, "--eps", "1e-3", "--per-norm")
+    assert r.exit_code == 0
+    assert "ETA" not in r.stderr and "\r" not in r.stderr and "\x1b" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # the library reports (done, planned) after each run, done growing to planned
+    calls: list[tuple[float, float]] = []
+    measure(loaded, TEXTS, [_change()], per_norm=True, progress=lambda d, p: calls.append((d, p)))
+    assert len(calls) >= 1 + 6  # the change in every norm, then each of the 6 norms
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert calls[-1][0] == pytest.approx(calls[-1][1]) and all(d <= p + 1e-9 for d, p in calls)
+    # on a terminal: a bar with passes and ETA on stderr, nothing on stdout; --quiet: none
+    out, err = io.StringIO(), _Tty()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    with _progress(True) as update:
+        assert update is not None
+        update(1.0, 4.0)
+        update(4.0, 4.0)
+    assert out.getvalue() == "" and "passes" in err.getvalue() and "ETA" in err.getvalue()
+    with _progress(False) as update:
+        assert update is None

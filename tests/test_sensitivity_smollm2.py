@@ -104,7 +104,7 @@ def _check_doc(text: str) -> None:
     lines = [ln.rstrip() for ln in text.splitlines()]
     # the two norms that carry the KL, the roles and the cost: the rows of 1e-10 nats and
     # below can swap places between CPUs
-    shown = [*lines[:13], "...", *lines[-10:]]
+    shown = [*lines[:13], "...", *lines[-12:]]
     if os.environ.get("RMSNORM_EPS_WRITE_DOCS") == "1":
         body = DOC.read_text("utf-8")
         new = MARK.sub(
@@ -123,6 +123,9 @@ def _check_doc(text: str) -> None:
             continue  # a table's rule: its widths follow the cells' digits
         if _noise(a) and _noise(b):
             continue  # a row at float32 rounding level: its digits are the CPU's
+        if a[0] in TIMED or (len(a) > 3 and " ".join(a[1:4]) == "each norm alone"):
+            assert [_num(x) is None for x in a] == [_num(x) is None for x in b], (want, got)
+            continue  # timed: the machine's figures
         for x, y in zip(a, b, strict=True):
             if x == y:
                 continue
@@ -134,6 +137,10 @@ def _check_doc(text: str) -> None:
 #: KL (nats) below which a row is rounding noise: float32 logits of magnitude ~20 carry
 #: ~u * 20 * (30 layers) ~ 4e-5 of rounding, a change of that size a KL of ~1e-9 at most
 NOISE_KL = 1e-9
+#: lines whose figures are not the model's (their words are checked, not their figures): the
+#: timed cost, and the screen's extension (and so the passes counted), which stops on rows of
+#: KL ~1e-11 (the 10th exact KL here), below NOISE_KL: their order is the CPU's
+TIMED = ("cost:", "measured:", "exact:", "counted:")
 
 
 def _noise(cells: list[str]) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "WeightsPresent",
     "check_parameter_count",
     "check_weights",
+    "gguf_weights_present",
     "random_weights_line",
     "unmatched_weights",
     "weights_present",
@@ -161,6 +162,18 @@ def weights_present(directory: Path) -> WeightsPresent | None:
                 largest = max([largest, *dims])
                 elements += math.prod(dims)
     return WeightsPresent(tensors, largest, tuple(files), elements)
+
+
+def gguf_weights_present(reader: Any, path: Path) -> WeightsPresent:
+    """What a GGUF file's tensor table holds (``reader``: a ``gguf.GGUFReader``): tensors,
+    their largest dimension and their elements (a quantized tensor counts its logical
+    elements)."""
+    largest = elements = 0
+    for tensor in reader.tensors:
+        dims = [int(d) for d in tensor.shape]
+        largest = max([largest, *dims])
+        elements += int(tensor.n_elements)
+    return WeightsPresent(len(reader.tensors), largest, (path.name,), elements)
 
 
 #: Whatever the checkpoint, a model of up to this many parameters is built (2^28: 1 GiB in

@@ -290,25 +290,13 @@ def load_model(
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
     when the names left random are in :attr:`LoadedModel.random_weights`."""
     from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
-    from rmsnorm_eps.capture.model_config import check_model_config, model_build_error
+    from rmsnorm_eps.capture.model_config import (
+        check_config_document,
+        check_model_config,
+        model_build_error,
+    )
 
-    for package in ("torch", "transformers", "accelerate"):
-        _require(package)
-    if gguf is not None:
-        _require("gguf")
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
-    if gguf is not None:
-        gpath = d / gguf
-        if Path(gguf).name != gguf:
-            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
-        if not gpath.is_file():
-            raise InputFileError(gpath, "no such GGUF file in the model directory")
-    elif not (d / "config.json").is_file():
-        raise InputFileError(
-            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
-        )
+    d = _check_paths(Path(directory), gguf)
     present = check_model_config(d)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not sys.stderr.isatty():  # the GGUF loader's tqdm bar: only on a terminal
@@ -328,6 +316,9 @@ def load_model(
     try:
         with gguf_parsed_once() if gguf is not None else nullcontext():
             config = AutoConfig.from_pretrained(str(d), **kw)
+            if gguf is not None:  # the sizes its metadata gives, against its tensor table
+                present = _gguf_present(d / gguf)
+                check_config_document(d / gguf, config.to_dict(), present)
             tokenizer = AutoTokenizer.from_pretrained(str(d), config=config, **kw)
             family = model_family(config)
             cls = model_class(config, family)
@@ -373,6 +364,38 @@ def load_model(
     )
 
 
+def _check_paths(d: Path, gguf: str | None) -> Path:
+    """The extras a load needs are installed, ``d`` is a model directory (config.json, or the
+    GGUF file ``gguf`` inside it); returns ``d``."""
+    for package in ("torch", "transformers", "accelerate"):
+        _require(package)
+    if gguf is not None:
+        _require("gguf")
+    if not d.is_dir():
+        raise InputFileError(d, "no such directory" if not d.exists() else "is not a directory")
+    if gguf is not None:
+        gpath = d / gguf
+        if Path(gguf).name != gguf:
+            raise CaptureError(f"--gguf takes a file name inside {d}, got {gguf!r}")
+        if not gpath.is_file():
+            raise InputFileError(gpath, "no such GGUF file in the model directory")
+    elif not (d / "config.json").is_file():
+        raise InputFileError(
+            d, "not a model directory: no config.json (give --gguf FILE for a GGUF model)"
+        )
+    return d
+
+
+def _gguf_present(path: Path) -> Any:
+    """The tensor table of a GGUF file (``checkpoint.gguf_weights_present``), read through
+    ``gguf.GGUFReader`` (within :func:`gguf_parsed_once`: the shared parse)."""
+    import gguf
+
+    from rmsnorm_eps.capture.checkpoint import gguf_weights_present
+
+    return gguf_weights_present(gguf.GGUFReader(str(path)), path)
+
+
 @dataclass
 class GgufParses:
     """What :func:`gguf_parsed_once` shared: the files parsed (``readers``: one
@@ -384,6 +407,48 @@ class GgufParses:
     name_maps: dict[tuple[Any, int], Any] = field(default_factory=dict)
 
 
+#: Bytes copied at a time by :func:`private_copy`.
+_COPY_CHUNK = 1 << 24
+
+
+def private_copy(path: Path) -> Any:
+    """An anonymous in-memory file (``memfd``) holding a copy of ``path``, as a file object
+    that ``np.memmap`` (which ``gguf.GGUFReader`` uses) maps; None where Linux's
+    ``memfd_create`` is missing (the file itself is mapped then).
+
+    Why: the gguf package memory-maps the file and transformers reads the weights out of that
+    map (F32/F16 tensors stay views of it); a mapped file that another process truncates kills
+    the process by SIGBUS with nothing on stderr. No other process can shrink the copy. A copy
+    that comes up short of the size the file had when opened is the one line "file changed
+    while being read". Cost: the file's size in memory while the model is loaded.
+    """
+    memfd_create: Any = getattr(os, "memfd_create", None)
+    if memfd_create is None:  # pragma: no cover - not Linux
+        return None
+    try:
+        with open(path, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            dst = os.fdopen(memfd_create("rmsnorm-eps-gguf", os.MFD_CLOEXEC), "w+b")
+            done = 0
+            while done < size:
+                part = os.pread(src.fileno(), min(_COPY_CHUNK, size - done), done)
+                if not part:
+                    dst.close()
+                    raise InputFileError(
+                        path,
+                        f"file changed while being read: it had {size} bytes when opened, "
+                        f"{done} when copied for loading (was it rewritten or truncated by "
+                        "another process?)",
+                    )
+                dst.write(part)
+                done += len(part)
+            dst.flush()
+            dst.seek(0)
+            return dst
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
 @contextmanager
 def gguf_parsed_once() -> Iterator[GgufParses]:
     """For the ``with`` block only: every ``gguf.GGUFReader(path)`` of one file returns the
@@ -393,6 +458,8 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
     for every submodule of the model while it maps the weights' names (about 400 times for
     SmolLM2), is built once per ``(arch, n_blocks)``. All three are put back when the block
     ends, also on an error.
+
+    The reader maps a private in-memory copy of the file (:func:`private_copy`), not the file.
 
     Why this is sound: a ``GGUFReader`` opened read-only is a memory map plus the parsed
     field and tensor tables; transformers only reads them (the weights are dequantized into
@@ -420,7 +487,8 @@ def gguf_parsed_once() -> Iterator[GgufParses]:
             return make_reader(path, mode)
         key = os.path.realpath(path)
         if key not in parses.readers:
-            parses.readers[key] = make_reader(path, mode)
+            private = private_copy(Path(path))
+            parses.readers[key] = make_reader(path if private is None else private, mode)
         return parses.readers[key]
 
     def shared_checkpoint(path: str, return_tensors: bool = False, **kw: Any) -> Any:

@@ -28,6 +28,7 @@ __all__ = [
     "PER_LAYER_KEYS",
     "SIZE_KEYS",
     "WIDTH_FLOOR",
+    "check_config_document",
     "check_model_config",
     "check_sizes",
     "model_build_error",
@@ -132,11 +133,18 @@ def check_model_config(directory: Path) -> WeightsPresent | None:
         raise
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputFileError(path, f"not a JSON model config ({exc})") from None
+    present = weights_present(directory)
+    check_config_document(path, doc, present)
+    return present
+
+
+def check_config_document(path: Path, doc: Any, present: WeightsPresent | None) -> None:
+    """The checks of :func:`check_model_config` on a config already parsed (``doc``; for a GGUF
+    model, the config transformers derives from its metadata, with ``present`` from its tensor
+    table), reported against ``path``."""
     sizes: list[tuple[str, str, int]] = []
     _check(path, doc, "", 0, sizes)
-    present = weights_present(directory)
     check_sizes(path, sizes, present)
-    return present
 
 
 def check_sizes(

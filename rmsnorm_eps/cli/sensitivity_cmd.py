@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -137,6 +139,9 @@ def sensitivity(
     output: OutputOpt = None,
     report_to: ReportOpt = None,
     summary: SummaryOpt = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar (none off a terminal either).")
+    ] = False,
 ) -> None:
     """Run texts through a causal model as it is and with eps changed, in every norm at once,
     each norm alone (--per-norm) or each role alone (--per-role), and report per position
@@ -162,6 +167,7 @@ def sensitivity(
         raise usage_error("--exact-top applies to --per-norm")
     if suggest and max_kl is None:
         raise usage_error("--suggest needs --max-kl (the KL a suggested eps must keep)")
+    _require_torch()
     texts = read_texts(text or [], text_file, field, dataset, split, max_samples)
     where = resolve_device(rank_device(device))
     rank, world = init_from_env(where)
@@ -169,22 +175,24 @@ def sensitivity(
 
     try:
         loaded = load_model(model, gguf, DTYPES[dtype.value], where)
-        result = measure(
-            loaded,
-            texts,
-            changes,
-            per_norm=per_norm,
-            per_role=per_role,
-            exact_top=exact_top,
-            suggest_max_kl=max_kl if suggest else None,
-            suggest_min_top1=min_top1 if suggest else None,
-            max_tokens=max_tokens,
-            batch_size=batch_size,
-            samples=samples,
-            seed=seed,
-            rank=rank,
-            world=world,
-        )
+        with _progress(not quiet and rank == 0) as progress:
+            result = measure(
+                loaded,
+                texts,
+                changes,
+                per_norm=per_norm,
+                per_role=per_role,
+                exact_top=exact_top,
+                suggest_max_kl=max_kl if suggest else None,
+                suggest_min_top1=min_top1 if suggest else None,
+                max_tokens=max_tokens,
+                batch_size=batch_size,
+                samples=samples,
+                seed=seed,
+                rank=rank,
+                world=world,
+                progress=progress,
+            )
         gate = evaluate_gate(result, max_kl, min_top1)
         result = replace(result, gate=gate)
         p = result.passes
@@ -231,6 +239,46 @@ def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None
     if not changes:
         raise usage_error("give the change: --eps VALUE (repeatable) or --from SPEC --to SPEC")
     return changes
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[float, float], None] | None]:
+    """A rich progress bar on stderr (passes of the texts done / planned, ETA) when stderr is
+    a terminal and ``enabled``; else nothing (None)."""
+    import sys
+
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("sensitivity"),
+        BarColumn(),
+        TextColumn("{task.fields[passes]} passes"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("sensitivity", total=None, passes="-")
+
+        def update(done: float, planned: float) -> None:
+            bar.update(task, completed=done, total=planned, passes=f"{done:.1f}/{planned:.1f}")
+
+        yield update
+
+
+def _require_torch() -> None:
+    """sensitivity runs the model: without torch or transformers, name the extra."""
+    import importlib.util
+
+    from rmsnorm_eps.errors import MissingExtraError
+
+    for package in ("torch", "transformers"):
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(package, "torch", "sensitivity")
 
 
 def _debug(p: Any) -> None:

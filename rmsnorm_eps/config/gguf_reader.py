@@ -8,6 +8,12 @@ holding one array of a million bytes costs it about 740 MB and 10 s). Every leng
 is checked against the bytes left in the file before it is used, so a header that declares
 more than the file holds is refused at once ("truncated or malformed GGUF file").
 
+The header is read with positioned reads (``os.pread``) in windows of :data:`WINDOW_BYTES`,
+never memory mapped: a mapped file that another process truncates while it is parsed raises
+SIGBUS, which ends the process with nothing on stderr (Python cannot catch it). A read that
+comes up short of the size the file had when opened, or a size changed by the end of the
+parse, is the one-line error "file changed while being read" instead.
+
 GGUF stores eps as float32: 1e-5 reads back as 9.999999747378752e-06. The stored value is kept
 (compare with a relative tolerance, never ==) together with the shortest decimal that reads
 back as the same float32 ("1e-05").
@@ -16,7 +22,7 @@ back as the same float32 ("1e-05").
 from __future__ import annotations
 
 import math
-import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +87,9 @@ MAX_KEPT_STRING = 1024
 MAX_KEPT_STRING_TOTAL = 1 << 22
 MAX_DIMS = 8
 MAX_ARRAY_DEPTH = 4
+#: The header is read this many bytes at a time (more only for one longer value: a key or
+#: tensor name of at most :data:`MAX_KEY_BYTES`); skipped values are not read at all.
+WINDOW_BYTES = 1 << 20
 
 
 def short_float32(value: float) -> str:
@@ -115,15 +124,49 @@ class GgufMetadata:
 
 
 class _Cursor:
-    """Reads little- or big-endian values from a memory map, checking every length first."""
+    """Reads little- or big-endian values from an open file, checking every length first
+    against the size the file had when opened (``size``) and reading only what is parsed."""
 
-    def __init__(self, buf: Any, path: Path) -> None:
-        self.buf = buf
-        self.size = len(buf)
+    def __init__(self, fd: int, size: int, path: Path) -> None:
+        self.fd = fd
+        self.size = size
         self.pos = 0
         self.path = path
         self.order = "<"
         self.elements = 0
+        self._window = b""
+        self._window_at = 0
+
+    def changed(self, now: int) -> InputFileError:
+        """The file no longer has the ``size`` bytes it had when opened: another process
+        truncated (or replaced) it while it was read."""
+        return InputFileError(
+            self.path,
+            f"file changed while being read: it had {self.size} bytes when opened, {now} at "
+            f"byte {self.pos} of its GGUF header (was it rewritten or truncated by another "
+            "process?)",
+        )
+
+    def take(self, n: int) -> tuple[bytes, int]:
+        """A buffer holding the ``n`` bytes at ``pos`` (checked by :meth:`need`) and where
+        they start in it; reads the next window when they are not in the current one."""
+        at = self.pos - self._window_at
+        if at >= 0 and at + n <= len(self._window):
+            return self._window, at
+        want = min(max(n, WINDOW_BYTES), self.size - self.pos)
+        parts: list[bytes] = []
+        got = 0
+        while got < want:
+            part = os.pread(self.fd, want - got, self.pos + got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        if got < n:
+            raise self.changed(self.pos + got)
+        self._window = b"".join(parts)
+        self._window_at = self.pos
+        return self._window, 0
 
     def fail(self, problem: str) -> InputFileError:
         return InputFileError(self.path, f"truncated or malformed GGUF file ({problem})")
@@ -137,7 +180,8 @@ class _Cursor:
     def scalar(self, code: str, what: str) -> Any:
         n = struct.calcsize(code)
         self.need(n, what)
-        (value,) = struct.unpack_from(self.order + code, self.buf, self.pos)
+        buf, at = self.take(n)
+        (value,) = struct.unpack_from(self.order + code, buf, at)
         self.pos += n
         return value
 
@@ -154,7 +198,8 @@ class _Cursor:
 
     def text(self, n: int, what: str) -> str:
         """The next ``n`` bytes (checked by :meth:`length`) as UTF-8."""
-        raw = bytes(self.buf[self.pos : self.pos + n])
+        buf, at = self.take(n)
+        raw = buf[at : at + n]
         self.pos += n
         try:
             return raw.decode("utf-8")
@@ -199,27 +244,33 @@ def read_gguf_metadata(path: Path) -> GgufMetadata:
     """Parse a GGUF header (versions 2 and 3, either byte order) without reading tensor data."""
     try:
         with open(path, "rb") as fh:
-            if fh.seek(0, 2) == 0:
+            fd = fh.fileno()
+            size = os.fstat(fd).st_size
+            if size == 0:
                 raise InputFileError(path, "truncated or malformed GGUF file (empty)")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return _parse(mm, path)
+            cur = _Cursor(fd, size, path)
+            meta = _parse(cur)
+            now = os.fstat(fd).st_size
+            if now != size:  # the tensor extents were checked against the old size
+                raise cur.changed(now)
+            return meta
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _parse(buf: Any, path: Path) -> GgufMetadata:
-    cur = _Cursor(buf, path)
-    version, n_tensors, n_kv = _header(cur, buf)
+def _parse(cur: _Cursor) -> GgufMetadata:
+    version, n_tensors, n_kv = _header(cur)
     fields = _fields(cur, n_kv)
     shapes, extents = _tensors(cur, n_tensors)
     _check_tensor_extents(cur, fields, extents)
     return GgufMetadata(version, fields, shapes)
 
 
-def _header(cur: _Cursor, buf: Any) -> tuple[int, int, int]:
+def _header(cur: _Cursor) -> tuple[int, int, int]:
     """Magic, version (and byte order), tensor count and key/value count."""
     cur.need(4, "magic")
-    if bytes(buf[:4]) != GGUF_MAGIC:
+    buf, at = cur.take(4)
+    if buf[at : at + 4] != GGUF_MAGIC:
         raise cur.fail("bad magic bytes, expected GGUF")
     cur.pos = 4
     version = cur.scalar("I", "version")

@@ -276,10 +276,13 @@ def _serve_one(ort: Any, header: dict[str, Any], stdin: IO[bytes]) -> tuple[dict
 
 def main(argv: list[str]) -> int:
     """The child: limit itself, silence onnxruntime, serve requests until stdin closes."""
-    import resource
-
     limit = int(argv[0])
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - Linux enforces it
+        pass  # an OS without RLIMIT_AS (macOS refuses it): the wall limit still holds
     proto = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever onnxruntime prints goes to the captured stderr
     import onnxruntime as ort

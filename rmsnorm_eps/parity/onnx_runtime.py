@@ -456,12 +456,12 @@ def measure_onnx(
     docstring). ``config`` (a NormConfig) gives the configured eps per norm name.
     ``optimized_out``: onnxruntime's optimized copy of the whole model is saved there
     (``SessionOptions.optimized_model_filepath``), to be audited by ``config show``."""
+    import importlib.util
+
     from rmsnorm_eps.config.onnx_graph import find_norms, load_onnx_model
 
-    try:
-        import onnxruntime  # noqa: F401  (found here; it runs in the child)
-    except ImportError:
-        raise MissingExtraError("onnxruntime", "onnx", "parity onnx") from None
+    if importlib.util.find_spec("onnxruntime") is None:  # found here, imported in the child only
+        raise MissingExtraError("onnxruntime", "onnx", "parity onnx")
     model = load_onnx_model(path)
     norms = find_norms(model, path)
     _check_config_patterns(config, norms)

@@ -27,11 +27,13 @@ __all__ = [
     "capture_pass",
     "counting",
     "decoder_layers",
+    "head_timed",
     "min_ratios",
     "padded",
     "reduced",
     "role_of",
     "run_variants",
+    "timed",
 ]
 
 _QK = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
@@ -72,10 +74,68 @@ def decoder_layers(model: Any, norm_names: Sequence[str]) -> tuple[str, list[Any
 
 @dataclass
 class Counter:
-    """Units evaluated (see the module docstring); a full pass is ``layers + 1`` units."""
+    """Units evaluated (see the module docstring); a full pass is ``layers + 1`` units;
+    ``heads``: the runs of the rest of the model (embeddings, final norm, head); ``seconds``:
+    wall time per phase (:func:`timed`), ``head_calls`` the head calls timed in ``head``."""
 
     forward: int = 0
     backward: int = 0
+    heads: int = 0
+    head_calls: int = 0
+    #: base passes timed in ``seconds["base"]`` (one per batch, base and round)
+    base_passes: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _sync(device: Any) -> None:
+    """Wait for the device's queued work (a timer must not stop before it ends)."""
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def timed(plan: Plan, name: str) -> Iterator[None]:
+    """Add the wall time of the block (the device's work included) to ``seconds[name]``."""
+    import time
+
+    _sync(plan.device)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _sync(plan.device)
+        plan.count.seconds[name] = plan.count.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+@contextmanager
+def head_timed(plan: Plan) -> Iterator[None]:
+    """Time every call of the model's output head (``get_output_embeddings()``) into
+    ``seconds["head"]`` (nothing when the model names none)."""
+    import time
+
+    get = getattr(plan.model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if head is None:
+        yield
+        return
+    start = [0.0]
+
+    def pre(module: Any, args: Any) -> None:
+        _sync(plan.device)
+        start[0] = time.perf_counter()
+
+    def post(module: Any, args: Any, out: Any) -> None:
+        _sync(plan.device)
+        c = plan.count
+        c.seconds["head"] = c.seconds.get("head", 0.0) + time.perf_counter() - start[0]
+        c.head_calls += 1
+
+    with ExitStack() as hooks:
+        hooks.enter_context(head.register_forward_pre_hook(pre))
+        hooks.enter_context(head.register_forward_hook(post))
+        yield
 
 
 @dataclass
@@ -106,6 +166,18 @@ class Plan:
     #: index of this rank's first batch in the whole job's batches (the screening's draws
     #: are seeded per batch, so they do not depend on the number of ranks)
     first_batch: int = 0
+    #: called with (passes done, passes planned) after each run (``MeasureOptions.progress``)
+    progress: Callable[[float, float], None] | None = None
+    planned: float = 0.0
+
+    def done(self) -> float:
+        """Forward-equivalent passes of the texts run so far (a backward counts two)."""
+        unit = (len(self.layers) + 1) * max(len(self.batches), 1)
+        return (self.count.forward + 2 * self.count.backward) / unit
+
+    def tick(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done(), max(self.planned, self.done()))
 
 
 def padded(ids: Sequence[Sequence[int]], samples: Sequence[int], pad: int) -> tuple[Any, Any]:
@@ -124,6 +196,7 @@ def logits_of(plan: Plan, ids: Any, mask: Any) -> Any:
         input_ids=ids.to(plan.device), attention_mask=mask.to(plan.device), use_cache=False
     )
     plan.count.forward += 1  # the embeddings, final norm and head
+    plan.count.heads += 1
     return out.logits
 
 
@@ -193,6 +266,7 @@ def capture_pass(
                 done[0] = 0
                 model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
                 plan_count.forward += len(layers) + 1
+                plan_count.heads += 1
     result = cap.result()
     norms = []
     for rec in result.modules:
@@ -223,7 +297,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
     variant from its first changeable layer, compared on the device."""
     import torch
 
-    from rmsnorm_eps.sensitivity.metrics import Accumulator, nll_sums
+    from rmsnorm_eps.sensitivity.metrics import Accumulator, Base, nll_sums
     from rmsnorm_eps.sensitivity.swap import applied
 
     everyone = [(n.module, n.record) for n in plan.norms]
@@ -245,9 +319,14 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     stack.enter_context(layer.register_forward_hook(keep))
                 if base is not None:
                     stack.enter_context(applied(members[0].change, "base", everyone))
-                base_logits = logits_of(plan, ids, mask)
-            base_lp = torch.log_softmax(base_logits.double(), dim=-1)
-            if base is None and base_acc is not None:
+                with timed(plan, "base"):
+                    base_logits = logits_of(plan, ids, mask)
+                plan.count.base_passes += 1
+            with timed(plan, "metric"):
+                prepared = Base(base_logits, ids, mask)
+            # the base's perplexity: the model as it is when a change is made from it, else
+            # the --from SPEC's
+            if base_acc is not None and base == next(iter(sorted(groups, key=_as_is_first))):
                 nll, n = nll_sums(base_logits, ids, mask)
                 base_acc[0] += nll
                 base_acc[1] += n
@@ -260,7 +339,13 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     stack.enter_context(applied(v.change, "to", v.targets))
                     stack.enter_context(reusing(plan.layers, cached, v.skip))
                     new = logits_of(plan, ids, mask)
-                v.acc.add(base_logits, new, ids, mask, base_lp)
+                with timed(plan, "metric"):
+                    v.acc.add_prepared(prepared, new)
+                plan.tick()
+
+
+def _as_is_first(base: str | None) -> tuple[bool, str]:
+    return (base is not None, base or "")
 
 
 def reduced(values: list[float], device: Any, op: str = "SUM") -> list[float]:

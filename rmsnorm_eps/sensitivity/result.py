@@ -15,6 +15,7 @@ the base and p' of the changed model (log_softmax in float64):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,10 +26,13 @@ __all__ = [
     "NormInfo",
     "NormRow",
     "PassCount",
+    "ScreenCheck",
     "SensitivityGate",
     "SensitivityResult",
     "Suggestion",
+    "Timing",
     "evaluate_gate",
+    "failing",
 ]
 
 
@@ -91,6 +95,8 @@ class NormRow:
     share: float | None
     min_q_over_eps: float | None
     metrics: Metrics | None
+    #: an estimated row not shown to rank below the exact ones (:class:`ScreenCheck`)
+    uncertain: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,10 @@ class Suggestion:
     largest: float | None
     smallest: float | None
     points: tuple[tuple[float, float | None, float | None], ...]
+    #: no point up to the sweep's end failed: the limit is beyond the sweep (``largest`` is
+    #: the sweep's edge, not a limit found); ``smallest_beyond`` the same downwards
+    largest_beyond: bool = False
+    smallest_beyond: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,33 @@ class PassCount:
     naive: float
     layers: int
     batches: int
+    timing: Timing | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The cost in forward-pass times, from timing this process: ``pass_seconds`` one base
+    forward pass of the texts (every batch); ``layers`` the decoder-layer evaluations run
+    (counted, as passes) times the layers' share of a pass, ``head`` the runs of the rest of
+    the model times the head's share (the output head's calls timed), ``metric`` and
+    ``screen`` (the draws, backward passes and products of ``--exact-top``) their timed
+    seconds / pass_seconds; ``total`` their sum; ``measured`` the whole run's wall time
+    (``seconds``) / pass_seconds. Not deterministic: a property of the machine."""
+
+    pass_seconds: float
+    seconds: float
+    layers: float
+    head: float
+    metric: float
+    screen: float
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.head + self.metric + self.screen
+
+    @property
+    def measured(self) -> float:
+        return self.seconds / self.pass_seconds if self.pass_seconds > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -132,6 +169,30 @@ class ChangeResult:
     all: Metrics
     per_norm: tuple[NormRow, ...]
     per_role: tuple[NormRow, ...]
+    #: how sure the screened ranking is (``--exact-top``), else None
+    screen: ScreenCheck | None = None
+
+
+#: standard errors of the screening estimate in :class:`ScreenCheck`'s margin
+SCREEN_Z = 3.0
+
+
+@dataclass(frozen=True)
+class ScreenCheck:
+    """Whether the rows beyond the exact ones are known to rank below them. ``asked`` K;
+    ``exact`` the rows measured exactly (K, plus the extension); ``kth_kl`` the K-th largest
+    exact KL; ``ratio`` the largest exact KL / estimate among the exact rows of KL >= a
+    tenth of kth_kl (at least 1: the second-order estimate's own error, seen). An estimated
+    row is clearly below when (estimate + SCREEN_Z standard errors of its draws) * ratio <
+    kth_kl. ``sure``: every estimated row is; else the rows not shown to be
+    (``NormRow.uncertain``) may rank wrong (the extension stops at ``limit`` exact rows)."""
+
+    asked: int
+    exact: int
+    kth_kl: float | None
+    ratio: float
+    sure: bool
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -154,6 +215,8 @@ class SensitivityResult:
     ranks: int = 1
     #: ``--max-kl``/``--min-top1`` evaluated (:func:`evaluate_gate`), or None without a gate
     gate: SensitivityGate | None = None
+    #: the --from SPEC whose perplexity ``perplexity_base`` is (None: the model as loaded)
+    perplexity_base_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +246,22 @@ def top1_fails(m: Metrics, min_top1: float | None) -> bool:
     return any(v is not None and not v >= min_top1 for v in vals)
 
 
+def failing(m: Metrics, max_kl: float | None, min_top1: float | None) -> list[str]:
+    """Each failing criterion of ``m``, with its position class and value: ``KL at positions
+    >= 1 0.0073 > --max-kl 0.001``, ``top-1 at position 0 0.5 < --min-top1 0.9``."""
+    out = []
+    classes = (
+        ("positions >= 1", m.kl, m.top1_agreement),
+        ("position 0", m.kl_first, m.top1_agreement_first),
+    )
+    for where, kl, top1 in classes:
+        if max_kl is not None and kl is not None and not kl <= max_kl:
+            out.append(f"KL at {where} {kl:.4g} > --max-kl {max_kl:g}")
+        if min_top1 is not None and top1 is not None and not top1 >= min_top1:
+            out.append(f"top-1 at {where} {top1:.4g} < --min-top1 {min_top1:g}")
+    return out
+
+
 def evaluate_gate(
     result: SensitivityResult, max_kl: float | None, min_top1: float | None
 ) -> SensitivityGate:
@@ -195,7 +274,12 @@ def evaluate_gate(
     if max_kl is None and min_top1 is None:
         reason = "no gate (give --max-kl or --min-top1)"
     elif failures:
-        reason = f"{len(failures)} of {len(result.changes)} change(s) exceed the gate"
+        why = "; ".join(
+            f"{c.change.label}: {', '.join(failing(c.all, max_kl, min_top1))}"
+            for c in result.changes
+            if c.change.label in failures
+        )
+        reason = f"{len(failures)} of {len(result.changes)} change(s) exceed the gate: {why}"
     else:
         reason = f"{len(result.changes)} change(s) within the gate"
     return SensitivityGate(max_kl, min_top1, not failures, failures, reason)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -33,6 +34,7 @@ from rmsnorm_eps.sensitivity.plan import (
     capture_pass,
     counting,
     decoder_layers,
+    head_timed,
     min_ratios,
     padded,
     reduced,
@@ -46,8 +48,10 @@ from rmsnorm_eps.sensitivity.result import (
     NormInfo,
     NormRow,
     PassCount,
+    ScreenCheck,
     SensitivityResult,
     Suggestion,
+    Timing,
     kl_fails,
     top1_fails,
 )
@@ -93,6 +97,7 @@ def _plan(loaded: Any, texts: Sequence[str], o: MeasureOptions) -> Plan:
     base, extra = divmod(len(every), o.world)
     first = o.rank * base + min(o.rank, extra)  # shard_batches' contiguous runs
     plan = Plan(model, layers, [], batches, input_device(model), first_batch=first)
+    plan.progress = o.progress
     plan.norms = capture_pass(model, layers, batches, plan.device, plan.count)
     return plan
 
@@ -124,24 +129,68 @@ def _infos(plan: Plan, changes: Sequence[Change]) -> tuple[NormInfo, ...]:
     )
 
 
+Estimated = dict[int, dict[str, float]]
+
+
 def _screened(
     plan: Plan, infos: Sequence[NormInfo], changes: Sequence[Change], o: MeasureOptions
-) -> tuple[dict[int, list[int]], dict[int, dict[str, float]]]:
-    """The norms to measure exactly per change (all, or the ``exact_top`` largest estimates)
-    and the estimates (mean KL at positions >= 1) when the screening ran."""
+) -> tuple[dict[int, list[int]], Estimated, Estimated]:
+    """The norms to measure exactly per change (all, or the ``exact_top`` largest estimates),
+    the estimates (mean KL at positions >= 1) and their standard errors when the screening
+    ran."""
     every = list(range(len(plan.norms)))
     exact = {c: every for c in range(len(changes))}
     if not (o.per_norm and o.exact_top is not None and o.exact_top < len(every)):
-        return exact, {}
+        return exact, {}, {}
     from rmsnorm_eps.sensitivity.screen import screen
 
-    est, tokens_other = screen(plan, changes, o.samples, o.seed)
-    estimates = {}
+    found = screen(plan, changes, o.samples, o.seed)
+    n = max(found.tokens, 1)
+    estimates, errors = {}, {}
     for ci in range(len(changes)):
-        row: list[float] = est[ci]
-        estimates[ci] = {infos[i].name: row[i] / max(tokens_other, 1) for i in every}
+        row: list[float] = found.sums[ci]
+        estimates[ci] = {infos[i].name: row[i] / n for i in every}
+        errors[ci] = {infos[i].name: found.errors[ci][i] / n for i in every}
         exact[ci] = sorted(sorted(every, key=lambda i: -row[i])[: o.exact_top])
-    return exact, estimates
+    return exact, estimates, errors
+
+
+def _extend(
+    plan: Plan,
+    infos: Sequence[NormInfo],
+    changes: Sequence[Change],
+    o: MeasureOptions,
+    variants: list[Variant],
+    screened: tuple[Estimated, Estimated],
+) -> tuple[dict[int, ScreenCheck], dict[int, set[str]]]:
+    """Measure past ``exact_top`` until every other norm is clearly below the K-th exact row
+    (:mod:`rmsnorm_eps.sensitivity.extend`), at most 2 K exact rows; the checks and the rows
+    left uncertain, per change."""
+    from rmsnorm_eps.sensitivity.extend import extension
+
+    estimates, errors = screened
+    checks: dict[int, ScreenCheck] = {}
+    left: dict[int, set[str]] = {}
+    if not estimates or o.exact_top is None:
+        return checks, left
+    index = {info.name: i for i, info in enumerate(infos)}
+    limit = min(2 * o.exact_top, len(infos))
+    while True:
+        done = {v.key: v.acc.metrics().kl for v in variants}
+        more: list[Variant] = []
+        for ci in estimates:
+            exact = {k[2]: kl for k, kl in done.items() if k[:2] == (ci, "norm")}
+            take, checks[ci], left[ci] = extension(
+                o.exact_top, exact, estimates[ci], errors[ci], limit
+            )
+            more += [
+                _variant(plan, (ci, "norm", name), changes[ci], [index[name]]) for name in take
+            ]
+        if not more:
+            return checks, left
+        plan.planned = plan.done() + _planned(plan, more)
+        run_variants(plan, more, None)
+        variants += more
 
 
 def _variants(
@@ -155,11 +204,7 @@ def _variants(
     by_role = _by_role(infos)
 
     def variant(key: tuple[int, str, str], change: Change, idx: Sequence[int]) -> Variant:
-        targets: list[tuple[Any, ModuleRecord]] = [
-            (plan.norms[i].module, plan.norms[i].record) for i in idx
-        ]
-        skip = min(plan.norms[i].layer for i in idx) if idx else 0
-        return Variant(key, change, targets, skip)
+        return _variant(plan, key, change, idx)
 
     every = list(range(len(plan.norms)))
     out: list[Variant] = []
@@ -181,6 +226,23 @@ def _variants(
     return out, sweep
 
 
+def _planned(plan: Plan, variants: Sequence[Variant]) -> float:
+    """The passes of the texts ``variants`` will run: a base pass per distinct base, and
+    each variant from its first changeable layer."""
+    n = len(plan.layers) + 1
+    bases = {None if v.change.attribute else v.change.base for v in variants}
+    return len(bases) + sum((n - v.skip) / n for v in variants)
+
+
+def _variant(plan: Plan, key: tuple[int, str, str], change: Change, idx: Sequence[int]) -> Variant:
+    """The run of ``change`` in the norms ``idx``, from the first layer they can change."""
+    targets: list[tuple[Any, ModuleRecord]] = [
+        (plan.norms[i].module, plan.norms[i].record) for i in idx
+    ]
+    skip = min(plan.norms[i].layer for i in idx) if idx else 0
+    return Variant(key, change, targets, skip)
+
+
 def _by_role(infos: Sequence[NormInfo]) -> dict[str, list[int]]:
     by_role: dict[str, list[int]] = {}
     for i, info in enumerate(infos):
@@ -189,7 +251,12 @@ def _by_role(infos: Sequence[NormInfo]) -> dict[str, list[int]]:
 
 
 def _passes(
-    plan: Plan, changes: Sequence[Change], o: MeasureOptions, sweep: dict[str, float], roles: int
+    plan: Plan,
+    changes: Sequence[Change],
+    o: MeasureOptions,
+    sweep: dict[str, float],
+    roles: int,
+    seconds: float,
 ) -> tuple[PassCount, int]:
     """The cost (all ranks) and the real tokens run."""
     sums = reduced(
@@ -206,8 +273,31 @@ def _passes(
     bases = 1 + len({c.base for c in changes if not c.attribute})
     rows = len(plan.norms) * o.per_norm + roles * o.per_role
     naive = float(bases + len(changes) * (1 + rows) + len(sweep) * len(SWEEP_FACTORS))
-    count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]))
+    timing = _timing(plan, seconds)
+    count = PassCount(fwd, bwd, fwd + 2 * bwd, naive, len(plan.layers), int(sums[2]), timing)
     return count, int(sums[3])
+
+
+def _timing(plan: Plan, seconds: float) -> Timing | None:
+    """This process's cost in forward-pass times (see :class:`Timing`); None when no base
+    pass was timed."""
+    c = plan.count
+    batches = max(len(plan.batches), 1)
+    # a forward pass of the texts: the mean base pass of a batch, times the batches
+    t_pass = c.seconds.get("base", 0.0) / c.base_passes * batches if c.base_passes else 0.0
+    if t_pass <= 0:
+        return None
+    t_head = c.seconds.get("head", 0.0) / c.head_calls * batches if c.head_calls else 0.0
+    share = min(t_head / t_pass, 1.0)
+    layer_passes = (c.forward - c.heads) / (max(len(plan.layers), 1) * batches)
+    return Timing(
+        pass_seconds=t_pass,
+        seconds=seconds,
+        layers=layer_passes * (1.0 - share),
+        head=c.heads / batches * share,
+        metric=c.seconds.get("metric", 0.0) / t_pass,
+        screen=c.seconds.get("screen", 0.0) / t_pass,
+    )
 
 
 @dataclass(frozen=True)
@@ -216,7 +306,7 @@ class MeasureOptions:
     ``exact_top`` K (screen every norm with ``samples`` backward passes seeded by ``seed``,
     measure the K largest exactly), the eps sweep's targets ``suggest_max_kl`` /
     ``suggest_min_top1``, ``max_tokens`` per text, ``batch_size`` texts per forward pass,
-    and this process's ``rank`` among ``world`` (torch.distributed)."""
+    this process's ``rank`` among ``world`` (torch.distributed) and a ``progress`` callback."""
 
     per_norm: bool = False
     per_role: bool = False
@@ -229,6 +319,8 @@ class MeasureOptions:
     seed: int = 0
     rank: int = 0
     world: int = 1
+    #: called with (passes of the texts done, planned) after each run; None: nothing
+    progress: Callable[[float, float], None] | None = None
 
 
 class MeasureFields(TypedDict, total=False):
@@ -245,6 +337,7 @@ class MeasureFields(TypedDict, total=False):
     seed: int
     rank: int
     world: int
+    progress: Callable[[float, float], None] | None
 
 
 def measure(
@@ -263,16 +356,19 @@ def measure(
     o = MeasureOptions(**fields)
     if o.exact_top is not None and o.exact_top < 1:
         raise CaptureError("exact_top must be >= 1")
+    start = time.perf_counter()
     plan = _plan(loaded, texts, o)
     infos = _infos(plan, changes)
-    with counting(plan):
-        exact_norms, estimates = _screened(plan, infos, changes, o)
+    with counting(plan), head_timed(plan):
+        exact_norms, estimates, errors = _screened(plan, infos, changes, o)
         variants, sweep = _variants(plan, infos, changes, o, exact_norms)
+        plan.planned = plan.done() + _planned(plan, variants)
         base_acc = [torch.zeros((), dtype=torch.float64, device=plan.device) for _ in "nc"]
         run_variants(plan, variants, base_acc)
+        checks, uncertain = _extend(plan, infos, changes, o, variants, (estimates, errors))
     exact = {v.key: v.acc.metrics() for v in variants}
     nll, n_nll = reduced([float(base_acc[0]), float(base_acc[1])], plan.device)
-    # a --from SPEC's base is not the model as it is
+    # a --from SPEC's base is not the model as it is: its perplexity is the SPEC's
     as_is = any(c.attribute for c in changes)
     by_role = _by_role(infos)
     names = [(i.name, i.role, i.min_q_over_eps) for i in infos]
@@ -281,12 +377,15 @@ def measure(
         ChangeResult(
             change=change,
             all=exact[(ci, "all", "")],
-            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci)) if o.per_norm else (),
+            per_norm=_rows(ci, "norm", names, exact, estimates.get(ci), uncertain.get(ci))
+            if o.per_norm
+            else (),
             per_role=_rows(ci, "role", roles, exact, None) if o.per_role else (),
+            screen=checks.get(ci),
         )
         for ci, change in enumerate(changes)
     )
-    passes, tokens = _passes(plan, changes, o, sweep, len(by_role))
+    passes, tokens = _passes(plan, changes, o, sweep, len(by_role), time.perf_counter() - start)
     return SensitivityResult(
         model=loaded.name,
         source=loaded.source,
@@ -295,7 +394,8 @@ def measure(
         tokens_first=results[0].all.tokens_first if results else 0,
         norms=infos,
         changes=results,
-        perplexity_base=math.exp(nll / n_nll) if n_nll and as_is else None,
+        perplexity_base=math.exp(nll / n_nll) if n_nll else None,
+        perplexity_base_from=None if as_is or not changes else changes[0].base,
         passes=passes,
         suggestions=tuple(
             _suggest(group, eps0, exact, o.suggest_max_kl, o.suggest_min_top1)
@@ -312,8 +412,10 @@ def _rows(
     names: Sequence[tuple[str, str, float | None]],
     exact: dict[tuple[int, str, str], Metrics],
     estimates: dict[str, float] | None,
+    uncertain: set[str] | None = None,
 ) -> tuple[NormRow, ...]:
-    """The rows of one change (exact first, by KL; then the estimates), with shares."""
+    """The rows of one change (exact first, by KL; then the estimates, ``uncertain`` ones
+    marked), with shares."""
     rows: list[tuple[str, str, float | None, bool, float | None, Metrics | None]] = []
     for name, role, ratio in names:
         m = exact.get((change_index, kind, name))
@@ -336,6 +438,7 @@ def _rows(
             share=(kl / total if kl is not None and total > 0 else None),
             min_q_over_eps=ratio,
             metrics=m,
+            uncertain=est and name in (uncertain or ()),
         )
         for name, role, kl, est, ratio, m in sorted(rows, key=key)
     )
@@ -362,19 +465,24 @@ def _suggest(
     """Walk the sweep up and down from eps0 while every point passes."""
     points = sorted((eps0 * f, exact[(-1, group, repr(eps0 * f))]) for f in SWEEP_FACTORS)
 
-    def reach(way: Iterable[tuple[float, Metrics]]) -> float:
-        """The last eps of ``way`` (walked away from eps0) before the first failing point."""
+    def reach(way: Iterable[tuple[float, Metrics]]) -> tuple[float, bool]:
+        """The last eps of ``way`` (walked away from eps0) before the first failing point,
+        and whether no point failed (the limit lies beyond the sweep)."""
         reached = eps0
         for value, m in way:
             if kl_fails(m, max_kl) or top1_fails(m, min_top1):
-                break
+                return reached, False
             reached = value
-        return reached
+        return reached, True
 
+    largest, up = reach(p for p in points if p[0] > eps0)
+    smallest, down = reach(p for p in reversed(points) if p[0] < eps0)
     return Suggestion(
         group=group,
         eps=eps0,
-        largest=reach(p for p in points if p[0] > eps0),
-        smallest=reach(p for p in reversed(points) if p[0] < eps0),
+        largest=largest,
+        smallest=smallest,
         points=tuple((v, m.kl, m.kl_first) for v, m in points),
+        largest_beyond=up,
+        smallest_beyond=down,
     )

@@ -14,31 +14,49 @@ gives g_k for every norm at once)::
 
 and the texts of a batch are independent, so the product is taken per text and the squares
 summed. The estimate of norm k's summed KL over the tokens at positions >= 1 is half the mean
-of sum_b (g_k[b] . dy_k[b])^2 over ``samples`` draws (the draws are made only at positions
->= 1, so the estimate is of ``kl``). Cost: one forward with gradients and ``samples`` backward
-passes, whatever the number of norms; it only ranks the norms, whose top K are then measured
-exactly.
+of X_d = sum_b (g_k[b] . dy_k[b])^2 over ``samples`` draws d (the draws are made only at
+positions >= 1, so the estimate is of ``kl``); its standard error is half the sample standard
+deviation of X_d over sqrt(samples) (the draws are independent: the variance of the mean is
+Var(X) / samples). Every draw of a batch comes from one ``torch.multinomial`` call (one
+cumulative sum over the vocabulary per token, ``samples`` searches), and sum_t s_t . z_t is
+z_t at the draw minus the p-weighted mean of z_t, made once. Cost: one forward with gradients
+and ``samples`` backward passes, whatever the number of norms; it only ranks the norms, whose
+top K are then measured exactly.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
-from rmsnorm_eps.sensitivity.plan import Plan, logits_of
+from rmsnorm_eps.sensitivity.plan import Plan, logits_of, timed
 from rmsnorm_eps.sensitivity.result import Change
 
-__all__ = ["screen"]
+__all__ = ["Estimates", "screen"]
 
 
-def screen(plan: Plan, changes: Sequence[Change], samples: int, seed: int) -> tuple[Any, int]:
-    """Estimated summed KL (positions >= 1) per change and norm (``est[change][norm]``, host
-    floats, all-reduced across ranks) and the number of tokens at positions >= 1."""
+@dataclass(frozen=True)
+class Estimates:
+    """The screening's output: ``sums[change][norm]`` the estimated summed KL over the tokens
+    at positions >= 1 (all ranks), ``errors[change][norm]`` its standard error (the spread of
+    the ``samples`` draws: std / sqrt(samples)), ``tokens`` those tokens."""
+
+    sums: list[list[float]]
+    errors: list[list[float]]
+    tokens: int
+
+
+def screen(plan: Plan, changes: Sequence[Change], samples: int, seed: int) -> Estimates:
+    """Estimated summed KL (positions >= 1) per change and norm with its standard error,
+    all-reduced across ranks (see the module docstring)."""
     import torch
     import torch.distributed as dist
 
-    est = torch.zeros((len(changes), len(plan.norms)), dtype=torch.float64, device=plan.device)
+    shape = (len(changes), len(plan.norms), samples)
+    per_draw = torch.zeros(shape, dtype=torch.float64, device=plan.device)
     tokens = torch.zeros((), dtype=torch.float64, device=plan.device)
     gen = torch.Generator(device=plan.device)
     groups: dict[str | None, list[int]] = {}
@@ -51,34 +69,42 @@ def screen(plan: Plan, changes: Sequence[Change], samples: int, seed: int) -> tu
             other = mask.to(plan.device).bool().clone()
             other[:, 0] = False
             tokens += other.sum()
-            p = torch.softmax(logits.detach().double(), dim=-1)
-            flat = [
-                (k, call, y)
-                for k, ys in enumerate(outputs)
-                for call, y in enumerate(ys)
-                if y.requires_grad
-            ]
-            for draw in range(samples):
-                pick = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=gen)
-                s = -p.clone()
-                s.reshape(-1, p.shape[-1]).scatter_add_(
-                    1, pick, torch.ones_like(pick, dtype=s.dtype)
-                )
-                s = s * other.unsqueeze(-1)
-                loss = (s.to(logits.dtype) * logits).sum()
-                grads = torch.autograd.grad(
-                    loss,
-                    [y for _, _, y in flat],
-                    retain_graph=draw < samples - 1,
-                    allow_unused=True,
-                )
-                plan.count.backward += len(plan.layers) + 1
-                for j, ci in enumerate(members):
-                    est[ci] += _squares(flat, grads, deltas[j], int(ids.shape[0]), plan) / samples
+            with timed(plan, "screen"):  # the draws, backward passes and products
+                vocab = logits.shape[-1]
+                p = torch.softmax(logits.detach().double(), dim=-1)
+                # every draw of the batch from one multinomial call (a cumulative sum over the
+                # vocabulary per token, then ``samples`` searches), not one call per draw
+                picks = torch.multinomial(p.reshape(-1, vocab), samples, True, generator=gen)
+                picks = picks.reshape(*logits.shape[:-1], samples)
+                # sum_t s_t . z_t with s_t = e_y - p: z at the draw minus the p-weighted mean
+                mean = (p.to(logits.dtype) * logits).sum(dim=-1)
+                flat = [
+                    (k, call, y)
+                    for k, ys in enumerate(outputs)
+                    for call, y in enumerate(ys)
+                    if y.requires_grad
+                ]
+                for draw in range(samples):
+                    picked = logits.gather(-1, picks[..., draw : draw + 1]).squeeze(-1)
+                    loss = torch.where(other, picked - mean, 0.0).sum()
+                    grads = torch.autograd.grad(
+                        loss,
+                        [y for _, _, y in flat],
+                        retain_graph=draw < samples - 1,
+                        allow_unused=True,
+                    )
+                    plan.count.backward += len(plan.layers) + 1
+                    plan.tick()
+                    for j, ci in enumerate(members):
+                        batch = int(ids.shape[0])
+                        per_draw[ci, :, draw] += _squares(flat, grads, deltas[j], batch, plan)
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(est, op=dist.ReduceOp.SUM)
+        dist.all_reduce(per_draw, op=dist.ReduceOp.SUM)
         dist.all_reduce(tokens, op=dist.ReduceOp.SUM)
-    return est.cpu().tolist(), int(tokens.item())
+    sums = per_draw.mean(dim=-1)
+    spread = per_draw.std(dim=-1) if samples > 1 else torch.full_like(sums, math.inf)
+    errors = spread / math.sqrt(samples)
+    return Estimates(sums.cpu().tolist(), errors.cpu().tolist(), int(tokens.item()))
 
 
 def _squares(

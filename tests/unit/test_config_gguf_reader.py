@@ -8,11 +8,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from rmsnorm_eps.config import diff_configs, load_config
+from rmsnorm_eps.config import diff_configs, gguf_reader, load_config
 from rmsnorm_eps.errors import InputFileError
 
 gguf = pytest.importorskip("gguf")
@@ -218,3 +219,100 @@ def test_gemma3n_gain_is_w_not_baked(tmp_path: Path) -> None:
     cfg = load_config(write_gguf(tmp_path / "g3n.gguf", arch="gemma3n"))
     assert cfg.defaults.gain.value == "w"
     assert cfg.defaults.gain_baked.value is False
+
+
+def _write_with_vocabulary(path: Path, n_tokens: int = 200_000) -> Path:
+    """A GGUF whose header holds a vocabulary of ``n_tokens`` strings (about 13 bytes each in
+    the file: over 2 MiB, several read windows) before the eps key."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("vocab-model")
+    writer.add_token_list([f"tok{i:07d}" for i in range(n_tokens)])
+    writer.add_uint32("llama.embedding_length", 64)
+    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_the_header_is_read_without_a_memory_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmap
+
+    def refuse(*args: object, **kw: object) -> None:
+        raise AssertionError("the GGUF was memory mapped")
+
+    path = _write_with_vocabulary(tmp_path / "v.gguf")
+    assert path.stat().st_size > 2 << 20  # more than two read windows
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    monkeypatch.setattr(np, "memmap", refuse)
+    cfg = load_config(path)
+    assert cfg.defaults.eps.short == "1e-06" and cfg.model == "vocab-model"
+
+
+def test_values_across_read_windows_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write_with_vocabulary(tmp_path / "v.gguf", 3000)
+    whole = gguf_reader.read_gguf_metadata(path)
+    monkeypatch.setattr(gguf_reader, "WINDOW_BYTES", 7)  # every value straddles a window end
+    small = gguf_reader.read_gguf_metadata(path)
+    assert small == whole
+    assert whole.fields["tokenizer.ggml.tokens"] == gguf_reader.GgufValue(
+        "array of string", None, 3000
+    )
+    assert whole.fields["llama.attention.layer_norm_rms_epsilon"].value == np.float32(1e-6)
+
+
+def test_a_size_changed_by_the_end_of_the_parse_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_gguf(tmp_path / "m.gguf")
+    real = gguf_reader._parse
+
+    def parse_then_cut(*args: Any) -> gguf_reader.GgufMetadata:
+        meta = real(*args)
+        os.truncate(path, 100)  # after the header was read: the tensor data are gone
+        return meta
+
+    monkeypatch.setattr(gguf_reader, "_parse", parse_then_cut)
+    with pytest.raises(InputFileError, match=r"file changed while being read: it had \d+ bytes"):
+        load_config(path)
+
+
+#: Cut the file to its first 4 KiB as the vocabulary is reached, then read on: a mapped reader
+#: died of SIGBUS here (exit -7, nothing on stderr); the CLI's one error line is printed instead.
+_TRUNCATE_DURING_READ = """
+import os, sys
+from rmsnorm_eps.config import gguf_reader
+path = sys.argv[1]
+real = gguf_reader._Cursor.skip_array
+def cut_then_skip(self, *args):
+    os.truncate(path, 4096)
+    return real(self, *args)
+gguf_reader._Cursor.skip_array = cut_then_skip
+from rmsnorm_eps.cli import main
+sys.argv = ["rmsnorm-eps", "config", "show", path]
+main()
+"""
+
+
+def test_a_gguf_truncated_while_read_is_one_error_line_exit_2(tmp_path: Path) -> None:
+    path = _write_with_vocabulary(tmp_path / "v.gguf")
+    out = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_DURING_READ, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 2, (out.returncode, out.stderr)  # a SIGBUS death is -7
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"rmsnorm-eps: error: {path}: file changed while being read: ")
+    assert os.path.getsize(path) == 4096  # the cut did happen during the read

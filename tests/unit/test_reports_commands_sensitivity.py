@@ -103,8 +103,9 @@ def test_top1_gate_either_position_class() -> None:
     assert [c.passed for c in report.checks if c.rule == "sensitivity/top1"] == [True, True]
     strict = SensitivityReporter().checks(_result((None, 0.996)))
     assert [c.name for c in strict.failed] == ["eps=1e-4"]  # 0.995 < 0.996
-    assert strict.verdict == "1 of 2 change(s) exceed the gate"
-    assert dict(strict.facts)["verdict"] == "FAIL: 1 of 2 change(s) exceed the gate"
+    why = "eps=1e-4: top-1 at positions >= 1 0.995 < --min-top1 0.996"
+    assert strict.verdict == f"1 of 2 change(s) exceed the gate: {why}"
+    assert dict(strict.facts)["verdict"] == f"FAIL: 1 of 2 change(s) exceed the gate: {why}"
 
 
 def test_document_is_valid_and_keeps_values_exact() -> None:
@@ -158,4 +159,56 @@ def test_text_tables_estimates_and_escapes() -> None:
     assert "model.layers.0.norm\\x1b[2J\\x0a\\x3a:error\\x3a:x \\x23#[group]" in out
     assert "\x1b" not in out and "##[" not in out
     assert lines[-2].startswith("cost: 5 forward + 1 backward passes = 7 forward-equivalent")
-    assert lines[-1] == "FAIL: 1 of 2 change(s) exceed the gate"
+    assert lines[-1] == (
+        "FAIL: 1 of 2 change(s) exceed the gate: eps=1e-4: KL at positions >= 1 0.01235 > "
+        "--max-kl 0.01, KL at position 0 0.02 > --max-kl 0.01"
+    )
+
+
+def test_a_limit_beyond_the_sweep_is_marked_not_found() -> None:
+    found = _result()
+    beyond = dataclasses.replace(
+        found,
+        suggestions=(
+            dataclasses.replace(found.suggestions[0], largest_beyond=True, smallest_beyond=False),
+        ),
+    )
+    text = SensitivityReporter().text(beyond)
+    row = [ln.split() for ln in text.splitlines() if ln.startswith("input ")][-1]
+    assert row == ["input", "1e-05", "1e-07", ">=0.001"]
+    assert "the limit lies beyond the sweep" in text
+    assert "beyond the sweep" not in SensitivityReporter().text(found)
+    doc = SensitivityReporter().document(beyond)
+    assert doc["suggestions"][0]["largest_beyond_sweep"] is True
+    assert doc["suggestions"][0]["smallest_beyond_sweep"] is False
+
+
+def test_the_text_fits_80_columns_by_rule_and_is_full_off_a_terminal() -> None:
+    from rmsnorm_eps.reports.options import RenderOptions
+    from rmsnorm_eps.sensitivity.result import ScreenCheck, Timing
+
+    long = "model.language_model.layers.17.self_attn.post_feedforward_layernorm"
+    base = _result((0.001, 0.9))
+    change = base.changes[0]
+    rows = (dataclasses.replace(change.per_norm[0], name=long), *change.per_norm[1:])
+    check = ScreenCheck(10, 15, 2.5e-11, 3.16, True, 20)
+    timing = Timing(0.436, 6.73, 18.3, 2.12, 0.42, 4.07)
+    result = dataclasses.replace(
+        base,
+        changes=(dataclasses.replace(change, per_norm=rows, screen=check), *base.changes[1:]),
+        passes=dataclasses.replace(base.passes, timing=timing),
+    )
+    full = SensitivityReporter().text(result)
+    assert max(len(ln) for ln in full.splitlines()) > 120  # off a terminal: every column
+    assert "NMSE last" in full and long in full and "not shown" not in full
+    narrow = SensitivityReporter(RenderOptions(width=80)).text(result)
+    assert max(len(ln) for ln in narrow.splitlines()) <= 80
+    # dropped by the stated order, and said so; the KL and the name's ends stay
+    heads = [ln for ln in narrow.splitlines() if ln.startswith("norm ")]
+    assert heads and "NMSE last" not in heads[0] and "KL (pos>=1)" in heads[0]
+    assert "(to fit 80 columns, not shown: NMSE last, top-1 pos 0" in narrow
+    assert "post_feedforward_layernorm" in narrow or "…" in narrow
+    assert "0.01235" in narrow and "FAIL: 1 of 2 change(s) exceed the gate" in narrow
+    # the numbers of JSON do not depend on the width
+    wide_doc = SensitivityReporter().document(result)
+    assert SensitivityReporter(RenderOptions(width=80)).document(result) == wide_doc

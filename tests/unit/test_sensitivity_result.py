@@ -17,6 +17,7 @@ from rmsnorm_eps.sensitivity.result import (
     PassCount,
     SensitivityResult,
     evaluate_gate,
+    failing,
     kl_fails,
     top1_fails,
 )
@@ -66,10 +67,12 @@ def test_evaluate_gate() -> None:
     assert (
         not g.passed
         and g.failures == ("eps=1e-2",)
-        and g.reason == "1 of 3 change(s) exceed the gate"
+        and g.reason
+        == "1 of 3 change(s) exceed the gate: eps=1e-2: KL at positions >= 1 0.5 > --max-kl 0.1"
     )
     g = evaluate_gate(res, 0.1, 0.9)
-    assert g.failures == ("eps=1e-2", "eps=1e-3") and g.reason == "2 of 3 change(s) exceed the gate"
+    assert g.failures == ("eps=1e-2", "eps=1e-3")
+    assert g.reason.startswith("2 of 3 change(s) exceed the gate: eps=1e-2: KL at positions")
     g = evaluate_gate(res, 1.0, 0.1)
     assert (
         g.passed
@@ -83,3 +86,16 @@ def test_records_are_frozen() -> None:
     assert SensitivityResult.command == "sensitivity" and res.gate is None and res.ranks == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         res.texts = 5  # type: ignore[misc]
+
+
+def test_the_verdict_names_each_failing_criterion_change_and_position_class() -> None:
+    res = _result(_m(kl=0.02, top1_first=0.5), _m(), _m(kl_first=0.3, top1=0.8))
+    gate = evaluate_gate(res, 0.015, 0.9)
+    assert gate.reason == (
+        "2 of 3 change(s) exceed the gate: "
+        "eps=1e-1: KL at positions >= 1 0.02 > --max-kl 0.015, "
+        "top-1 at position 0 0.5 < --min-top1 0.9; "
+        "eps=1e-3: top-1 at positions >= 1 0.8 < --min-top1 0.9, "
+        "KL at position 0 0.3 > --max-kl 0.015"
+    )
+    assert failing(_m(), 0.015, 0.9) == []

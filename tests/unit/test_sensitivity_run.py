@@ -265,7 +265,12 @@ def test_the_suggestion_walks_until_the_first_failing_point() -> None:
     s = _suggest("model", eps0, exact, 0.01, None)
     # kl <= 0.01 while |log10 f| <= 1: from eps0 / 10 to eps0 * 10
     assert s.largest == pytest.approx(eps0 * 10) and s.smallest == pytest.approx(eps0 / 10)
+    assert not s.largest_beyond and not s.smallest_beyond  # limits found
     assert [p[0] for p in s.points] == sorted(eps0 * f for f in SWEEP_FACTORS)
+    # every point within: the edges of the sweep, marked as beyond it (not limits found)
+    s = _suggest("model", eps0, exact, 10.0, None)
+    assert s.largest == pytest.approx(eps0 * 1e3) and s.largest_beyond
+    assert s.smallest == pytest.approx(eps0 * 1e-3) and s.smallest_beyond
     # a failing top-1 next to eps0 stops the walk there
     exact[(-1, "model", repr(eps0 * SWEEP_FACTORS[6]))] = _m(0.0, top1=0.5)
     s = _suggest("model", eps0, exact, 0.01, 0.9)
@@ -276,3 +281,22 @@ def test_the_configured_eps_is_the_most_common_then_the_smallest() -> None:
     assert _configured_eps([1e-5, 1e-6, 1e-5]) == 1e-5
     assert _configured_eps([1e-5, 1e-6]) == 1e-6
     assert _configured_eps([3e-4]) == 3e-4
+
+
+def test_the_timed_cost_counts_layers_head_metric_and_screen() -> None:
+    """Two batches, 4 layers; 4 base passes timed 4 s (two rounds: a forward pass of the texts
+    is 2 s); 12 head calls timed 1.2 s (0.2 s a pass: a share of 0.1); 20 layer evaluations
+    (2.5 passes) and 6 head runs; metric 3 s, screening 1 s; the whole run 10 s."""
+    from rmsnorm_eps.sensitivity.plan import Counter
+    from rmsnorm_eps.sensitivity.run import _timing
+
+    count = Counter(forward=26, heads=6, head_calls=12, base_passes=4)
+    count.seconds.update(base=4.0, head=1.2, metric=3.0, screen=1.0)
+    plan = SimpleNamespace(count=count, batches=[None, None], layers=[None] * 4)
+    t = _timing(plan, 10.0)  # type: ignore[arg-type]
+    assert t is not None and t.pass_seconds == 2.0
+    assert t.layers == pytest.approx(2.5 * 0.9) and t.head == pytest.approx(3 * 0.1)
+    assert (t.metric, t.screen) == (1.5, 0.5) and t.measured == 5.0
+    assert t.total == pytest.approx(2.25 + 0.3 + 1.5 + 0.5)
+    count.base_passes = 0
+    assert _timing(plan, 10.0) is None  # type: ignore[arg-type]

@@ -14,8 +14,11 @@ from rmsnorm_eps.reports.interface import ChecksRole, DocumentRole, Reporter, Te
 
 if TYPE_CHECKING:
     from rmsnorm_eps.sensitivity.result import (
+        ChangeResult,
         Metrics,
         NormRow,
+        PassCount,
+        ScreenCheck,
         SensitivityResult,
     )
 
@@ -57,9 +60,26 @@ def _row(r: NormRow) -> dict[str, Any]:
         "name": r.name,
         "role": r.role,
         "estimated": r.estimated,
+        "uncertain": r.uncertain,
         **nums,
         "share": jnum(r.share),
         "min_q_over_eps": jnum(r.min_q_over_eps),
+    }
+
+
+def _screen_doc(check: ScreenCheck | None) -> dict[str, Any] | None:
+    from rmsnorm_eps.sensitivity.result import SCREEN_Z
+
+    if check is None:
+        return None
+    return {
+        "asked": check.asked,
+        "exact": check.exact,
+        "kth_kl": jnum(check.kth_kl),
+        "ratio": jnum(check.ratio),
+        "z": SCREEN_Z,
+        "sure": check.sure,
+        "limit": check.limit,
     }
 
 
@@ -68,18 +88,50 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * v:.2f}%"
 
 
-def _table(heads: list[str], rows: list[list[str]]) -> list[str]:
-    """A plain aligned table: the first column left, the others right."""
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)
-    ]
+#: the columns a narrow terminal drops first (then the names are shortened); -f json and a
+#: file or pipe keep every column
+DROP_ORDER = ("NMSE last", "top-1 pos 0", "max |dz|", "ppl", "KL (pos 0)", "share", "role")
+
+
+def _table(heads: list[str], rows: list[list[str]], width: int | None = None) -> list[str]:
+    """A plain aligned table: the first column left, the others right. With ``width`` (a
+    terminal's columns) it fits: columns of :data:`DROP_ORDER` are dropped, in that order,
+    then the first column's names shortened in the middle (to no less than 16 cells), until
+    the lines fit; a line under the table names what was dropped."""
+    from rmsnorm_eps.reports.table import MIN_NAME, ellipsize
+
+    dropped: list[str] = []
+
+    def widths_of(hs: list[str], rs: list[list[str]]) -> list[int]:
+        return [max(len(h), *(len(r[i]) for r in rs)) if rs else len(h) for i, h in enumerate(hs)]
+
+    def total(ws: list[int]) -> int:
+        return sum(ws) + 2 * (len(ws) - 1)
+
+    if width is not None:
+        for name in DROP_ORDER:
+            if total(widths_of(heads, rows)) <= width:
+                break
+            if name in heads[1:]:
+                i = heads.index(name)
+                heads = heads[:i] + heads[i + 1 :]
+                rows = [r[:i] + r[i + 1 :] for r in rows]
+                dropped.append(name)
+        over = total(widths_of(heads, rows)) - width
+        if over > 0 and rows:
+            room = max(MIN_NAME, widths_of(heads, rows)[0] - over)
+            rows = [[ellipsize(r[0], room), *r[1:]] if len(r[0]) > room else r for r in rows]
+    widths = widths_of(heads, rows)
 
     def line(cells: list[str]) -> str:
         out = [cells[0].ljust(widths[0])]
         out += [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join(out).rstrip()
 
-    return [line(heads), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    table = [line(heads), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    if dropped:
+        table.append(f"(to fit {width} columns, not shown: {', '.join(dropped)}; -f json has all)")
+    return table
 
 
 _HEADS = ["KL (pos>=1)", "KL (pos 0)", "top-1", "top-1 pos 0", "max |dz|", "NMSE last", "ppl"]
@@ -97,17 +149,109 @@ def _cells(m: Metrics) -> list[str]:
     ]
 
 
-def _rows_table(label: str, rows: tuple[NormRow, ...]) -> list[str]:
+def _rows_table(label: str, rows: tuple[NormRow, ...], width: int | None) -> list[str]:
     body = []
     for r in rows:
         if r.metrics is not None:
             cells = _cells(r.metrics)
         else:
-            cells = [f"~{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
+            mark = "?~" if r.uncertain else "~"
+            cells = [f"{mark}{_g(r.kl, 4)}", *["-"] * (len(_HEADS) - 1)]
         role = [] if label == "role" else [r.role]
         body.append([_e(r.name), *role, *cells, _pct(r.share), _g(r.min_q_over_eps, 4)])
     heads = [label] if label == "role" else [label, "role"]
-    return _table([*heads, *_HEADS, "share", "min q/eps"], body)
+    return _table([*heads, *_HEADS, "share", "min q/eps"], body, width)
+
+
+def _change_lines(c: ChangeResult, width: int | None) -> list[str]:
+    """One change's tables: each norm alone (with how sure the screen is), each role alone."""
+    lines: list[str] = []
+    if c.per_norm:
+        est = sum(1 for r in c.per_norm if r.estimated)
+        note = f" ({est} estimated, marked ~)" if est else ""
+        lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
+        lines += _screen_lines(c.screen, sum(1 for r in c.per_norm if r.uncertain))
+        lines += _rows_table("norm", c.per_norm, width)
+    if c.per_role:
+        lines += ["", f"{_e(c.change.label)}: each role alone"]
+        lines += _rows_table("role", c.per_role, width)
+    return lines
+
+
+def _suggestion_lines(result: SensitivityResult, width: int | None) -> list[str]:
+    """The --suggest table; a limit beyond the sweep is marked <= / >=, with a note."""
+    if not result.suggestions:
+        return []
+    lines = ["", "suggested eps (KL of both position classes within --max-kl)"]
+    srows = [
+        [
+            _e(s.group),
+            _g(s.eps, 4),
+            ("<=" if s.smallest_beyond else "") + _g(s.smallest, 4),
+            (">=" if s.largest_beyond else "") + _g(s.largest, 4),
+        ]
+        for s in result.suggestions
+    ]
+    lines += _table(["group", "configured", "smallest", "largest"], srows, width)
+    if any(s.largest_beyond or s.smallest_beyond for s in result.suggestions):
+        lines.append(
+            "<= / >=: no point failed up to the sweep's edge: the limit lies beyond "
+            "the sweep (the value shown is the edge, not a limit found)"
+        )
+    return lines
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Prose lines longer than ``width`` wrapped (continuations indented two spaces); the
+    tables already fit."""
+    import textwrap
+
+    out: list[str] = []
+    for ln in lines:
+        if len(ln) <= width:
+            out.append(ln)
+            continue
+        lead = ln[: len(ln) - len(ln.lstrip())]
+        out += textwrap.wrap(
+            ln, width, initial_indent="", subsequent_indent=lead + "  ", break_on_hyphens=False
+        ) or [ln]
+    return out
+
+
+def _screen_lines(check: ScreenCheck | None, uncertain: int) -> list[str]:
+    """How sure the screened ranking is (``--exact-top``)."""
+    from rmsnorm_eps.sensitivity.result import SCREEN_Z
+
+    if check is None:
+        return []
+    more = check.exact - check.asked
+    head = f"exact: the {check.asked} largest estimates" + (f" + {more} more" if more else "")
+    kth = _g(check.kth_kl, 4)
+    margin = f"(estimate + {_g(SCREEN_Z)} s.e.) x {check.ratio:.3g}"
+    if check.sure:
+        return [f"{head}; every ~ row is below the #{check.asked} exact KL {kth}: {margin}"]
+    return [
+        f"{head}; {uncertain} row(s) marked ?~ are not shown below the #{check.asked} exact KL "
+        f"{kth} by {margin} within {check.limit} exact rows: their ranking may be wrong"
+    ]
+
+
+def _cost_lines(p: PassCount) -> list[str]:
+    """The cost: timed forward-pass times by part, the run's measured time, the counts."""
+    counted = (
+        f"{p.forward:.4g} forward + {p.backward:.4g} backward passes = "
+        f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)"
+    )
+    t = p.timing
+    if t is None:
+        return [f"cost: {counted}"]
+    return [
+        f"cost: {t.total:.3g} forward-pass times: layers {t.layers:.3g}, head {t.head:.3g}, "
+        f"metric {t.metric:.3g}, screening {t.screen:.3g}",
+        f"  measured: {t.measured:.3g} forward-pass times ({t.seconds:.3g} s; one forward pass "
+        f"of the texts {t.pass_seconds:.3g} s)",
+        f"  counted: {counted}",
+    ]
 
 
 # ----------------------------------------------------------------------------- checks
@@ -143,38 +287,29 @@ class SensitivityReporter(
         lines = [
             f"{_e(result.model)}: {len(result.norms)} norm(s), {result.texts} text(s), "
             f"{result.tokens} tokens ({result.tokens_first} at position 0)",
-            f"base perplexity {_g(result.perplexity_base, 6)}",
+            f"base perplexity {_g(result.perplexity_base, 6)}"
+            + (
+                ""
+                if result.perplexity_base_from is None
+                else f" (--from {_e(result.perplexity_base_from)})"
+            ),
             "KL = mean next-token KL(base || new), nats; top-1 = argmax agreement",
             "",
         ]
         rows = [[_e(c.change.label), *_cells(c.all)] for c in result.changes]
-        lines += _table(["change in every norm", *_HEADS], rows)
+        width = self.options.width
+        lines += _table(["change in every norm", *_HEADS], rows, width)
         for c in result.changes:
-            if c.per_norm:
-                est = sum(1 for r in c.per_norm if r.estimated)
-                note = f" ({est} estimated, marked ~)" if est else ""
-                lines += ["", f"{_e(c.change.label)}: each norm alone{note}"]
-                lines += _rows_table("norm", c.per_norm)
-            if c.per_role:
-                lines += ["", f"{_e(c.change.label)}: each role alone"]
-                lines += _rows_table("role", c.per_role)
-        if result.suggestions:
-            lines += ["", "suggested eps (KL of both position classes within --max-kl)"]
-            srows = [
-                [_e(s.group), _g(s.eps, 4), _g(s.smallest, 4), _g(s.largest, 4)]
-                for s in result.suggestions
-            ]
-            lines += _table(["group", "configured", "smallest", "largest"], srows)
-        lines += [
-            "",
-            f"cost: {p.forward:.4g} forward + {p.backward:.4g} backward passes = "
-            f"{p.equivalent:.4g} forward-equivalent (naive loop: {p.naive:.4g} passes)",
-        ]
+            lines += _change_lines(c, width)
+        lines += _suggestion_lines(result, width)
+        lines += ["", *_cost_lines(p)]
         if gate is not None:
             lines.append(("PASS: " if gate.passed else "FAIL: ") + _e(gate.reason))
         from rmsnorm_eps.escape import no_ci_command
 
         # module names come from the model's files: no line may read as a CI runner's command
+        if width is not None:
+            lines = _wrapped(lines, width)
         return no_ci_command("\n".join(lines) + "\n")
 
     def document(self, result: SensitivityResult) -> dict[str, object]:
@@ -191,6 +326,7 @@ class SensitivityReporter(
                 "tokens_first": result.tokens_first,
                 "ranks": result.ranks,
                 "perplexity_base": jnum(result.perplexity_base),
+                "perplexity_base_from": result.perplexity_base_from,
                 "passes": {
                     "forward": p.forward,
                     "backward": p.backward,
@@ -199,6 +335,18 @@ class SensitivityReporter(
                     "layers": p.layers,
                     "batches": p.batches,
                     "screen_samples": result.screen_samples,
+                    "timing": None
+                    if p.timing is None
+                    else {
+                        "pass_seconds": p.timing.pass_seconds,
+                        "seconds": p.timing.seconds,
+                        "layers": p.timing.layers,
+                        "head": p.timing.head,
+                        "metric": p.timing.metric,
+                        "screen": p.timing.screen,
+                        "total": p.timing.total,
+                        "measured": jnum(p.timing.measured),
+                    },
                 },
                 "norms": [
                     {
@@ -229,6 +377,7 @@ class SensitivityReporter(
                         "attribute": c.change.attribute,
                         **_metrics(c.all),
                         "per_norm": [_row(r) for r in c.per_norm],
+                        "screen": _screen_doc(c.screen),
                         "per_role": [_row(r) for r in c.per_role],
                     }
                     for c in result.changes
@@ -239,6 +388,8 @@ class SensitivityReporter(
                         "eps": s.eps,
                         "largest": jnum(s.largest),
                         "smallest": jnum(s.smallest),
+                        "largest_beyond_sweep": s.largest_beyond,
+                        "smallest_beyond_sweep": s.smallest_beyond,
                         "points": [
                             {"eps": e, "kl": jnum(kl), "kl_first": jnum(k0)}
                             for e, kl, k0 in s.points
