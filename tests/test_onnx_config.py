@@ -21,8 +21,11 @@ pytest.importorskip("onnxscript")
 import onnx_fixture as fx  # noqa: E402
 
 from rmsnorm_eps.config import load_config  # noqa: E402
-from rmsnorm_eps.config.onnx_fused import SCHEMA_DEFAULTS, schema_default  # noqa: E402
-from rmsnorm_eps.config.onnx_graph import find_norms  # noqa: E402
+from rmsnorm_eps.config.onnx_graph import (  # noqa: E402
+    SCHEMA_DEFAULTS,
+    find_norms,
+    schema_default,
+)
 from rmsnorm_eps.errors import InputFileError  # noqa: E402
 
 F32_EPS = float(np.float32(fx.EPS))

@@ -1,4 +1,4 @@
-"""config/onnx_decomposed.py: decomposed norms matched by structure, on graphs built here with
+"""onnx_graph, decomposed part: decomposed norms matched by structure, on graphs built here with
 onnx.helper: each variant of the square, the reduction, the eps placement (inside, outside,
 clamp, rsqrt, dropped), the divide and the gain, with the eps value and dtype as stored."""
 
@@ -13,8 +13,7 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from rmsnorm_eps.config.onnx_decomposed import _decomposed  # noqa: E402
-from rmsnorm_eps.config.onnx_nodes import _index  # noqa: E402
+from rmsnorm_eps.config.onnx_graph import _decomposed, _index  # noqa: E402
 
 D = 5
 

@@ -1,4 +1,4 @@
-"""config/onnx_fused.py: fused norm ops read from nodes built here with onnx.helper.
+"""onnx_graph, fused part: fused norm ops read from nodes built here with onnx.helper.
 
 The eps of an ``epsilon`` attribute is the float32 it is stored as (numpy's rounding); without
 it, the schema default (read from onnxruntime/onnx and equal to the table of public values);
@@ -16,14 +16,14 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from rmsnorm_eps.config.onnx_fused import (  # noqa: E402
+from rmsnorm_eps.config.onnx_graph import (  # noqa: E402
     FUSED_OPS,
     MS,
     SCHEMA_DEFAULTS,
     _fused,
+    _index,
     schema_default,
 )
-from rmsnorm_eps.config.onnx_nodes import _index  # noqa: E402
 
 D = 6
 

@@ -1,4 +1,4 @@
-"""config/onnx_nodes.py: the graph index and lookups, on graphs built here with onnx.helper.
+"""onnx_graph, nodes part: the graph index and lookups, on graphs built here with onnx.helper.
 
 Constants behind a tensor name (initializer, Constant node, Cast of one: the value rounded to
 the cast's dtype, checked with numpy), all-equal and size rules, walking Casts up and down,
@@ -15,7 +15,7 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from rmsnorm_eps.config.onnx_nodes import (  # noqa: E402
+from rmsnorm_eps.config.onnx_graph import (  # noqa: E402
     MAX_EPS_ELEMENTS,
     _const,
     _dim,

@@ -1,4 +1,4 @@
-"""config/onnx_settings.py: the NormConfig overrides of one graph norm (eps with its stored
+"""onnx_graph, settings part: the NormConfig overrides of one graph norm (eps with its stored
 dtype, shortest decimal and where it lives; placement, gain, norm, reduction dtype, d) and the
 findings over all norms (eps absent or a schema default, one eps unlike its siblings')."""
 
@@ -8,8 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from rmsnorm_eps.config.onnx_nodes import GraphNorm
-from rmsnorm_eps.config.onnx_settings import _settings, _sibling_notes
+from rmsnorm_eps.config.onnx_graph import GraphNorm, _settings, _sibling_notes
 
 PATH = "model.onnx"
 
