@@ -55,8 +55,10 @@ __all__ = [
 #: Largest .onnx file read (protobuf's own limit for one message is 2 GiB).
 MAX_ONNX_BYTES = 2 << 30
 
-#: Nodes walked in all (main graph, functions, subgraphs): a 70B decoder has ~20,000.
-MAX_NODES = 1 << 20
+#: Nodes walked in all (main graph, functions, subgraphs): a 70B decoder has ~20,000. Counted
+#: on the wire format before the parse (:func:`~rmsnorm_eps.config.onnx_wire.count_nodes`) and
+#: again while walking; a graph of 2^18 small nodes peaked at 235 MiB (measured).
+MAX_NODES = 1 << 18
 
 #: Graphs nested deeper than this (If inside Loop inside ...) are refused.
 MAX_DEPTH = 16
@@ -79,6 +81,14 @@ def load_onnx_model(path: Path) -> Any:
     if size > MAX_ONNX_BYTES:
         raise InputFileError(path, f"{size} bytes: over the {MAX_ONNX_BYTES}-byte limit")
     onnx = _onnx()
+    from rmsnorm_eps.config.onnx_wire import count_nodes
+
+    try:
+        nodes = count_nodes(path, MAX_NODES, MAX_DEPTH)
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if nodes is not None and nodes > MAX_NODES:
+        raise InputFileError(path, f"over {MAX_NODES} nodes (graphs, functions, subgraphs)")
     try:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, or anything the parser raises
@@ -146,24 +156,18 @@ def _names_read_inside(node: Any, depth: int = 0) -> Iterator[str]:
             yield from _names_read_inside(inner, depth + 1)
 
 
-def _live_outputs(graph: Any) -> set[str]:
-    """The tensor names a graph output depends on (its nodes' outputs among them): walked
-    backwards from the outputs, through the names read inside a node's subgraphs."""
-    producer = {out: node for node in graph.node for out in node.output if out}
-    outputs = graph.output
-    todo = [o if isinstance(o, str) else o.name for o in outputs]
-    live: set[str] = set()
-    done: set[int] = set()
+def _live_nodes(graph: Any, own: Any) -> set[int]:
+    """The positions of the nodes of ``graph`` a graph output depends on: walked backwards
+    from the outputs (``own``: the graph's node index), through the names read inside a
+    node's subgraphs. A node of an outer graph is not in the set (its own walk decides)."""
+    todo = [o if isinstance(o, str) else o.name for o in graph.output]
+    live: set[int] = set()
     while todo:
-        name = todo.pop()
-        if name in live:
+        i = own.at.get(todo.pop())
+        if i is None or i in live:
             continue
-        live.add(name)
-        node = producer.get(name)
-        if node is None or id(node) in done:
-            continue
-        done.add(id(node))
-        live.update(x for x in node.output if x)
+        live.add(i)
+        node = graph.node[i]
         todo.extend(x for x in node.input if x)
         todo.extend(_names_read_inside(node))
     return live
@@ -182,13 +186,13 @@ def _walk_graph(
         raise InputFileError(scan.path, f"subgraphs nested deeper than {MAX_DEPTH}")
     scan.take(len(graph.node))
     g = _index(graph, label, outer, scan.path.parent)
-    live = _live_outputs(graph) if alive else set()
-    for node in graph.node:
+    live = _live_nodes(graph, g.own) if alive else set()
+    for i, node in enumerate(graph.node):
         scan.domain_of(node)
         fused = _fused(g, node, opset)
         for norm in [fused] if fused is not None else decomposed_norms(g, node):
-            (scan.live if norm.output in live else scan.dead).append(norm)
-        node_alive = any(x in live for x in node.output)
+            (scan.live if g.own.at.get(norm.output) in live else scan.dead).append(norm)
+        node_alive = i in live
         for name, sub in _subgraphs(node):
             sub_label = f"{label}/{node.op_type} {node.name!r}.{name}"
             _walk_graph(sub, sub_label, g, opset, scan, depth + 1, node_alive)

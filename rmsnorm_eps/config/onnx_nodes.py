@@ -6,6 +6,8 @@ walking through Cast nodes, the gain of a scale tensor and the module a norm cam
 from __future__ import annotations
 
 import math
+from collections import ChainMap
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,40 +73,89 @@ class _Graph:
     """Lookups of one graph: producers, consumers, constants (outer scopes included)."""
 
     label: str
-    producer: dict[str, Any] = field(default_factory=dict)
-    consumers: dict[str, list[Any]] = field(default_factory=dict)
-    initializers: dict[str, Any] = field(default_factory=dict)
-    value_types: dict[str, int] = field(default_factory=dict)
+    producer: Mapping[str, Any] = field(default_factory=dict)
+    consumers: Any = None  # _Readers: name -> the nodes reading it
+    own: Any = None  # _NodeIndex of this graph's own nodes
+    initializers: MutableMapping[str, Any] = field(default_factory=dict)
+    value_types: MutableMapping[str, int] = field(default_factory=dict)
     #: The model's folder (external data of small constants is read from there).
     base: Path | None = None
     #: The names of the graph's inputs (outer scopes included): a weight may be one.
-    graph_inputs: set[str] = field(default_factory=set)
+    graph_inputs: MutableMapping[str, bool] = field(default_factory=dict)
 
 
 def _index(graph: Any, label: str, outer: _Graph | None, base: Path | None = None) -> _Graph:
+    """The lookups of ``graph``; a subgraph's chain onto its outer graph's (never copied: a
+    graph of many subgraphs costs each one its own names only)."""
     g = _Graph(label, base=base if outer is None else outer.base)
     if outer is not None:
-        g.initializers.update(outer.initializers)
-        g.producer.update(outer.producer)
-        g.value_types.update(outer.value_types)
-        g.graph_inputs.update(outer.graph_inputs)
+        g.initializers = ChainMap({}, outer.initializers)
+        g.value_types = ChainMap({}, outer.value_types)
+        g.graph_inputs = ChainMap({}, outer.graph_inputs)
     is_function = not hasattr(graph, "initializer")  # a FunctionProto: names only
     for t in () if is_function else graph.initializer:
         g.initializers[t.name] = t
-    g.graph_inputs.update(graph.input if is_function else (vi.name for vi in graph.input))
+    for name in graph.input if is_function else (vi.name for vi in graph.input):
+        g.graph_inputs[name] = True
     infos = () if is_function else (*graph.input, *graph.value_info, *graph.output)
     for vi in infos:
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         if tt is not None and tt.elem_type:
             g.value_types[vi.name] = tt.elem_type
-    for node in graph.node:
+    own = _NodeIndex(graph.node)
+    for i, node in enumerate(graph.node):
         for out in node.output:
             if out:
-                g.producer[out] = node
+                own.at[out] = i
         for inp in node.input:
             if inp:
-                g.consumers.setdefault(inp, []).append(node)
+                own.readers.setdefault(inp, []).append(i)
+    g.own = own
+    if outer is None:
+        g.producer = own
+    else:
+        g.producer = ChainMap(own, outer.producer)  # type: ignore[arg-type]
+    g.consumers = own.readers_view()
     return g
+
+
+class _NodeIndex(Mapping[str, Any]):
+    """name -> the node producing it, kept as node positions: the node objects are made when
+    looked up, so that indexing a graph of 2^18 nodes does not keep a wrapper per node."""
+
+    def __init__(self, nodes: Any) -> None:
+        self.nodes = nodes
+        self.at: dict[str, int] = {}
+        self.readers: dict[str, list[int]] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.nodes[self.at[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.at)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def readers_view(self) -> _Readers:
+        return _Readers(self)
+
+
+class _Readers:
+    """name -> the nodes reading it (see :class:`_NodeIndex`)."""
+
+    def __init__(self, index: _NodeIndex) -> None:
+        self.index = index
+
+    def get(self, name: str, default: list[Any]) -> list[Any]:
+        found = self.index.readers.get(name)
+        return default if found is None else [self.index.nodes[i] for i in found]
+
+    def __getitem__(self, name: str) -> list[Any]:
+        return [self.index.nodes[i] for i in self.index.readers[name]]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index.readers
 
 
 def judge_eps(value: float | None, where: str) -> tuple[float | None, str]:

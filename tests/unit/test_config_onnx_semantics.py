@@ -365,3 +365,31 @@ def test_a_shared_initializer_names_no_norm_and_an_activation_is_no_weight(tmp_p
     path = _save(_graph(nodes, inits, ["y"]), tmp_path / "act.onnx")
     norm = _only(path)
     assert norm.gain == "none" and norm.scale is None
+
+
+# ---------------------------------------------------------------- caps
+
+
+def test_the_node_cap_is_checked_before_the_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmsnorm_eps.config import onnx_graph
+    from rmsnorm_eps.config.onnx_wire import count_nodes
+    from rmsnorm_eps.errors import InputFileError
+
+    path = _save(fx.hand_model(eps=1e-6), tmp_path / "m.onnx")
+    assert count_nodes(path, 100) == 8  # Constant, Pow, ReduceMean, Constant, Add, Sqrt, Div, Mul
+    inner = helper.make_graph([helper.make_node("Relu", ["x"], ["z"])], "b", [], [])
+    branchy = fx._model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=inner, else_branch=inner)], []
+    )
+    assert count_nodes(_save(branchy, tmp_path / "if.onnx"), 100) == 3  # subgraphs counted
+    assert count_nodes(path, 3) == 4  # stops one past the cap
+
+    def no_parse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("parsed a model over the node cap")
+
+    monkeypatch.setattr(onnx_graph, "MAX_NODES", 7)
+    monkeypatch.setattr(onnx, "load", no_parse)
+    with pytest.raises(InputFileError, match="over 7 nodes"):
+        load_config(path)
