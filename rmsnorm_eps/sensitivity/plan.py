@@ -11,6 +11,7 @@ the rest of the model (embeddings, final norm, head) one more.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -84,6 +85,12 @@ class Counter:
     head_calls: int = 0
     #: base passes timed in ``seconds["base"]`` (one per batch, base and round)
     base_passes: int = 0
+    #: per batch, the fastest full forward timed (a base pass, or a variant run from layer 0)
+    fastest: dict[int, float] = field(default_factory=dict)
+
+    def full_pass(self, batch: int, seconds: float) -> None:
+        self.fastest[batch] = min(self.fastest.get(batch, math.inf), seconds)
+
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -305,7 +312,7 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
     for v in variants:
         v.acc = Accumulator(plan.device)
         groups.setdefault(None if v.change.attribute else v.change.base, []).append(v)
-    for ids, mask in plan.batches:
+    for b, (ids, mask) in enumerate(plan.batches):
         for base, members in groups.items():
             cached: list[Any] = [None] * len(plan.layers)
             with torch.no_grad(), ExitStack() as stack:
@@ -319,9 +326,11 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                     stack.enter_context(layer.register_forward_hook(keep))
                 if base is not None:
                     stack.enter_context(applied(members[0].change, "base", everyone))
+                before = plan.count.seconds.get("base", 0.0)
                 with timed(plan, "base"):
                     base_logits = logits_of(plan, ids, mask)
                 plan.count.base_passes += 1
+                plan.count.full_pass(b, plan.count.seconds["base"] - before)
             with timed(plan, "metric"):
                 prepared = Base(base_logits, ids, mask)
             # the base's perplexity: the model as it is when a change is made from it, else
@@ -338,7 +347,11 @@ def run_variants(plan: Plan, variants: list[Variant], base_acc: Any) -> None:
                         stack.enter_context(applied(v.change, "base", rest))
                     stack.enter_context(applied(v.change, "to", v.targets))
                     stack.enter_context(reusing(plan.layers, cached, v.skip))
+                    start = time.perf_counter()
                     new = logits_of(plan, ids, mask)
+                    if v.skip == 0:  # a full forward: one more sample of a pass's time
+                        _sync(plan.device)
+                        plan.count.full_pass(b, time.perf_counter() - start)
                 with timed(plan, "metric"):
                     v.acc.add_prepared(prepared, new)
                 plan.tick()

@@ -137,8 +137,9 @@ class PassCount:
 
 @dataclass(frozen=True)
 class Timing:
-    """The cost in forward-pass times, from timing this process: ``pass_seconds`` one base
-    forward pass of the texts (every batch); ``layers`` the decoder-layer evaluations run
+    """The cost in forward-pass times, from timing this process: ``pass_seconds`` one
+    forward pass of the texts (per batch the fastest full forward timed: a base pass or a
+    variant run from layer 0); ``layers`` the decoder-layer evaluations run
     (counted, as passes) times the layers' share of a pass, ``head`` the runs of the rest of
     the model times the head's share (the output head's calls timed), ``metric`` and
     ``screen`` (the draws, backward passes and products of ``--exact-top``) their timed

@@ -283,8 +283,9 @@ def _timing(plan: Plan, seconds: float) -> Timing | None:
     pass was timed."""
     c = plan.count
     batches = max(len(plan.batches), 1)
-    # a forward pass of the texts: the mean base pass of a batch, times the batches
-    t_pass = c.seconds.get("base", 0.0) / c.base_passes * batches if c.base_passes else 0.0
+    # a forward pass of the texts: per batch the fastest full forward timed (a base pass or
+    # a variant from layer 0: one sample alone may be a cold or disturbed one), summed
+    t_pass = sum(c.fastest.values()) if c.fastest else 0.0
     if t_pass <= 0:
         return None
     t_head = c.seconds.get("head", 0.0) / c.head_calls * batches if c.head_calls else 0.0

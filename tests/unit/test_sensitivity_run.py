@@ -284,19 +284,22 @@ def test_the_configured_eps_is_the_most_common_then_the_smallest() -> None:
 
 
 def test_the_timed_cost_counts_layers_head_metric_and_screen() -> None:
-    """Two batches, 4 layers; 4 base passes timed 4 s (two rounds: a forward pass of the texts
-    is 2 s); 12 head calls timed 1.2 s (0.2 s a pass: a share of 0.1); 20 layer evaluations
-    (2.5 passes) and 6 head runs; metric 3 s, screening 1 s; the whole run 10 s."""
+    """Two batches, 4 layers; full forwards timed per batch, the fastest 1.2 s and 0.8 s (a
+    forward pass of the texts is 2 s); 12 head calls timed 1.2 s (0.2 s a pass: a share of
+    0.1); 20 layer evaluations (2.5 passes) and 6 head runs; metric 3 s, screening 1 s; the
+    whole run 10 s."""
     from rmsnorm_eps.sensitivity.plan import Counter
     from rmsnorm_eps.sensitivity.run import _timing
 
     count = Counter(forward=26, heads=6, head_calls=12, base_passes=4)
     count.seconds.update(base=4.0, head=1.2, metric=3.0, screen=1.0)
+    for batch, seconds in ((0, 1.5), (0, 1.2), (1, 0.8), (1, 0.9), (0, 1.3)):
+        count.full_pass(batch, seconds)  # the fastest of each batch: 1.2 + 0.8
     plan = SimpleNamespace(count=count, batches=[None, None], layers=[None] * 4)
     t = _timing(plan, 10.0)  # type: ignore[arg-type]
     assert t is not None and t.pass_seconds == 2.0
     assert t.layers == pytest.approx(2.5 * 0.9) and t.head == pytest.approx(3 * 0.1)
     assert (t.metric, t.screen) == (1.5, 0.5) and t.measured == 5.0
     assert t.total == pytest.approx(2.25 + 0.3 + 1.5 + 0.5)
-    count.base_passes = 0
+    count.fastest.clear()
     assert _timing(plan, 10.0) is None  # type: ignore[arg-type]
