@@ -1,9 +1,10 @@
 """Reader for exported ONNX graphs: every normalization in the graph and the eps it stores.
 
-The model is read with ``onnx.load(..., load_external_data=False)`` (weights kept in external
-files are never opened), after a size check (:data:`MAX_ONNX_BYTES`), and the graph is walked
-with a node cap (:data:`MAX_NODES`, main graph, ``model.functions`` and every If/Loop/Scan
-subgraph together). A file protobuf cannot parse is one :class:`InputFileError`.
+The model is parsed from bytes read by :mod:`~rmsnorm_eps.config.onnx_wire` (positioned reads,
+never a mapping; weights kept in external files are never opened), after a size check
+(:data:`MAX_ONNX_BYTES`), and the graph is walked with a node cap (:data:`MAX_NODES`, main
+graph, ``model.functions`` and every If/Loop/Scan subgraph together). A file protobuf
+cannot parse is one :class:`InputFileError`.
 
 A norm is found either as a fused op (its ``epsilon`` attribute, or the op schema's default
 when the attribute is absent, said so: the fused section below) or as a
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections import ChainMap
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
@@ -1102,6 +1102,11 @@ MAX_ONNX_BYTES = 2 << 30
 #: again while walking; a graph of 2^18 small nodes peaked at 235 MiB (measured).
 MAX_NODES = 1 << 18
 
+#: ``config show/diff`` parse the main graph's initializers longer than this without their
+#: values: they read dims and constants of at most :data:`MAX_EPS_ELEMENTS` elements only, and
+#: a large weight (an embedding table) is never held (parity onnx reads the model whole).
+CONFIG_STRIP_BYTES = 1 << 16
+
 #: Graphs nested deeper than this (If inside Loop inside ...) are refused.
 MAX_DEPTH = 16
 
@@ -1113,8 +1118,11 @@ def escape_glob(name: str) -> str:
     return "".join(f"[{c}]" if c in _GLOB_SPECIAL else c for c in name)
 
 
-def load_onnx_model(path: Path) -> Any:
-    """The ModelProto of ``path``, external data not loaded; one InputFileError otherwise."""
+def load_onnx_model(path: Path, strip_over: int | None = None) -> Any:
+    """The ModelProto of ``path``, external data not loaded; one InputFileError otherwise.
+    ``strip_over``: main-graph initializers longer than that many bytes are parsed without
+    their values (:func:`~rmsnorm_eps.config.onnx_wire.read_model_bytes`), for the readers
+    that need dims and small constants only (:data:`CONFIG_STRIP_BYTES`)."""
     from rmsnorm_eps.sources.sniff import check_regular_file
 
     size = check_regular_file(path)
@@ -1123,16 +1131,22 @@ def load_onnx_model(path: Path) -> Any:
     if size > MAX_ONNX_BYTES:
         raise InputFileError(path, f"{size} bytes: over the {MAX_ONNX_BYTES}-byte limit")
     onnx = _onnx()
-    from rmsnorm_eps.config.onnx_wire import count_nodes
+    from rmsnorm_eps.config.onnx_wire import FileChangedError, read_model_bytes
 
     try:
-        nodes = count_nodes(path, MAX_NODES, MAX_DEPTH)
+        read = read_model_bytes(path, MAX_NODES, MAX_DEPTH, strip_over)
+    except FileChangedError as exc:
+        raise InputFileError(
+            path,
+            f"file changed while being read: {exc} (was it rewritten or truncated by another "
+            "process?)",
+        ) from None
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if nodes is not None and nodes > MAX_NODES:
+    if read.data is None:
         raise InputFileError(path, f"over {MAX_NODES} nodes (graphs, functions, subgraphs)")
     try:
-        model = onnx.load(os.fspath(path), load_external_data=False)
+        model = onnx.ModelProto.FromString(read.data)
     except Exception as exc:  # protobuf DecodeError, or anything the parser raises
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise InputFileError(path, f"not a readable ONNX model ({text})") from None
@@ -1319,7 +1333,7 @@ def external_data_files(model: Any, path: Path) -> tuple[Path, ...]:
 
 def read_onnx_config_and_files(path: Path) -> tuple[NormConfig, tuple[Path, ...]]:
     """:func:`read_onnx_config` of ``path`` and its :func:`external_data_files` (one parse)."""
-    model = load_onnx_model(path)
+    model = load_onnx_model(path, CONFIG_STRIP_BYTES)
     return _config(model, path), external_data_files(model, path)
 
 
@@ -1328,7 +1342,7 @@ def read_onnx_config(path: Path) -> NormConfig:
     path, glob characters escaped); the defaults are all missing (an ONNX graph has no
     model-wide setting), and notes list the findings (eps absent, schema default used, one
     norm's eps unlike its siblings')."""
-    return _config(load_onnx_model(path), path)
+    return _config(load_onnx_model(path, CONFIG_STRIP_BYTES), path)
 
 
 def _shared_name_settings(
