@@ -39,6 +39,7 @@ __all__ = [
     "check_weights",
     "gguf_weights_present",
     "random_weights_line",
+    "shard_names",
     "unmatched_weights",
     "weights_present",
 ]
@@ -119,12 +120,14 @@ class WeightsPresent:
 
 #: Most weight files (shards) read for :func:`weights_present`.
 MAX_SHARDS = 4096
+#: The index of a sharded safetensors checkpoint, as transformers names it.
+INDEX = "model.safetensors.index.json"
 
 
-def _shard_names(directory: Path) -> list[str]:
+def shard_names(directory: Path) -> list[str]:
     """The ``.safetensors`` files of the checkpoint: those ``model.safetensors.index.json``
     maps the weights to (plain names inside ``directory``), else ``model.safetensors``."""
-    index = directory / "model.safetensors.index.json"
+    index = directory / INDEX
     if index.is_file():
         try:
             with open(index, "rb") as fh:
@@ -146,7 +149,7 @@ def weights_present(directory: Path) -> WeightsPresent | None:
     None when there is none (``.bin`` weights, GGUF): nothing to cap sizes against."""
     from rmsnorm_eps.sources.safetensors import read_safetensors_header
 
-    files = _shard_names(directory)
+    files = shard_names(directory)
     if not files:
         return None
     tensors = largest = elements = 0
