@@ -514,18 +514,32 @@ def _classes(nodes: list[Any]) -> list[str]:
     return found
 
 
+#: The gain of a norm whose scale the exporter folded without saying from what (w or 1 + w).
+GAIN_UNKNOWN = "unknown (folded)"
+
+
 def folded_gain(
     g: _Graph, nodes: list[Any], gain: tuple[str, str], scale: str | None
 ) -> tuple[str, str]:
     """(gain, where): a ``w`` read from an initializer the exporter folded (not a parameter
     ``*.weight``) is ``1+w`` when the nodes' class is one whose gain is 1 + w: torch's dynamo
-    exporter folds Gemma's ``1 + w`` into one initializer (``add_1``)."""
+    exporter folds Gemma's ``1 + w`` into one initializer (``add_1``).
+
+    Without such a class, an initializer TorchScript named ``onnx::...`` (its name for a value
+    it computed at export, e.g. ``onnx::Mul_17`` = 1 + w of GemmaRMSNorm, or a Cast of w) holds
+    g itself, but whether the module multiplies by w or by 1 + w cannot be read from the graph:
+    the gain is :data:`GAIN_UNKNOWN`, never ``w`` by default."""
     if gain[0] != "w" or scale is None or scale.endswith(".weight"):
         return gain
     if scale not in g.initializers or scale in g.graph_inputs:
         return gain
     cls = next((c for c in _classes(nodes) if c in _one_plus_w_classes()), None)
     if cls is None:
+        if scale.startswith("onnx::"):
+            return GAIN_UNKNOWN, (
+                f"scale {scale!r} folded by the exporter (no parameter name, no class "
+                "metadata): w or 1 + w (e.g. Gemma's) cannot be told from the graph"
+            )
         return gain
     return "1+w", f"1 + w folded by the exporter into {scale!r} ({cls} multiplies by 1 + w)"
 
@@ -612,7 +626,12 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
     out: list[tuple[str, Resolved]] = [
         ("eps", eps),
         ("placement", Resolved(norm.placement, at(key))),
-        ("gain", Resolved(norm.gain, at(key, norm.gain_where))),
+        (
+            "gain",
+            missing(f"{norm.gain_where} ({key})")
+            if norm.gain == GAIN_UNKNOWN
+            else Resolved(norm.gain, at(key, norm.gain_where)),
+        ),
         ("norm", Resolved(norm.norm, at(key, f"name from {norm.name_from}"))),
     ]
     if norm.add_dtype in ("float16", "bfloat16", "float32", "float64"):
@@ -631,6 +650,8 @@ def _sibling_notes(norms: tuple[GraphNorm, ...]) -> list[str]:
     for norm in norms:
         if norm.eps is None or norm.eps_default:
             notes.append(f"FINDING {shorten(norm.name, 120)}: {norm.eps_where}")
+        if norm.gain == GAIN_UNKNOWN:
+            notes.append(f"{shorten(norm.name, 120)}: gain not known: {norm.gain_where}")
     by_kind: dict[str, Counter[float]] = {}
     for norm in norms:
         if norm.eps is not None:
