@@ -82,6 +82,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ones = _export(_all_ones(fx.EPS), base / "ones.onnx", dynamo=True, opset=18)
     out["ones-ort"] = fx.ort_optimized(ones, base / "ones-ort.onnx")
     out["gemma"] = _export(_gemma(), base / "gemma.onnx", dynamo=True, opset=18)
+    out["gemma-ts17"] = _export(_gemma(), base / "gemma-ts17.onnx", dynamo=False, opset=17)
     out["config"] = fx.write_config(base / "config.json")
     gemma_config = {
         "model_type": "gemma",
@@ -153,3 +154,19 @@ def test_gemma_gain_folded_by_the_exporter_is_one_plus_w(
     assert norm.eps == float(np.float32(1e-6))
     res = cli("config", "diff", str(exports["gemma-config"]), str(path))
     assert res.exit_code == 0, res.stdout
+
+
+@pytest.mark.slow
+def test_gemma_gain_folded_by_torchscript_is_unknown_never_w(
+    exports: dict[str, Path], cli: Any
+) -> None:
+    path = exports["gemma-ts17"]
+    _runs(path)
+    (norm,) = _norms(path).values()
+    assert norm.scale is not None and norm.scale.startswith("onnx::")  # 1 + w, folded
+    assert norm.gain == "unknown (folded)", norm.gain
+    assert norm.eps == float(np.float32(1e-6))
+    res = cli("config", "diff", str(exports["gemma-config"]), str(path))
+    assert res.exit_code == 1, res.stdout  # not proven equal, and never "B w"
+    assert "DIFF gain [norm]: cannot compare: A 1+w" in res.stdout
+    assert "cannot be told from the graph" in res.stdout and " vs B w " not in res.stdout

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -53,6 +54,8 @@ __all__ = [
     "model_class",
     "model_family",
     "placement",
+    "private_checkpoint",
+    "private_copy",
     "resolve_device",
     "run_texts",
 ]
@@ -278,7 +281,7 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
     *,
-    allow_random_weights: bool = False,
+    allow_random_weights: bool | None = None,
 ) -> LoadedModel:
     """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline,
     in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`).
@@ -288,7 +291,9 @@ def load_model(
     (:func:`~rmsnorm_eps.capture.model_config.model_build_error`); a checkpoint that lacks
     some of the model's weights, or holds tensors the model has no place for, is refused
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
-    when the names left random are in :attr:`LoadedModel.random_weights`."""
+    when the names left random are in :attr:`LoadedModel.random_weights`. False: refused, and
+    the message names capture's ``--allow-random-weights``; None (sensitivity, which has no
+    such option): refused, and the message says that only capture has it."""
     from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
     from rmsnorm_eps.capture.model_config import (
         check_config_document,
@@ -323,16 +328,18 @@ def load_model(
             family = model_family(config)
             cls = model_class(config, family)
             check_parameter_count(d, cls, config, present)
+            # safetensors weights from private in-memory copies, never a map of the files;
             # a tensor of another shape than the config's is listed (mismatched_keys) and
             # refused by check_weights with its name, not raised as transformers' RuntimeError
-            model, info = cls.from_pretrained(
-                str(d),
-                config=config,
-                output_loading_info=True,
-                ignore_mismatched_sizes=True,
-                **where_to,
-                **kw,
-            )
+            with private_checkpoint(d, present) if gguf is None else nullcontext(d) as weights:
+                model, info = cls.from_pretrained(
+                    str(weights),
+                    config=config,
+                    output_loading_info=True,
+                    ignore_mismatched_sizes=True,
+                    **where_to,
+                    **kw,
+                )
     except (OSError, ValueError, KeyError) as exc:
         raise InputFileError(
             d / gguf if gguf else d, f"cannot load the model: {' '.join(str(exc).split())[:300]}"
@@ -411,16 +418,18 @@ class GgufParses:
 _COPY_CHUNK = 1 << 24
 
 
-def private_copy(path: Path) -> Any:
-    """An anonymous in-memory file (``memfd``) holding a copy of ``path``, as a file object
-    that ``np.memmap`` (which ``gguf.GGUFReader`` uses) maps; None where Linux's
-    ``memfd_create`` is missing (the file itself is mapped then).
+def private_copy(path: Path, label: str = "gguf") -> Any:
+    """An anonymous in-memory file (``memfd``, named ``rmsnorm-eps-<label>``) holding a copy of
+    ``path``, as a file object that ``np.memmap`` (which ``gguf.GGUFReader`` uses) or, through
+    ``/proc/self/fd/N``, safetensors' ``safe_open`` maps; None where Linux's ``memfd_create``
+    is missing (the file itself is mapped then).
 
-    Why: the gguf package memory-maps the file and transformers reads the weights out of that
-    map (F32/F16 tensors stay views of it); a mapped file that another process truncates kills
-    the process by SIGBUS with nothing on stderr. No other process can shrink the copy. A copy
-    that comes up short of the size the file had when opened is the one line "file changed
-    while being read". Cost: the file's size in memory while the model is loaded.
+    Why: the gguf package and safetensors memory-map the file and transformers reads the
+    weights out of that map (tensors of the model's dtype can stay views of it); a mapped file
+    that another process truncates kills the process by SIGBUS with nothing on stderr. No
+    other process can shrink the copy. A copy that comes up short of the size the file had
+    when opened is the one line "file changed while being read". Cost: the file's size in
+    memory while the model is loaded.
     """
     memfd_create: Any = getattr(os, "memfd_create", None)
     if memfd_create is None:  # pragma: no cover - not Linux
@@ -428,7 +437,7 @@ def private_copy(path: Path) -> Any:
     try:
         with open(path, "rb") as src:
             size = os.fstat(src.fileno()).st_size
-            dst = os.fdopen(memfd_create("rmsnorm-eps-gguf", os.MFD_CLOEXEC), "w+b")
+            dst = os.fdopen(memfd_create(f"rmsnorm-eps-{label}", os.MFD_CLOEXEC), "w+b")
             done = 0
             while done < size:
                 part = os.pread(src.fileno(), min(_COPY_CHUNK, size - done), done)
@@ -447,6 +456,64 @@ def private_copy(path: Path) -> Any:
             return dst
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+#: Files of a model directory ``from_pretrained`` also reads (its generation config, from
+#: config.json without one), linked beside the private copies of the weights.
+_READ_BESIDE = ("config.json", "generation_config.json")
+
+
+@contextmanager
+def private_checkpoint(directory: Path, present: Any) -> Iterator[Path]:
+    """For the ``with`` block: a private directory holding, as links to in-memory copies
+    (:func:`private_copy`, through ``/proc/self/fd``), the safetensors checkpoint of
+    ``directory`` (``model.safetensors``, or the index and the shards it names), for
+    ``from_pretrained`` to load instead of ``directory``; ``directory`` itself where it has
+    no safetensors checkpoint (``.bin`` weights) or Linux's ``memfd_create`` is missing.
+
+    Why: transformers reads safetensors weights through ``safe_open``, a memory map of the
+    file, and a mapped file that another process truncates kills the process by SIGBUS with
+    nothing on stderr. The copies are checked against the size each file had when opened and
+    their headers against ``present`` (:func:`~rmsnorm_eps.capture.checkpoint.weights_present`
+    of ``directory``, read before: the sizes the model was capped with); either differing is
+    the one line "file changed while being read". Cost: the checkpoint's size in memory until
+    the block ends (and for as long as a weight of the model's dtype is a view of its copy).
+    """
+    from rmsnorm_eps.capture.checkpoint import INDEX, shard_names, weights_present
+
+    has_memfd = getattr(os, "memfd_create", None) is not None and os.path.isdir("/proc/self/fd")
+    if not has_memfd or not shard_names(directory):
+        yield directory
+        return
+    copies: list[Any] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="rmsnorm-eps-weights-") as tmp:
+            private = Path(tmp)
+
+            def link(name: str) -> None:
+                copies.append(private_copy(directory / name, "safetensors"))
+                os.symlink(f"/proc/self/fd/{copies[-1].fileno()}", private / name)
+
+            if (directory / INDEX).is_file():
+                link(INDEX)  # the shards the copied index names, not those named before
+            for name in shard_names(private) if copies else ["model.safetensors"]:
+                if not (directory / name).is_file():
+                    raise InputFileError(directory / name, "file changed while being read: gone")
+                link(name)
+            for name in _READ_BESIDE:  # read by json, never mapped: the files themselves
+                if (directory / name).is_file():
+                    os.symlink((directory / name).absolute(), private / name)
+            if weights_present(private) != present:
+                raise InputFileError(
+                    directory,
+                    "file changed while being read: the safetensors headers copied for loading "
+                    "differ from those the model's sizes were checked against (was the "
+                    "checkpoint rewritten by another process?)",
+                )
+            yield private
+    finally:
+        for each in copies:
+            each.close()
 
 
 @contextmanager

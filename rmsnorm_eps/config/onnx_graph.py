@@ -1,9 +1,10 @@
 """Reader for exported ONNX graphs: every normalization in the graph and the eps it stores.
 
-The model is read with ``onnx.load(..., load_external_data=False)`` (weights kept in external
-files are never opened), after a size check (:data:`MAX_ONNX_BYTES`), and the graph is walked
-with a node cap (:data:`MAX_NODES`, main graph, ``model.functions`` and every If/Loop/Scan
-subgraph together). A file protobuf cannot parse is one :class:`InputFileError`.
+The model is parsed from bytes read by :mod:`~rmsnorm_eps.config.onnx_wire` (positioned reads,
+never a mapping; weights kept in external files are never opened), after a size check
+(:data:`MAX_ONNX_BYTES`), and the graph is walked with a node cap (:data:`MAX_NODES`, main
+graph, ``model.functions`` and every If/Loop/Scan subgraph together). A file protobuf
+cannot parse is one :class:`InputFileError`.
 
 A norm is found either as a fused op (its ``epsilon`` attribute, or the op schema's default
 when the attribute is absent, said so: the fused section below) or as a
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections import ChainMap
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
@@ -514,18 +514,32 @@ def _classes(nodes: list[Any]) -> list[str]:
     return found
 
 
+#: The gain of a norm whose scale the exporter folded without saying from what (w or 1 + w).
+GAIN_UNKNOWN = "unknown (folded)"
+
+
 def folded_gain(
     g: _Graph, nodes: list[Any], gain: tuple[str, str], scale: str | None
 ) -> tuple[str, str]:
     """(gain, where): a ``w`` read from an initializer the exporter folded (not a parameter
     ``*.weight``) is ``1+w`` when the nodes' class is one whose gain is 1 + w: torch's dynamo
-    exporter folds Gemma's ``1 + w`` into one initializer (``add_1``)."""
+    exporter folds Gemma's ``1 + w`` into one initializer (``add_1``).
+
+    Without such a class, an initializer TorchScript named ``onnx::...`` (its name for a value
+    it computed at export, e.g. ``onnx::Mul_17`` = 1 + w of GemmaRMSNorm, or a Cast of w) holds
+    g itself, but whether the module multiplies by w or by 1 + w cannot be read from the graph:
+    the gain is :data:`GAIN_UNKNOWN`, never ``w`` by default."""
     if gain[0] != "w" or scale is None or scale.endswith(".weight"):
         return gain
     if scale not in g.initializers or scale in g.graph_inputs:
         return gain
     cls = next((c for c in _classes(nodes) if c in _one_plus_w_classes()), None)
     if cls is None:
+        if scale.startswith("onnx::"):
+            return GAIN_UNKNOWN, (
+                f"scale {scale!r} folded by the exporter (no parameter name, no class "
+                "metadata): w or 1 + w (e.g. Gemma's) cannot be told from the graph"
+            )
         return gain
     return "1+w", f"1 + w folded by the exporter into {scale!r} ({cls} multiplies by 1 + w)"
 
@@ -612,7 +626,12 @@ def _settings(norm: GraphNorm, path: str) -> tuple[tuple[str, Resolved], ...]:
     out: list[tuple[str, Resolved]] = [
         ("eps", eps),
         ("placement", Resolved(norm.placement, at(key))),
-        ("gain", Resolved(norm.gain, at(key, norm.gain_where))),
+        (
+            "gain",
+            missing(f"{norm.gain_where} ({key})")
+            if norm.gain == GAIN_UNKNOWN
+            else Resolved(norm.gain, at(key, norm.gain_where)),
+        ),
         ("norm", Resolved(norm.norm, at(key, f"name from {norm.name_from}"))),
     ]
     if norm.add_dtype in ("float16", "bfloat16", "float32", "float64"):
@@ -631,6 +650,8 @@ def _sibling_notes(norms: tuple[GraphNorm, ...]) -> list[str]:
     for norm in norms:
         if norm.eps is None or norm.eps_default:
             notes.append(f"FINDING {shorten(norm.name, 120)}: {norm.eps_where}")
+        if norm.gain == GAIN_UNKNOWN:
+            notes.append(f"{shorten(norm.name, 120)}: gain not known: {norm.gain_where}")
     by_kind: dict[str, Counter[float]] = {}
     for norm in norms:
         if norm.eps is not None:
@@ -1102,6 +1123,11 @@ MAX_ONNX_BYTES = 2 << 30
 #: again while walking; a graph of 2^18 small nodes peaked at 235 MiB (measured).
 MAX_NODES = 1 << 18
 
+#: ``config show/diff`` parse the main graph's initializers longer than this without their
+#: values: they read dims and constants of at most :data:`MAX_EPS_ELEMENTS` elements only, and
+#: a large weight (an embedding table) is never held (parity onnx reads the model whole).
+CONFIG_STRIP_BYTES = 1 << 16
+
 #: Graphs nested deeper than this (If inside Loop inside ...) are refused.
 MAX_DEPTH = 16
 
@@ -1113,8 +1139,11 @@ def escape_glob(name: str) -> str:
     return "".join(f"[{c}]" if c in _GLOB_SPECIAL else c for c in name)
 
 
-def load_onnx_model(path: Path) -> Any:
-    """The ModelProto of ``path``, external data not loaded; one InputFileError otherwise."""
+def load_onnx_model(path: Path, strip_over: int | None = None) -> Any:
+    """The ModelProto of ``path``, external data not loaded; one InputFileError otherwise.
+    ``strip_over``: main-graph initializers longer than that many bytes are parsed without
+    their values (:func:`~rmsnorm_eps.config.onnx_wire.read_model_bytes`), for the readers
+    that need dims and small constants only (:data:`CONFIG_STRIP_BYTES`)."""
     from rmsnorm_eps.sources.sniff import check_regular_file
 
     size = check_regular_file(path)
@@ -1123,16 +1152,22 @@ def load_onnx_model(path: Path) -> Any:
     if size > MAX_ONNX_BYTES:
         raise InputFileError(path, f"{size} bytes: over the {MAX_ONNX_BYTES}-byte limit")
     onnx = _onnx()
-    from rmsnorm_eps.config.onnx_wire import count_nodes
+    from rmsnorm_eps.config.onnx_wire import FileChangedError, read_model_bytes
 
     try:
-        nodes = count_nodes(path, MAX_NODES, MAX_DEPTH)
+        read = read_model_bytes(path, MAX_NODES, MAX_DEPTH, strip_over)
+    except FileChangedError as exc:
+        raise InputFileError(
+            path,
+            f"file changed while being read: {exc} (was it rewritten or truncated by another "
+            "process?)",
+        ) from None
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if nodes is not None and nodes > MAX_NODES:
+    if read.data is None:
         raise InputFileError(path, f"over {MAX_NODES} nodes (graphs, functions, subgraphs)")
     try:
-        model = onnx.load(os.fspath(path), load_external_data=False)
+        model = onnx.ModelProto.FromString(read.data)
     except Exception as exc:  # protobuf DecodeError, or anything the parser raises
         text = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise InputFileError(path, f"not a readable ONNX model ({text})") from None
@@ -1319,7 +1354,7 @@ def external_data_files(model: Any, path: Path) -> tuple[Path, ...]:
 
 def read_onnx_config_and_files(path: Path) -> tuple[NormConfig, tuple[Path, ...]]:
     """:func:`read_onnx_config` of ``path`` and its :func:`external_data_files` (one parse)."""
-    model = load_onnx_model(path)
+    model = load_onnx_model(path, CONFIG_STRIP_BYTES)
     return _config(model, path), external_data_files(model, path)
 
 
@@ -1328,7 +1363,7 @@ def read_onnx_config(path: Path) -> NormConfig:
     path, glob characters escaped); the defaults are all missing (an ONNX graph has no
     model-wide setting), and notes list the findings (eps absent, schema default used, one
     norm's eps unlike its siblings')."""
-    return _config(load_onnx_model(path), path)
+    return _config(load_onnx_model(path, CONFIG_STRIP_BYTES), path)
 
 
 def _shared_name_settings(

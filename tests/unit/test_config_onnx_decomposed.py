@@ -164,3 +164,23 @@ def test_structures_that_are_not_norms() -> None:
     assert _norm(no_divide, []) is None
     plain = [helper.make_node("ReduceMean", ["x"], ["y"], name="mean")]
     assert _norm(plain, []) is None
+
+
+@pytest.mark.parametrize(
+    ("scale", "gain"),
+    [("onnx::Mul_17", "unknown (folded)"), ("m.weight", "w"), ("w", "w")],
+)
+def test_a_scale_folded_by_torchscript_has_no_gain_read_as_w(scale: str, gain: str) -> None:
+    # TorchScript folds GemmaRMSNorm's 1 + w into 'onnx::Mul_17' and keeps no class: the
+    # stored g is 1 + w or w, the graph cannot tell (a parameter's own name is its w)
+    nodes = [
+        *_head(),
+        helper.make_node("Add", ["q", "eps"], ["qe"], name="add_eps"),
+        helper.make_node("Sqrt", ["qe"], ["r"], name="sqrt"),
+        helper.make_node("Div", ["x", "r"], ["n"], name="div"),
+        helper.make_node("Mul", ["n", scale], ["y"], name="gain"),
+    ]
+    norm = _norm(nodes, [_c("eps", 1e-6), _c(scale, np.full(D, 1.25))])
+    assert (norm.gain, norm.dim, norm.scale) == (gain, D, scale)
+    if gain != "w":
+        assert "w or 1 + w (e.g. Gemma's) cannot be told from the graph" in norm.gain_where
