@@ -114,6 +114,12 @@ def test_colour_only_when_asked_and_markup_never_read() -> None:
     assert "\x1b" not in render_blocks([_table()], RenderOptions())
 
 
+def test_an_unknown_style_is_an_error_not_plain_text() -> None:
+    with pytest.raises(ValueError, match="unknown text style 'blink'"):
+        render_blocks([Text("x", "bold blink")], RenderOptions(color=True))
+    assert render_blocks([Text("x", "bold blink")], RenderOptions()) == "x\n"
+
+
 def _layers(n: int) -> Table:
     t = Table()
     t.add_column("layer")

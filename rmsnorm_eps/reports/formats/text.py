@@ -106,7 +106,10 @@ class _Styler:
         if not self.color:
             return text
         words = [w for s in styles if s for w in s.split()]
-        codes = sorted({_SGR[w] for w in words if w in _SGR}, key=int)
+        unknown = [w for w in words if w not in _SGR]
+        if unknown:  # a reporter's mistake, not an input's: never silently unstyled
+            raise ValueError(f"unknown text style {unknown[0]!r}; known: {', '.join(_SGR)}")
+        codes = sorted({_SGR[w] for w in words}, key=int)
         return f"\x1b[{';'.join(codes)}m{text}{_RESET}" if codes else text
 
 
