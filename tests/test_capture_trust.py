@@ -96,6 +96,16 @@ def test_sensitivity_refuses_the_same_checkpoint(
     r = cli("sensitivity", "--model", str(d), "--text", "the quick fox", "--eps", "1e-3")
     assert r.exit_code == 2, r
     assert "9 missing" in r.stderr and "Traceback" not in r.stderr
+    # it has no --allow-random-weights (a verdict on random weights is another model's), and
+    # its refusal must not tell the user to give one
+    assert "give --allow-random-weights" not in r.stderr
+    assert r.stderr.strip().endswith(
+        "(only capture takes --allow-random-weights: a sensitivity verdict on random weights "
+        "would be about another model)"
+    )
+    r = cli("sensitivity", "--model", str(d), "--text", "x", "--eps", "1e-3",
+            "--allow-random-weights")  # fmt: skip
+    assert r.exit_code == 2 and "--allow-random-weights" in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -76,13 +76,24 @@ def _listed(names: Iterable[str]) -> str:
     return f"{shown}{more}"
 
 
+#: The end of the refusal when the caller offers ``--allow-random-weights`` (capture), and
+#: when it does not (sensitivity: its KL, perplexity and verdict would be another model's).
+_OVERRIDE = "give --allow-random-weights to run anyway"
+_NO_OVERRIDE = (
+    "only capture takes --allow-random-weights: a sensitivity verdict on random weights "
+    "would be about another model"
+)
+
+
 def check_weights(
-    where: Path, info: dict[str, Any], model: Any, family: str, *, allow_random: bool
+    where: Path, info: dict[str, Any], model: Any, family: str, *, allow_random: bool | None
 ) -> tuple[str, ...]:
     """The names of the model's weights left at their random initial values (empty when the
     checkpoint filled every one). Raises :class:`CaptureError` naming the missing, unexpected
     and mismatched tensors (first :data:`SHOWN` of each, and the counts) unless
-    ``allow_random`` (then unexpected tensors are dropped, as transformers drops them)."""
+    ``allow_random`` (then unexpected tensors are dropped, as transformers drops them); the
+    message names ``--allow-random-weights`` when ``allow_random`` is False (the caller offers
+    it) and says that only capture has it when None."""
     found = unmatched_weights(info, model, family)
     if not any(found.values()):
         return ()
@@ -93,7 +104,7 @@ def check_weights(
     raise CaptureError(
         f"{where}: the checkpoint does not match the model its config.json builds: "
         f"{'; '.join(parts)} weight(s); those would be random, not the model's "
-        "(give --allow-random-weights to run anyway)"
+        f"({_OVERRIDE if allow_random is False else _NO_OVERRIDE})"
     )
 
 

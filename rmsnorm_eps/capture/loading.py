@@ -281,7 +281,7 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
     *,
-    allow_random_weights: bool = False,
+    allow_random_weights: bool | None = None,
 ) -> LoadedModel:
     """Load ``directory`` (config.json + weights, or ``gguf``, a file name inside it) offline,
     in ``dtype`` (a key of :data:`DTYPES`) onto ``device`` (see :func:`resolve_device`).
@@ -291,7 +291,9 @@ def load_model(
     (:func:`~rmsnorm_eps.capture.model_config.model_build_error`); a checkpoint that lacks
     some of the model's weights, or holds tensors the model has no place for, is refused
     (:func:`~rmsnorm_eps.capture.checkpoint.check_weights`) unless ``allow_random_weights``,
-    when the names left random are in :attr:`LoadedModel.random_weights`."""
+    when the names left random are in :attr:`LoadedModel.random_weights`. False: refused, and
+    the message names capture's ``--allow-random-weights``; None (sensitivity, which has no
+    such option): refused, and the message says that only capture has it."""
     from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
     from rmsnorm_eps.capture.model_config import (
         check_config_document,
