@@ -201,6 +201,8 @@ def capture(
         )
         if loaded.random_weights and rank == 0:
             summary_line(random_weights_line(loaded.random_weights))
+        for line in loaded.notes if rank == 0 else ():
+            summary_line(line)
         job = Job(rank, world, summary_only, ratio if summary_only else None)
         ran_at = time.perf_counter()
         run = run_capture(
