@@ -15,8 +15,8 @@ __all__ = ["Block", "Cell", "NamedTable", "Table", "Text", "cell_text", "simple_
 
 @dataclass(frozen=True)
 class Text:
-    """Lines of running text (``\\n`` between them), in ``style`` (a rich style name, such as
-    ``"bold"`` or ``"red"``) on a colour terminal."""
+    """Lines of running text (``\\n`` between them), in ``style`` (words of
+    ``reports.formats.text._SGR``, such as ``"bold"`` or ``"bold red"``) on a colour terminal."""
 
     text: str
     style: str | None = None

@@ -36,6 +36,7 @@ __all__ = [
     "common_prefix",
     "ellipsize",
     "fit_names",
+    "justify",
     "shorten_names",
     "table_lines",
 ]
@@ -61,7 +62,8 @@ def cells(text: str) -> int:
     return len(text) if text.isascii() and text.isprintable() else cell_len(text)
 
 
-def _justify(text: str, width: int, how: Justify) -> str:
+def justify(text: str, width: int, how: Justify) -> str:
+    """``text`` padded with spaces to ``width`` terminal cells, aligned by ``how``."""
     gap = width - cells(text)
     if how == "right":
         return " " * gap + text
@@ -87,7 +89,7 @@ def table_lines(
     hows = [c.justify for c in columns]
 
     def line(values: Sequence[str]) -> str:
-        return " " + "   ".join(map(_justify, values, widths, hows)) + " "
+        return " " + "   ".join(map(justify, values, widths, hows)) + " "
 
     inner = sum(widths) + 3 * (len(widths) - 1)
     out = [] if title is None else [title]

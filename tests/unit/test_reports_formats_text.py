@@ -1,35 +1,36 @@
-"""reports/formats/text.py: the blocks of a text report are written by the plain table writer
-byte for byte as rich lays them out, wherever the plain path applies (no colour, and the block
-fits the width); rich is imported only for colour or for what a narrow terminal folds."""
+"""reports/formats/text.py: the one text writer. Its output for the blocks below, at every
+width, is byte for byte what tests/golden/widths/blocks.json holds: written by the two-renderer
+format it replaced (plain writer, rich where a block needed it), except colour codes around
+an empty cell, grouped differently (the same characters once the codes are removed). rich's
+console is never imported."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmsnorm_eps.reports.blocks import NamedTable, Table, Text
 from rmsnorm_eps.reports.formats import text
-from rmsnorm_eps.reports.formats.rich_text import render as rich_render
 from rmsnorm_eps.reports.formats.text import render_blocks
 from rmsnorm_eps.reports.options import RenderOptions
 from rmsnorm_eps.reports.table import cells, table_lines
 
 WIDTHS = [None, 200, 80, 40, 12]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "widths" / "blocks.json"
+_CODE = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _via_rich(blocks: list[text.Block], options: RenderOptions) -> str:
-    """What render_blocks gives when rich lays out every block."""
-    raw = rich_render(blocks, options)
-    out = "".join(text.strip_trailing_spaces(x) + "\n" for x in raw.splitlines())
-    from rmsnorm_eps.escape import no_ci_command
-
-    return no_ci_command(out)
+def _plain(coloured: str) -> str:
+    """``coloured`` without its colour codes, and without the spaces they left at line ends."""
+    return "".join(x.rstrip(" ") + "\n" for x in _CODE.sub("", coloured).splitlines())
 
 
 def _table(title: str | None = None, show_header: bool = True) -> Table:
@@ -59,15 +60,16 @@ CASES: list[list[text.Block]] = [
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_plain_blocks_are_what_rich_renders(case: int, width: int | None) -> None:
-    options = RenderOptions(width=width)
-    assert render_blocks(CASES[case], options) == _via_rich(CASES[case], options)
+def test_blocks_are_what_the_two_renderers_wrote(case: int, width: int | None) -> None:
+    golden = json.loads(GOLDEN.read_text("utf-8"))
+    assert render_blocks(CASES[case], RenderOptions(width=width)) == golden[f"{case}.{width}.plain"]
+    coloured = render_blocks(CASES[case], RenderOptions(width=width, color=True))
+    assert _plain(coloured) == _plain(golden[f"{case}.{width}.color"])
 
 
-# (a cell's own leading or trailing spaces are kept by the plain writer; rich trims them)
 _cell = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=12
-).map(str.strip)
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,62 +79,78 @@ _cell = st.text(
     justify=st.sampled_from(["left", "right", "center"]),
     width=st.sampled_from([None, 60, 20]),
 )
-def test_any_table_of_one_line_cells(
+def test_any_table_fits_and_colour_moves_no_character(
     heads: list[str], rows: list[list[str]], justify: str, width: int | None
 ) -> None:
     t = Table()
     for h in heads:
         t.add_column(h, justify)  # type: ignore[arg-type]
-    for r in rows:
-        t.add_row(*r[: len(heads)])
-    if width is not None and t.columns:
+    for i, r in enumerate(rows):
+        t.add_row(*r[: len(heads)], style="bold" if i % 2 else None)
+    plain = render_blocks([t], RenderOptions(width=width))
+    assert _plain(render_blocks([t], RenderOptions(width=width, color=True))) == plain
+    assert all(not x.endswith(" ") for x in plain.splitlines())
+    lone_empty = len(heads) == 1 and not any(cells(v) for v in [heads[0], *(r[0] for r in rows)])
+    if width is None and not lone_empty:  # a file: every cell whole, on one line of the table
         lines = table_lines(t.columns, [list(map(text.cell_text, r)) for r in t.rows])
-        stripped, full = (max(cells(f(x)) for x in lines) for f in (str.rstrip, str))
-        # a table whose last spaces alone pass the width fits for the plain writer (its lines
-        # end without spaces), not for rich, which folds it
-        assume(not stripped <= width < full)
-    options = RenderOptions(width=width)
-    assert render_blocks([t], options) == _via_rich([t], options)
+        assert plain == "".join(x.rstrip(" ") + "\n" for x in lines)
+    elif width is not None and all(
+        cells(w) <= width - 2 for r in rows for v in r for w in v.split()
+    ):
+        assert max(map(cells, plain.splitlines()), default=0) <= width
 
 
-def test_what_rich_must_lay_out_goes_to_rich() -> None:
-    assert text.plain_lines(Text("tab\there"), None) is None  # rich expands tabs
-    assert text.plain_lines(Text("x" * 50), 40) is None  # a word wider than the terminal
-    wide = _table(title="a title far wider than the table it is the title of, so rich folds it")
-    assert text.plain_lines(wide, None) is None
-    assert text.plain_lines(_table(), 30) is None  # fitted on a narrow terminal
-    assert text.plain_lines(_table(), None) is not None
+def test_running_text_wraps_between_words_and_shortens_a_word_too_long() -> None:
+    assert text.wrap("aa bb cc", 5) == ["aa bb ", "cc"]  # a space may pass the width
+    assert text.wrap("abcdefg", 3) == ["abc", "def", "g"]  # (only titles: words are shortened)
+    out = render_blocks([Text("x" * 30 + "y")], RenderOptions(width=20))
+    assert out.strip().startswith("x") and out.strip().endswith("y") and "…" in out
+    assert render_blocks([Text("tab\there\x07")], RenderOptions()) == "tab     here\n"
 
 
-def test_colour_is_rich_and_plain_text_is_not() -> None:
-    coloured = render_blocks([_table()], RenderOptions(color=True))
-    assert "\x1b[1m" in coloured  # the bold row
+def test_colour_only_when_asked_and_markup_never_read() -> None:
+    coloured = render_blocks([_table(), Text("[bold]x[/bold]", "red")], RenderOptions(color=True))
+    assert "\x1b[1m" in coloured and "\x1b[31m[bold]x[/bold]\x1b[0m" in coloured
     assert "\x1b" not in render_blocks([_table()], RenderOptions())
 
 
-def _ratio_report_text(
-    path: Path, width: int | None, force_rich: bool, monkeypatch: pytest.MonkeyPatch
-) -> str:
-    from rmsnorm_eps.analysis import analyze_dump
-    from rmsnorm_eps.reports import render
-
-    report = analyze_dump(path, 1e-5)
-    with monkeypatch.context() as m:
-        if force_rich:
-            m.setattr(text, "plain_lines", lambda block, width: None)
-        return render(report, "text", RenderOptions(width=width))
+def test_an_unknown_style_is_an_error_not_plain_text() -> None:
+    with pytest.raises(ValueError, match="unknown text style 'blink'"):
+        render_blocks([Text("x", "bold blink")], RenderOptions(color=True))
+    assert render_blocks([Text("x", "bold blink")], RenderOptions()) == "x\n"
 
 
-@pytest.mark.parametrize("width", [None, 120, 40])
-def test_a_ratio_report_is_the_same_either_way(
-    tmp_path: Path, width: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "q.npz"
-    q = np.array([1e-7, 4e-5, 1e-3, 0.0, 2.0, np.nan], np.float64)
-    np.savez(path, **{"model.layers.0.input_layernorm": q, "model.layers.1.post_norm": q * 3})
-    plain = _ratio_report_text(path, width, False, monkeypatch)
-    assert plain == _ratio_report_text(path, width, True, monkeypatch)
-    assert "min q/eps" in plain and "nonfinite" in plain
+def _layers(n: int) -> Table:
+    t = Table()
+    t.add_column("layer")
+    t.add_column("min q/eps", "right")
+    for i in range(n):
+        t.add_row(f"model.layers.{i}.post_attention_layernorm", f"{49.25 * (i + 1):g}")
+    return t
+
+
+def test_a_narrow_terminal_drops_the_shared_prefix_and_says_so() -> None:
+    out = render_blocks([NamedTable(_layers(3))], RenderOptions(width=40))
+    assert "layers under model.layers." in out
+    assert "0.post_attention_layernorm" in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 40
+
+
+def test_narrower_still_names_are_shortened_in_the_middle_and_stay_distinct() -> None:
+    out = render_blocks([NamedTable(_layers(12))], RenderOptions(width=30))
+    shown = [line.split()[0] for line in out.splitlines() if "…" in line]
+    assert len(shown) == 12 and len(set(shown)) == 12
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 30
+
+
+def test_too_narrow_for_a_table_is_one_block_per_row() -> None:
+    t = Table()
+    for h in ("a", "b", "c", "d"):
+        t.add_column(h, "right")
+    t.add_row("1" * 8, "2" * 8, "3" * 8, "4" * 8)
+    out = render_blocks([t], RenderOptions(width=16))
+    assert "11111111" in out and "b: 22222222" in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 16
 
 
 def test_ratio_off_a_terminal_does_not_import_rich_console(tmp_path: Path) -> None:
