@@ -1,10 +1,18 @@
 """Real exports read as configs: torch's TorchScript exporter (``dynamo=False``, opsets 14 and
 17), all constants in external data (``size_threshold=0``), onnxruntime's optimized copies
 (one of them with all-ones weights, which onnxruntime merges into one initializer), and
-Gemma's ``1 + w`` gain folded by the dynamo exporter. Each faithful export must be EQUIVALENT
-to the model's config.json, every norm found with its module name and its stored eps; the
-answer key (the norms, their eps) is what the tiny model was built with, and onnxruntime runs
-each export to show it is a working model."""
+Gemma's ``1 + w`` gain folded by the dynamo and the TorchScript exporters. Each faithful export
+must be EQUIVALENT to the model's config.json, every norm found with its module name and its
+stored eps; the answer key (the norms, their eps) is what the tiny model was built with, and
+onnxruntime runs each export to show it is a working model.
+
+The eps is also measured through onnxruntime, independently of the reader: each norm's
+subgraph (cut here, from its input to its output) runs on rows x_r whose mean square q_r is
+eps/4, eps and 4 eps, where eps matters. For y = g x / sqrt(q + eps), the ratio of y/x
+between rows a and b of one channel is rho with rho^2 = (q_b + eps) / (q_a + eps), whatever g
+is, so eps = (q_b - rho^2 q_a) / (rho^2 - 1): the median over channels and row pairs must be
+the eps the reader reports to float32 precision (relative 1e-5; it misses by ~3e-7), and that
+eps must reproduce onnxruntime's y (g fitted per channel) 10 times better than eps * 1.001."""
 
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
 import onnx_fixture as fx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 from rmsnorm_eps.config.onnx_graph import find_norms  # noqa: E402
 
@@ -170,3 +179,78 @@ def test_gemma_gain_folded_by_torchscript_is_unknown_never_w(
     assert res.exit_code == 1, res.stdout  # not proven equal, and never "B w"
     assert "DIFF gain [norm]: cannot compare: A 1+w" in res.stdout
     assert "cannot be told from the graph" in res.stdout and " vs B w " not in res.stdout
+
+
+def _cut(model: Any, inputs: list[str], output: str) -> Any:
+    """The nodes and initializers of ``model`` that ``output`` depends on, back to ``inputs``
+    (float32 of the export's shape (1, 3, DIM)), as a model of its own."""
+    g = model.graph
+    producer = {o: i for i, n in enumerate(g.node) for o in n.output}
+    inits = {t.name: t for t in g.initializer}
+    keep: set[int] = set()
+    used: dict[str, Any] = {}
+    need, seen = [output], set(inputs)
+    while need:
+        name = need.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in inits:
+            used[name] = inits[name]
+        else:
+            keep.add(producer[name])
+            need.extend(g.node[producer[name]].input)
+    ins = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, fx.DIM]) for x in inputs]
+    out = helper.make_tensor_value_info(output, TensorProto.FLOAT, None)
+    nodes = [g.node[i] for i in sorted(keep)]
+    sub = helper.make_graph(nodes, "cut", ins, [out], list(used.values()))
+    return helper.make_model(sub, opset_imports=model.opset_import, ir_version=model.ir_version)
+
+
+def _rows(eps: float) -> np.ndarray:
+    """Three rows of mean square eps/4, eps, 4 eps (shape (1, 3, DIM), float32)."""
+    z = np.random.default_rng(0).standard_normal((3, fx.DIM))
+    z /= np.sqrt(np.mean(z * z, axis=1, keepdims=True))
+    scale = np.array([0.5, 1.0, 2.0])[:, None] * np.sqrt(eps)
+    return (z * scale).astype(np.float32)[None]
+
+
+def _measured_eps(x: np.ndarray, y: np.ndarray) -> float:
+    """eps = (q_b - rho^2 q_a) / (rho^2 - 1), rho = (y_a/x_a) / (y_b/x_b) per channel."""
+    x64, y64 = x[0].astype(np.float64), y[0].astype(np.float64)
+    q = np.mean(x64 * x64, axis=1)
+    found = []
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        rho2 = ((y64[a] / x64[a]) / (y64[b] / x64[b])) ** 2
+        found.append((q[b] - rho2 * q[a]) / (rho2 - 1.0))
+    return float(np.median(np.concatenate(found)))
+
+
+def _misfit(x: np.ndarray, y: np.ndarray, eps: float) -> float:
+    """max |y - g x / sqrt(q + eps)| / max |y|, g fitted per channel by least squares."""
+    x64, y64 = x[0].astype(np.float64), y[0].astype(np.float64)
+    k = 1.0 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + eps)
+    g = np.sum(y64 * x64 * k, axis=0) / np.sum((x64 * k) ** 2, axis=0)
+    return float(np.max(np.abs(y64 - g * x64 * k)) / np.max(np.abs(y64)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "stem", ["ts14", "ts17", "ts17-external", "ts17-ort", "ones-ort", "gemma", "gemma-ts17"]
+)
+def test_the_eps_read_is_the_eps_onnxruntime_applies(exports: dict[str, Path], stem: str) -> None:
+    path = exports[stem]
+    model = onnx.load(str(path))  # external data loaded: the cut runs on its own
+    norms = find_norms(onnx.load(str(path), load_external_data=False), path)
+    assert norms
+    for norm in norms:
+        assert norm.eps is not None, norm.name
+        cut = _cut(model, list(norm.inputs), norm.output)
+        session = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+        x = _rows(norm.eps)
+        skips = {name: np.zeros_like(x) for name in norm.inputs[1:]}  # a Skip op's residual
+        (y,) = session.run(None, {norm.inputs[0]: x, **skips})
+        eps = _measured_eps(x, y)
+        assert abs(eps / norm.eps - 1.0) < 1e-5, (norm.name, norm.eps, eps)
+        misfit = _misfit(x, y, norm.eps)
+        assert misfit < 1e-6 and 10 * misfit < _misfit(x, y, norm.eps * 1.001), norm.name
