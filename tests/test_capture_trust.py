@@ -77,6 +77,36 @@ def test_an_unexpected_tensor_is_refused(
     assert "\x1b" not in r.stderr
 
 
+def test_a_vision_sub_model_the_text_model_has_no_module_for_is_a_note_not_a_refusal(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    """A vision-language checkpoint loaded as its text model (the tiny Llama's config, with a
+    vision tower and projector beside the text weights): those tensors lie outside every
+    module the model runs, so they are named, not refused; a tensor under the model's own
+    modules still is."""
+    d = _copy(model_dir, tmp_path)
+    vision = {
+        "vision_tower.encoder.layers.0.layer_norm1.weight": torch.ones(4),
+        "vision_tower.encoder.layers.0.mlp.fc1.weight": torch.zeros(8, 4),
+        "multi_modal_projector.linear_1.weight": torch.zeros(16, 4),
+        "image\x1bnewline": torch.zeros(16),
+    }
+    _edit_weights(d, add=vision)
+    r = _run(cli, d, tmp_path)
+    assert r.exit_code == 0, r  # was: 4 unexpected ... refused
+    assert (
+        "note: 4 tensor(s) of the checkpoint belong to sub-models LlamaForCausalLM has no "
+        "module for and were not loaded: 'image\\x1bnewline' (1), 'multi_modal_projector' "
+        "(1), 'vision_tower' (2); nothing the model runs reads them"
+    ) in r.stderr
+    assert "\x1b" not in r.stderr and (tmp_path / "q.npz").is_file()
+    _edit_weights(d, add={"model.layers.1.self_attn.extra.weight": torch.zeros(3)})
+    r = _run(cli, d, tmp_path)
+    assert r.exit_code == 2, r
+    assert "1 unexpected ('model.layers.1.self_attn.extra.weight')" in r.stderr
+    assert "vision_tower" not in r.stderr
+
+
 def test_a_tensor_of_another_shape_than_the_config_says_is_refused_by_name(
     cli: Callable[..., Any], model_dir: Path, tmp_path: Path
 ) -> None:

@@ -12,7 +12,14 @@ What is not counted, because it cannot change what any norm sees:
 * an encoder checkpoint saved with a task head (``BertForMaskedLM``'s ``cls.*``) loaded as
   its base model (``AutoModel``): the head's tensors lie outside the model's module tree;
 * that base model's ``pooler.*``, which a head checkpoint may lack: it runs on the last hidden
-  state, after every norm.
+  state, after every norm;
+* a sub-model the loaded class has no module for, in any model: a vision-language checkpoint
+  loaded as its text model holds ``vision_tower.*``, ``vision_model.*`` or
+  ``multi_modal_projector.*`` tensors whose first name part is no module or parameter of the
+  model, so nothing the model runs reads them. Outside an encoder (whose task heads are
+  expected) they are named in a note (:func:`outside_weights_note`). A tensor under one of
+  the model's own modules (``model.layers.0.extra.weight``) is still refused: the model runs
+  that module, so a tensor it has no place for there means another architecture.
 
 The sources of the figures are transformers' ``from_pretrained(..., output_loading_info=True)``
 (``missing_keys``, ``unexpected_keys``, ``mismatched_keys``).
@@ -38,6 +45,8 @@ __all__ = [
     "check_parameter_count",
     "check_weights",
     "gguf_weights_present",
+    "outside_weights",
+    "outside_weights_note",
     "random_weights_line",
     "shard_names",
     "unmatched_weights",
@@ -58,15 +67,44 @@ def unmatched_weights(info: dict[str, Any], model: Any, family: str) -> dict[str
     """``{"missing": [...], "unexpected": [...], "mismatched": [...]}``, each sorted, from
     transformers' loading info, without what cannot change a norm's input (see the module
     docstring)."""
-    children = {name for name, _ in model.named_children()}
-    children |= {name.split(".")[0] for name, _ in model.named_parameters()}
     missing = sorted({_key(k) for k in info.get("missing_keys") or ()})
-    unexpected = sorted({_key(k) for k in info.get("unexpected_keys") or ()})
+    outside = set(outside_weights(info, model))
+    unexpected = sorted({_key(k) for k in info.get("unexpected_keys") or ()} - outside)
     mismatched = sorted({_key(k) for k in info.get("mismatched_keys") or ()})
     if family == "encoder":
         missing = [k for k in missing if not k.startswith(_AFTER_THE_NORMS)]
-        unexpected = [k for k in unexpected if k.split(".")[0] in children]
     return {"missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+
+def outside_weights(info: dict[str, Any], model: Any) -> list[str]:
+    """The unexpected tensors of transformers' loading info whose first name part is no
+    child module, parameter or buffer of ``model``: a sub-model the loaded class does not
+    contain (see the module docstring), sorted."""
+    top = {name for name, _ in model.named_children()}
+    top |= {name.split(".")[0] for name, _ in model.named_parameters()}
+    top |= {name.split(".")[0] for name, _ in model.named_buffers()}
+    unexpected = {_key(k) for k in info.get("unexpected_keys") or ()}
+    return sorted(k for k in unexpected if k.split(".")[0] not in top)
+
+
+def outside_weights_note(info: dict[str, Any], model: Any, family: str) -> str | None:
+    """The note naming the sub-models of the checkpoint the loaded class has no module for
+    (:func:`outside_weights`: their first name part and tensor count, the first
+    :data:`SHOWN` parts), None when there are none or ``family`` is "encoder" (a task head
+    is expected there)."""
+    names = outside_weights(info, model) if family != "encoder" else []
+    if not names:
+        return None
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name.split(".")[0]] = counts.get(name.split(".")[0], 0) + 1
+    parts = [f"{brief(part)} ({n})" for part, n in sorted(counts.items())]
+    more = f" and {len(parts) - SHOWN} more" if len(parts) > SHOWN else ""
+    return (
+        f"note: {len(names)} tensor(s) of the checkpoint belong to sub-models "
+        f"{type(model).__name__} has no module for and were not loaded: "
+        f"{', '.join(parts[:SHOWN])}{more}; nothing the model runs reads them"
+    )
 
 
 def _listed(names: Iterable[str]) -> str:

@@ -92,6 +92,8 @@ class LoadedModel:
     load_seconds: float = 0.0
     #: Weights the checkpoint did not hold, left at random (only with ``allow_random_weights``).
     random_weights: tuple[str, ...] = ()
+    #: Lines for the user about the load (tensors of sub-models the loaded class has none of).
+    notes: tuple[str, ...] = ()
 
 
 def model_family(config: Any) -> str:
@@ -294,7 +296,11 @@ def load_model(
     when the names left random are in :attr:`LoadedModel.random_weights`. False: refused, and
     the message names capture's ``--allow-random-weights``; None (sensitivity, which has no
     such option): refused, and the message says that only capture has it."""
-    from rmsnorm_eps.capture.checkpoint import check_parameter_count, check_weights
+    from rmsnorm_eps.capture.checkpoint import (
+        check_parameter_count,
+        check_weights,
+        outside_weights_note,
+    )
     from rmsnorm_eps.capture.model_config import (
         check_config_document,
         check_model_config,
@@ -349,6 +355,7 @@ def load_model(
     random = check_weights(
         d / gguf if gguf else d, info, model, family, allow_random=allow_random_weights
     )
+    note = outside_weights_note(info, model, family)
     model.eval()
     if tokenizer.pad_token is None:
         # Padding positions are masked out and never captured, so any id serves as filler.
@@ -368,6 +375,7 @@ def load_model(
         str(where_to.get("device_map", "cpu")),
         time.perf_counter() - started,
         random,
+        () if note is None else (note,),
     )
 
 

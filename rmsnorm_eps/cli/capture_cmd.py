@@ -156,7 +156,6 @@ def capture(
     reduced on the model's device; only the per-vector values come to the host.
     """
     from rmsnorm_eps.analysis import resolve_bound
-    from rmsnorm_eps.capture.checkpoint import random_weights_line
     from rmsnorm_eps.capture.distributed import init_from_env, job_from_env, rank_device
     from rmsnorm_eps.capture.job import (
         Job,
@@ -199,8 +198,8 @@ def capture(
         loaded = load_model(
             model, gguf, DTYPES[dtype.value], where, allow_random_weights=allow_random_weights
         )
-        if loaded.random_weights and rank == 0:
-            summary_line(random_weights_line(loaded.random_weights))
+        if rank == 0:
+            _tell_load(loaded)
         job = Job(rank, world, summary_only, ratio if summary_only else None)
         ran_at = time.perf_counter()
         run = run_capture(
@@ -228,6 +227,17 @@ def capture(
     if world > 1:
         leave(EXIT_OK)
     raise typer.Exit(EXIT_OK)
+
+
+def _tell_load(loaded: Any) -> None:
+    """The load's lines on stderr: the weights left random (``--allow-random-weights``), then
+    its notes (sub-models of the checkpoint the loaded class has no module for)."""
+    from rmsnorm_eps.capture.checkpoint import random_weights_line
+
+    if loaded.random_weights:
+        summary_line(random_weights_line(loaded.random_weights))
+    for line in loaded.notes:
+        summary_line(line)
 
 
 def _report(finished: Any, out: Path, world: int, fmt: str, output: Path | None) -> None:
