@@ -107,6 +107,19 @@ def test_a_vision_sub_model_the_text_model_has_no_module_for_is_a_note_not_a_ref
     assert "vision_tower" not in r.stderr
 
 
+def test_sensitivity_names_the_sub_models_it_did_not_load(
+    cli: Callable[..., Any], model_dir: Path, tmp_path: Path
+) -> None:
+    d = _copy(model_dir, tmp_path)
+    _edit_weights(d, add={"vision_model.post_layernorm.weight": torch.ones(4)})
+    r = cli("sensitivity", "--model", str(d), "--text", "the quick fox", "--eps", "1e-3")
+    assert r.exit_code == 0, r
+    assert (
+        "note: 1 tensor(s) of the checkpoint belong to sub-models LlamaForCausalLM has no "
+        "module for and were not loaded: 'vision_model' (1)"
+    ) in r.stderr
+
+
 def test_a_tensor_of_another_shape_than_the_config_says_is_refused_by_name(
     cli: Callable[..., Any], model_dir: Path, tmp_path: Path
 ) -> None:

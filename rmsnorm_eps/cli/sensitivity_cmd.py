@@ -175,6 +175,7 @@ def sensitivity(
 
     try:
         loaded = load_model(model, gguf, DTYPES[dtype.value], where)
+        _load_notes(loaded, rank)
         with _progress(not quiet and rank == 0) as progress:
             result = measure(
                 loaded,
@@ -239,6 +240,14 @@ def _changes(eps: list[float] | None, spec_from: str | None, spec_to: str | None
     if not changes:
         raise usage_error("give the change: --eps VALUE (repeatable) or --from SPEC --to SPEC")
     return changes
+
+
+def _load_notes(loaded: Any, rank: int) -> None:
+    """Rank 0 tells the load's notes on stderr (sub-models the loaded class has none of)."""
+    from rmsnorm_eps.cli._output import summary_line
+
+    for line in loaded.notes if rank == 0 else ():
+        summary_line(line)
 
 
 @contextmanager
