@@ -35,6 +35,11 @@ sys.argv = ["rmsnorm_eps", *sys.argv[2:]]
 runpy.run_module("rmsnorm_eps", run_name="__main__")
 """
 
+#: The same with ``torch.load`` (which transformers maps a ``.bin`` checkpoint with).
+_TRUNCATE_AFTER_TORCH_LOAD = _TRUNCATE_AT_OPEN.replace(
+    "import transformers.modeling_utils as mu", "import torch as mu"
+).replace("mu.safe_open", "mu.load")
+
 #: The CLI in this process, with every positioned read of the weight file truncating it first
 #: (the copy for loading is read so).
 _TRUNCATE_WHILE_COPIED = """
@@ -137,3 +142,19 @@ def test_copies_whose_headers_differ_from_those_checked_are_refused(model_copy: 
         pass
     assert str(err.value).startswith(f"{model_copy}: file changed while being read: the ")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux memfd only")
+def test_a_bin_checkpoint_truncated_after_torch_load_is_read_from_the_private_copy(
+    model_copy: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    st = model_copy / "model.safetensors"
+    weights = model_copy / "pytorch_model.bin"
+    torch.save(safetensors_torch.load_file(str(st)), weights)  # a zip file: mapped by torch
+    st.unlink()
+    args = _capture_args(model_copy, tmp_path / "q.npz")
+    out = _run(_TRUNCATE_AFTER_TORCH_LOAD, weights, *args)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])  # SIGBUS death: -7
+    assert weights.stat().st_size == 0 and (tmp_path / "q.npz").is_file()

@@ -169,28 +169,28 @@ class WeightsPresent:
 
 #: Most weight files (shards) read for :func:`weights_present`.
 MAX_SHARDS = 4096
-#: The index of a sharded safetensors checkpoint, as transformers names it.
-INDEX = "model.safetensors.index.json"
 
 
-def shard_names(directory: Path) -> list[str]:
-    """The ``.safetensors`` files of the checkpoint: those ``model.safetensors.index.json``
-    maps the weights to (plain names inside ``directory``), else ``model.safetensors``."""
-    index = directory / INDEX
+def shard_names(directory: Path, single: str = "model.safetensors") -> list[str]:
+    """The weight files of the checkpoint named ``single`` (``model.safetensors``, or
+    ``pytorch_model.bin``): those its index (``single`` + ``.index.json``) maps the weights to
+    (plain names inside ``directory``, of the same extension), else ``single`` itself."""
+    suffix = Path(single).suffix
+    index = directory / f"{single}.index.json"
     if index.is_file():
         try:
             with open(index, "rb") as fh:
                 doc = json.loads(fh.read(64 << 20).decode("utf-8"))
             files = sorted({str(v) for v in dict(doc["weight_map"]).values()})
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise InputFileError(index, f"not a safetensors index ({exc})") from None
-        bad = [f for f in files if Path(f).name != f or not f.endswith(".safetensors")]
+            raise InputFileError(index, f"not a {suffix[1:]} index ({exc})") from None
+        bad = [f for f in files if Path(f).name != f or not f.endswith(suffix)]
         if bad:
             raise InputFileError(index, f"weight_map names {brief(bad[0])}, not a file beside it")
         if len(files) > MAX_SHARDS:
             raise InputFileError(index, f"{len(files)} weight files, over {MAX_SHARDS}")
         return files
-    return ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
+    return [single] if (directory / single).is_file() else []
 
 
 def weights_present(directory: Path) -> WeightsPresent | None:

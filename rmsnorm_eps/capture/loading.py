@@ -466,6 +466,8 @@ def private_copy(path: Path, label: str = "gguf") -> Any:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
+#: The checkpoints :func:`private_checkpoint` copies, in transformers' order of preference.
+_CHECKPOINTS = ("model.safetensors", "pytorch_model.bin")
 #: Files of a model directory ``from_pretrained`` also reads (its generation config, from
 #: config.json without one), linked beside the private copies of the weights.
 _READ_BESIDE = ("config.json", "generation_config.json")
@@ -474,23 +476,26 @@ _READ_BESIDE = ("config.json", "generation_config.json")
 @contextmanager
 def private_checkpoint(directory: Path, present: Any) -> Iterator[Path]:
     """For the ``with`` block: a private directory holding, as links to in-memory copies
-    (:func:`private_copy`, through ``/proc/self/fd``), the safetensors checkpoint of
-    ``directory`` (``model.safetensors``, or the index and the shards it names), for
-    ``from_pretrained`` to load instead of ``directory``; ``directory`` itself where it has
-    no safetensors checkpoint (``.bin`` weights) or Linux's ``memfd_create`` is missing.
+    (:func:`private_copy`, through ``/proc/self/fd``), the checkpoint of ``directory``
+    (``model.safetensors``, or the index and the shards it names; without one, the same of
+    ``pytorch_model.bin``), for ``from_pretrained`` to load instead of ``directory``;
+    ``directory`` itself where it has neither or Linux's ``memfd_create`` is missing.
 
     Why: transformers reads safetensors weights through ``safe_open``, a memory map of the
-    file, and a mapped file that another process truncates kills the process by SIGBUS with
-    nothing on stderr. The copies are checked against the size each file had when opened and
-    their headers against ``present`` (:func:`~rmsnorm_eps.capture.checkpoint.weights_present`
+    file (a ``.bin`` through ``torch.load(mmap=True)``), and a mapped file that another
+    process truncates kills the process by SIGBUS with nothing on stderr. The copies are
+    checked against the size each file had when opened and safetensors headers against
+    ``present`` (:func:`~rmsnorm_eps.capture.checkpoint.weights_present`
     of ``directory``, read before: the sizes the model was capped with); either differing is
     the one line "file changed while being read". Cost: the checkpoint's size in memory until
     the block ends (and for as long as a weight of the model's dtype is a view of its copy).
     """
-    from rmsnorm_eps.capture.checkpoint import INDEX, shard_names, weights_present
+    from rmsnorm_eps.capture.checkpoint import shard_names, weights_present
 
     has_memfd = getattr(os, "memfd_create", None) is not None and os.path.isdir("/proc/self/fd")
-    if not has_memfd or not shard_names(directory):
+    # transformers' order: safetensors first, else the pickled .bin (torch.load maps it too)
+    single = next((n for n in _CHECKPOINTS if shard_names(directory, n)), None)
+    if not has_memfd or single is None:
         yield directory
         return
     copies: list[Any] = []
@@ -499,12 +504,12 @@ def private_checkpoint(directory: Path, present: Any) -> Iterator[Path]:
             private = Path(tmp)
 
             def link(name: str) -> None:
-                copies.append(private_copy(directory / name, "safetensors"))
+                copies.append(private_copy(directory / name, "weights"))
                 os.symlink(f"/proc/self/fd/{copies[-1].fileno()}", private / name)
 
-            if (directory / INDEX).is_file():
-                link(INDEX)  # the shards the copied index names, not those named before
-            for name in shard_names(private) if copies else ["model.safetensors"]:
+            if (directory / f"{single}.index.json").is_file():
+                link(f"{single}.index.json")  # the shards the copied index names
+            for name in shard_names(private, single) if copies else [single]:
                 if not (directory / name).is_file():
                     raise InputFileError(directory / name, "file changed while being read: gone")
                 link(name)
